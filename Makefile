@@ -1,0 +1,33 @@
+# Set-up and test entry points. `make quickstart` and `make test` are the two
+# commands in the README; .ci/run calls `make test`.
+#
+# The venv is (re)installed only when pyproject.toml changes: the stamp file
+# .venv/.installed records the last successful install. pip finds the CPU
+# torch wheel through the machine's pip configuration (PIP_FIND_LINKS).
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV := .venv
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+# hypothesis: the thorough `ci` profile when CI is set (CI=true in CI runs)
+HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
+export HYPOTHESIS_PROFILE
+
+.PHONY: quickstart test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -e '.[test]'
+	touch $(STAMP)
+
+quickstart: $(STAMP)
+	$(VENV)/bin/rollcall run scenarios/quickstart.yaml --target sim
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -n 2 -p no:cacheprovider tests/ $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) runs .hypothesis

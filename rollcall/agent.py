@@ -1,0 +1,222 @@
+"""A worker's side of the rendezvous protocol, sans-IO.
+
+The driver (a simulated node or a real worker process) feeds the agent what
+the keeper said and what training did; the agent answers with messages to
+send and with instructions for the trainer. The agent is the worker's fence:
+it never lets the trainer act in a generation it has not been admitted to,
+and it drops anything stamped with a generation older than the one it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Optional, Union
+
+from rollcall.history import members_field, rec
+from rollcall.messages import (
+    Checkpointed, Heartbeat, Join, Leave, Membership, Refused, RollCall,
+    StepFailed, ToKeeper, ToWorker,
+)
+from rollcall.types import Cursor, WorkerId
+
+
+class Phase(str, Enum):
+    IDLE = "idle"          # not started
+    JOINING = "joining"    # asked to join, waiting for a generation
+    ACTIVE = "active"      # a member: may train in ``generation``
+    BLOCKED = "blocked"    # a member whose step failed: waits for the keeper
+    STOPPED = "stopped"    # left, or an older life of this worker
+
+
+# --- outputs -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SendToKeeper:
+    message: ToKeeper
+
+
+@dataclass(frozen=True, slots=True)
+class Enter:
+    """Start training in ``generation``.
+
+    Rebuild the collective for ``members``; if ``sync`` copy the state at
+    ``cursor`` from ``source`` (or load the checkpoint when ``source`` is
+    None) before the first step.
+    """
+
+    generation: int
+    members: tuple[WorkerId, ...]
+    rank: int
+    cursor: Cursor
+    source: Optional[WorkerId]
+    sync: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Abort:
+    """Abandon the step in flight; nothing computed for it may be counted."""
+
+    generation: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Log:
+    record: dict
+
+
+Action = Union[SendToKeeper, Enter, Abort, Stop, Log]
+
+
+class Agent:
+    """One worker's membership state machine."""
+
+    def __init__(self, worker: WorkerId, incarnation: int, heartbeat_s: float,
+                 join_retry_s: Optional[float] = None) -> None:
+        self.worker = worker
+        self.incarnation = incarnation
+        self.heartbeat_s = heartbeat_s
+        self.join_retry_s = join_retry_s if join_retry_s is not None else 2 * heartbeat_s
+        self.phase = Phase.IDLE
+        self.generation = 0
+        self.members: tuple[WorkerId, ...] = ()
+        self.cursor: Optional[Cursor] = None
+        self.counter = 0
+        self._beat_at: Optional[float] = None
+        self._retry_at: Optional[float] = None
+        self._failed_step = 0
+
+    # --- driver API -----------------------------------------------------------
+
+    @property
+    def can_step(self) -> bool:
+        return self.phase is Phase.ACTIVE
+
+    def start(self, now: float, cursor: Optional[Cursor] = None) -> list[Action]:
+        """Begin: ask to join. ``cursor`` is the state held, if any."""
+        self.cursor = cursor
+        self._beat_at = now + self.heartbeat_s
+        return self._join(now)
+
+    def get_timer(self) -> Optional[float]:
+        if self.phase in (Phase.IDLE, Phase.STOPPED):
+            return None
+        times = [t for t in (self._beat_at, self._retry_at) if t is not None]
+        return min(times) if times else None
+
+    def handle_timer(self, now: float) -> list[Action]:
+        out: list[Action] = []
+        if self.phase in (Phase.IDLE, Phase.STOPPED):
+            return out
+        if self._beat_at is not None and now >= self._beat_at:
+            self.counter += 1
+            out.append(SendToKeeper(Heartbeat(self.worker, self.incarnation,
+                                              self.generation, self.counter)))
+            self._beat_at = now + self.heartbeat_s
+        if self._retry_at is not None and now >= self._retry_at:
+            # Our last request may have been lost: ask again until answered.
+            if self.phase is Phase.JOINING:
+                out.extend(self._join(now))
+            elif self.phase is Phase.BLOCKED:
+                out.extend(self._report_failure(now))
+        return out
+
+    def receive(self, now: float, message: ToWorker) -> list[Action]:
+        if self.phase in (Phase.IDLE, Phase.STOPPED):
+            return []
+        if isinstance(message, Membership):
+            return self._membership(now, message)
+        if isinstance(message, RollCall):
+            return self._roll_call(now, message)
+        if isinstance(message, Refused):
+            return self._refused(now, message)
+        raise TypeError(f"unknown message {message!r}")  # pragma: no cover
+
+    def step_committed(self, now: float, cursor: Cursor) -> list[Action]:
+        self.cursor = cursor
+        return []
+
+    def step_failed(self, now: float, step: int) -> list[Action]:
+        """The collective of ``step`` failed: report and wait for the keeper."""
+        if self.phase is not Phase.ACTIVE:
+            return []
+        self.phase = Phase.BLOCKED
+        self._failed_step = step
+        return self._report_failure(now)
+
+    def checkpointed(self, now: float, cursor: Cursor) -> list[Action]:
+        if self.phase is not Phase.ACTIVE:
+            return []
+        return [SendToKeeper(Checkpointed(self.worker, self.incarnation, self.generation, cursor))]
+
+    def leave(self, now: float) -> list[Action]:
+        if self.phase is Phase.STOPPED:
+            return []
+        self.phase = Phase.STOPPED
+        return [SendToKeeper(Leave(self.worker, self.incarnation))]
+
+    # --- transitions ----------------------------------------------------------
+
+    def _report_failure(self, now: float) -> list[Action]:
+        self._retry_at = now + self.join_retry_s
+        return [SendToKeeper(StepFailed(self.worker, self.incarnation, self.generation,
+                                        self._failed_step))]
+
+    def _join(self, now: float) -> list[Action]:
+        self.phase = Phase.JOINING
+        self._retry_at = now + self.join_retry_s
+        return [SendToKeeper(Join(self.worker, self.incarnation, self.cursor, self.generation))]
+
+    def _abort(self, now: float, reason: str) -> list[Action]:
+        if self.phase not in (Phase.ACTIVE, Phase.BLOCKED):
+            return []
+        return [Abort(self.generation, reason),
+                Log(rec(now, "fail", "abort", self.worker, gen=self.generation, reason=reason))]
+
+    def _membership(self, now: float, m: Membership) -> list[Action]:
+        if m.generation <= self.generation or not m.admits(self.worker, self.incarnation):
+            return []  # stale, duplicated, or we wait as a standby
+        out = self._abort(now, "superseded")
+        self.generation = m.generation
+        self.members = m.members
+        self.phase = Phase.ACTIVE
+        self._retry_at = None
+        self.cursor = m.cursor
+        out.append(Enter(m.generation, m.members, m.members.index(self.worker),
+                         m.cursor, m.source, self.worker in m.stale))
+        out.append(Log(rec(now, "ok", "enter", self.worker, gen=m.generation,
+                           members=members_field(m.members))))
+        return out
+
+    def _roll_call(self, now: float, call: RollCall) -> list[Action]:
+        if call.generation <= self.generation or self.phase is Phase.JOINING:
+            return []
+        out = self._abort(now, f"roll-call:{call.reason}")
+        return out + self._join(now)
+
+    def _refused(self, now: float, refusal: Refused) -> list[Action]:
+        if refusal.incarnation != self.incarnation:
+            return []  # meant for another life of this worker id
+        if refusal.reason == "stale-incarnation":
+            out = self._abort(now, "stale-incarnation")
+            self.phase = Phase.STOPPED
+            out.append(Log(rec(now, "info", "fenced", self.worker, gen=self.generation,
+                               reason="stale-incarnation")))
+            return out + [Stop("an older life of this worker")]
+        if refusal.reason == "stale-generation" and refusal.generation <= self.generation:
+            return []  # an answer to something we sent before we moved on
+        if refusal.generation < self.generation:
+            return []
+        if self.phase is Phase.JOINING:
+            return self._join(now)  # refused while asking: ask again
+        out = self._abort(now, refusal.reason)
+        out.append(Log(rec(now, "info", "fenced", self.worker, gen=self.generation,
+                           reason=refusal.reason)))
+        return out + self._join(now)

@@ -1,0 +1,218 @@
+"""The ``rollcall`` command: validate a scenario, run it on a target, compare strategies.
+
+The CLI is the only part of the core that may read the wall clock (for the
+default run directory name) and the only one that loads a driver, lazily by
+target name, so ``rollcall`` itself never imports ``sim`` or ``real``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import shlex
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from rollcall.results import default_out_dir, prepare_out_dir
+from rollcall.scenario import Scenario, ScenarioError, load_scenario
+
+TARGETS = ("sim", "real")
+STRATEGIES = ("elastic", "checkpoint-restart")
+
+
+def _utc_stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def _err(message: str) -> None:
+    print(f"rollcall: {message}", file=sys.stderr)
+
+
+def _load_target_attr(target: str, module: str, attr: str) -> Callable[..., Any] | None:
+    """``<target>.<module>.<attr>`` or None if that target part is not written yet.
+
+    Only a missing module/attribute means "not built"; an import error raised
+    *inside* an existing driver is a bug and propagates.
+    """
+    name = f"{target}.{module}"
+    try:
+        mod = importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name in (target, name):
+            return None
+        raise
+    fn = getattr(mod, attr, None)
+    return fn if callable(fn) else None
+
+
+def _load(args: argparse.Namespace) -> Scenario:
+    return load_scenario(
+        args.scenario,
+        args.set,
+        seed=getattr(args, "seed", None),
+        target=getattr(args, "target", None),
+        strategy=getattr(args, "strategy", None),
+    )
+
+
+def _replay_line(args: argparse.Namespace, scenario: Scenario) -> str:
+    parts = [
+        "rollcall", "run", str(args.scenario),
+        "--target", scenario.target,
+        "--seed", str(scenario.seed),
+        "--strategy", scenario.strategy.kind,
+    ]
+    for item in args.set:
+        parts += ["--set", item]
+    return "replay: " + " ".join(shlex.quote(p) for p in parts)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return "-" if value is None else str(value)
+
+
+def _print_summary(summary: dict[str, Any], out_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary.get('scenario', '?')} ({summary.get('target', '?')})", show_header=False)
+    table.add_column("key", style="bold")
+    table.add_column("value")
+    rows = [
+        ("strategy", summary.get("strategy")),
+        ("completed", summary.get("completed")),
+        ("valid", summary.get("valid")),
+        ("steps", f"{_fmt(summary.get('steps_committed'))}/{_fmt(summary.get('steps_target'))}"),
+        ("elapsed_s", summary.get("elapsed_s")),
+        ("ettr", summary.get("ettr")),
+        ("goodput", summary.get("goodput")),
+        ("failures", summary.get("failures")),
+        ("generations", summary.get("generations")),
+        ("restarts", summary.get("restarts")),
+        ("samples dup/skipped",
+         f"{_fmt(summary.get('samples_duplicated'))}/{_fmt(summary.get('samples_skipped'))}"),
+        ("wall_s", summary.get("wall_s")),
+        ("out dir", str(out_dir)),
+    ]
+    for key, value in rows:
+        table.add_row(key, _fmt(value))
+    violations = summary.get("violations") or []
+    if violations:
+        table.add_row("violations", "; ".join(str(v) for v in violations[:5]))
+    Console().print(table)
+
+
+def _prepare(out_dir: Path, scenario: Scenario) -> bool:
+    try:
+        prepare_out_dir(out_dir, scenario)
+    except OSError as exc:
+        _err(f"{out_dir}: cannot create the run directory: {exc.strerror or exc}")
+        return False
+    return True
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    scenario = _load(args)
+    print(f"ok: {scenario.name} ({scenario.target}, {scenario.strategy.kind})")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    scenario = _load(args)
+    run = _load_target_attr(scenario.target, "driver", "run")
+    if run is None:
+        _err(f"target '{scenario.target}' is not built yet")
+        return 2
+    out_dir = Path(args.out) if args.out else default_out_dir(scenario, _utc_stamp())
+    if not _prepare(out_dir, scenario):
+        return 2
+    summary = run(scenario, out_dir)
+    if not args.quiet:
+        _print_summary(summary, out_dir)
+    print(_replay_line(args, scenario))
+    return 0 if summary.get("completed") and summary.get("valid") else 1
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    scenario = _load(args)
+    compare = _load_target_attr(scenario.target, "compare", "compare")
+    if compare is None:
+        _err(f"target '{scenario.target}' is not built yet (no {scenario.target}.compare)")
+        return 2
+    first = scenario.seed if args.seed is None else args.seed
+    seeds = list(range(first, first + args.seeds))
+    out_dir = Path(args.out) if args.out else Path("runs") / scenario.name / f"{_utc_stamp()}-compare"
+    if not _prepare(out_dir, scenario):
+        return 2
+    table = compare(scenario, seeds, out_dir)
+    print(table.to_string() if hasattr(table, "to_string") else table)
+    print(f"out: {out_dir}")
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rollcall",
+        description="Fault-injection and simulation testbed for elastic data-parallel training.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
+        p.add_argument(
+            "--set", action="append", default=[], metavar="KEY=VALUE",
+            help="override a scenario key, e.g. --set failures.worker_mtbf_s=3600 (value is YAML)",
+        )
+
+    p = sub.add_parser("validate", help="check a scenario file and print its resolved identity")
+    common(p)
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("run", help="run a scenario on a target")
+    common(p)
+    p.add_argument("--target", choices=TARGETS, help="override the scenario's target")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--strategy", choices=STRATEGIES, help="override strategy.kind")
+    p.add_argument("--out", metavar="DIR", help="run directory (default runs/<name>/<utc>-seed<S>/)")
+    p.add_argument("--quiet", action="store_true", help="print only the replay line")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("compare", help="run both strategies over several seeds and tabulate")
+    common(p)
+    p.add_argument("--seeds", type=_positive_int, default=5, metavar="N", help="number of seeds (default 5)")
+    p.add_argument("--seed", type=int, help="first seed (default: the scenario's seed)")
+    p.add_argument("--target", choices=TARGETS, help="override the scenario's target")
+    p.add_argument("--out", metavar="DIR", help="output directory (default runs/<name>/<utc>-compare/)")
+    p.set_defaults(func=_cmd_compare)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rollcall`` console script; returns the exit code."""
+    args = _build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ScenarioError as exc:
+        _err(str(exc))
+        return 2
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

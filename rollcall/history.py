@@ -1,0 +1,67 @@
+"""History records: the one format both targets write to ``history.jsonl``.
+
+Jepsen-style: each record is an operation by a ``process`` with a ``type``
+(``invoke`` when it starts, ``ok`` when it took effect, ``fail`` when it
+surely did not, ``info`` for facts and faults) and a function name ``f``.
+Checkers read only these records, never the code that wrote them.
+
+Records used (``f``, who writes it, fields beyond t/type/f/process):
+
+- ``round``     keeper  invoke  gen, reason              a roll call opened
+- ``round``     keeper  fail    gen, reason              the job gave up (below minimum)
+- ``generation`` keeper ok      gen, members, cursor, source, reason, stale
+- ``evict``     keeper  info    worker, incarnation, reason
+- ``refuse``    keeper  info    worker, what, reason      a stale stamp refused
+- ``restart``   keeper  info    gen, reason               whole-job restart ordered
+- ``checkpoint`` any    ok      gen, cursor               a durable checkpoint
+- ``enter``     worker  ok      gen, members               a worker entered a generation
+- ``abort``     worker  fail    gen, reason                in-flight step abandoned
+- ``fenced``    worker  info    gen, reason                learned it was evicted / stale
+- ``commit``    any     ok      gen, step, last, sample, stop, batch, t0
+                                 steps ``step..last`` committed in ``gen``,
+                                 covering stream offsets ``[sample, stop)``
+- ``contribute`` worker ok      gen, step, samples         per-sample ledger (real)
+- ``fault``     nemesis info    kind, workers              injected fault
+- ``end``       driver  info    completed, cursor, reason
+
+Member lists are written as inclusive id runs (see ``types.to_ranges``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rollcall.types import Cursor, WorkerId, from_ranges, to_ranges
+
+KEEPER = "keeper"
+NEMESIS = "nemesis"
+DRIVER = "driver"
+JOB = "job"
+
+
+def rec(t: float, type_: str, f: str, process: Any, **fields: Any) -> dict:
+    """One history record. Times are rounded so the JSON text is stable."""
+    out = {"t": round(float(t), 9), "type": type_, "f": f, "process": process}
+    out.update(fields)
+    return out
+
+
+def members_field(members: Iterable[WorkerId]) -> list[list[int]]:
+    return to_ranges(members)
+
+
+def members_of(record: dict) -> tuple[WorkerId, ...]:
+    return from_ranges(record["members"])
+
+
+def cursor_of(record: dict) -> Cursor:
+    return Cursor.from_json(record["cursor"])
+
+
+def commit(
+    t: float, process: Any, gen: int, first: int, last: int,
+    sample: int, stop: int, batch: int, t0: float,
+) -> dict:
+    """Steps ``first..last`` (inclusive) committed in ``gen`` between t0 and t."""
+    return rec(t, "ok", "commit", process, gen=gen, step=first, last=last,
+               sample=sample, stop=stop, batch=batch, t0=round(float(t0), 9))

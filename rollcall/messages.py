@@ -1,0 +1,142 @@
+"""The messages of the rendezvous protocol, as plain frozen values.
+
+Every message a worker sends is stamped with its ``incarnation`` (one process
+life of that worker id) and, where it refers to training, the ``generation``
+it believes in. The record-keeper compares those stamps with its record and
+refuses anything stale: generations and incarnations are fencing tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from rollcall.types import Cursor, WorkerId
+
+# --- worker -> record-keeper -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    """Ask to be a member of the next generation.
+
+    ``cursor`` is the training position of the state this worker holds, or
+    None when it holds none (a newcomer, a restarted process). ``generation``
+    is the last one it was a member of: a member asking from the current
+    generation wants out of it, while an older stamp marks a late duplicate.
+    """
+
+    worker: WorkerId
+    incarnation: int
+    cursor: Optional[Cursor]
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JoinBatch:
+    """Many current lives answering a roll call with the same ``cursor``.
+
+    Exactly what each of their :class:`Join` messages would do, in one
+    message: a simulator feeds simultaneous arrivals to the keeper in one
+    call. Only for workers whose current incarnation the keeper knows.
+    """
+
+    workers: tuple[WorkerId, ...]
+    cursor: Optional[Cursor]
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A liveness counter; only its advance matters, never a timestamp."""
+
+    worker: WorkerId
+    incarnation: int
+    generation: int
+    counter: int
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    worker: WorkerId
+    incarnation: int
+
+
+@dataclass(frozen=True, slots=True)
+class StepFailed:
+    """A collective of ``generation`` failed here: a peer may be gone."""
+
+    worker: WorkerId
+    incarnation: int
+    generation: int
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpointed:
+    """A checkpoint of ``cursor`` is durable; newcomers-only rounds resume it."""
+
+    worker: WorkerId
+    incarnation: int
+    generation: int
+    cursor: Cursor
+
+
+ToKeeper = Union[Join, JoinBatch, Heartbeat, Leave, StepFailed, Checkpointed]
+
+# --- record-keeper -> worker -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RollCall:
+    """Round ``generation`` is open: members of the previous one must answer.
+
+    ``reason`` is ``failure`` (abandon the step in flight, join now) or
+    ``growth`` / ``leave`` (finish the step in flight, then join).
+    """
+
+    generation: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    """Generation ``generation`` is closed: the one answer for it.
+
+    ``cursor`` is where training resumes; ``source`` the member whose state
+    everyone else copies, or None to load the checkpoint at ``cursor`` (or to
+    initialise fresh when ``cursor`` is the origin). ``stale`` lists the
+    members whose state must be replaced before the first step.
+    ``incarnations`` pairs with ``members``: a later life of a worker id must
+    not mistake an answer meant for an earlier one for its own.
+    """
+
+    generation: int
+    members: tuple[WorkerId, ...]
+    incarnations: tuple[int, ...]
+    cursor: Cursor
+    source: Optional[WorkerId]
+    stale: tuple[WorkerId, ...] = ()
+
+    def admits(self, worker: WorkerId, incarnation: int) -> bool:
+        for w, inc in zip(self.members, self.incarnations):
+            if w == worker:
+                return inc == incarnation
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A stale or unknown stamp was refused; ``generation`` is the current one.
+
+    ``reason`` is ``not-member`` (you were evicted: rejoin as a newcomer),
+    ``stale-incarnation`` (an older life of this worker: stop) or
+    ``stale-generation`` (drop what you were doing).
+    """
+
+    worker: WorkerId
+    incarnation: int
+    generation: int
+    reason: str
+
+
+ToWorker = Union[RollCall, Membership, Refused]

@@ -1,0 +1,791 @@
+"""The scenario schema: one YAML file describes a whole experiment.
+
+A scenario names a cluster, a workload, a failure model and a recovery
+strategy; the ``sim`` and ``real`` targets both run from the same validated
+object, so every check lives here and no driver re-interprets raw YAML.
+
+Errors matter as much as the schema: a person edits these files by hand, so
+every problem is reported as ONE line naming the file, the dotted field and
+the line in the file (``bad.yaml: workload.micro_batch (line 9): must divide
+workload.global_batch=64, got 7``). Pydantic does the checking; this module
+maps its errors back onto YAML nodes found with ``yaml.compose``.
+
+Pure: no clocks, no randomness, no I/O beyond reading the file it is given.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Sequence, Union, get_args, get_origin
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+__all__ = [
+    "Cluster",
+    "Detector",
+    "Failures",
+    "Fault",
+    "Network",
+    "Rendezvous",
+    "Scenario",
+    "ScenarioError",
+    "Strategy",
+    "Workload",
+    "load_scenario",
+    "parse_scenario",
+]
+
+# --------------------------------------------------------------------------
+# Field types. Strict: a quoted "4" is a typo, not an integer; YAML's `yes`
+# must not become 1. Floats accept integers (3600 is a fine number of seconds).
+
+PosInt = Annotated[int, Strict(), Field(ge=1)]
+NonNegInt = Annotated[int, Strict(), Field(ge=0)]
+PosFloat = Annotated[float, Strict(), Field(gt=0)]
+NonNegFloat = Annotated[float, Strict(), Field(ge=0)]
+Text = Annotated[str, Strict()]
+Name = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+WorkerTargets = Union[int, tuple[int, ...], Literal["random"]]
+
+
+class _Problem(ValueError):
+    """A cross-field problem that knows which field (relative path) is at fault.
+
+    Pydantic wraps ValueErrors raised by validators and keeps the instance in
+    the error's context, so the formatter can point at the exact field
+    instead of at the whole section.
+    """
+
+    def __init__(self, where: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.where = where
+
+
+class _Section(BaseModel):
+    """Base of every scenario model: unknown keys are errors, values immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# --------------------------------------------------------------------------
+# Sections
+
+
+class Cluster(_Section):
+    """Machines: initial members, idle spares that can join, repair time."""
+
+    workers: PosInt = 4
+    gpus_per_worker: PosInt = 1
+    spares: NonNegInt = 0
+    repair_s: PosFloat | None = None
+
+
+class Workload(_Section):
+    """What the job must do, and the sim cost model of one step."""
+
+    steps: PosInt = 200
+    global_batch: PosInt = 64
+    micro_batch: PosInt = 8
+    dataset_samples: PosInt = 4096
+    micro_batch_s: PosFloat = 0.02
+    allreduce_s: NonNegFloat = 0.005
+    model_params: PosInt = 1_000_000
+    bytes_per_param: PosFloat = 12.0
+    lr: PosFloat = 0.05
+
+    @model_validator(mode="after")
+    def _micro_batch_divides(self) -> "Workload":
+        # Virtual shards are fixed micro-batches: the global batch must be a
+        # whole number of them, whatever the worker count.
+        if self.global_batch % self.micro_batch:
+            raise _Problem(
+                ("micro_batch",),
+                f"must divide workload.global_batch={self.global_batch}, got {self.micro_batch}",
+            )
+        return self
+
+
+def _worker_id(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PydanticCustomError(
+            "rollcall_worker_id", "expected a worker id (integer >= 0), got {got}", {"got": _show(value)}
+        )
+    if value < 0:
+        raise PydanticCustomError(
+            "rollcall_worker_id", "worker ids are >= 0, got {got}", {"got": _show(value)}
+        )
+    return value
+
+
+class Fault(_Section):
+    """One scheduled fault: exactly one trigger and exactly one action.
+
+    Triggers: ``at_s`` (simulated/elapsed seconds) or ``at_step`` (when the
+    job reaches that committed step). Actions: ``kill`` (ids, or "random"),
+    ``pause`` (one id or "random", for ``for_s`` seconds), ``join`` (count of
+    newcomers, which take the next unused ids).
+    """
+
+    at_s: NonNegFloat | None = None
+    at_step: NonNegInt | None = None
+    kill: WorkerTargets | None = None
+    pause: Union[int, Literal["random"], None] = None
+    for_s: PosFloat | None = None
+    join: PosInt | None = None
+
+    @field_validator("kill", mode="before")
+    @classmethod
+    def _check_kill(cls, value: Any) -> Any:
+        if value is None or value == "random":
+            return value
+        if isinstance(value, (list, tuple)):
+            if not value:
+                raise PydanticCustomError("rollcall_worker_ids", "expected at least one worker id, got []")
+            ids = tuple(_worker_id(v) for v in value)
+            if len(set(ids)) != len(ids):
+                raise PydanticCustomError(
+                    "rollcall_worker_ids", "lists a worker twice, got {got}", {"got": list(ids)}
+                )
+            return ids
+        if isinstance(value, int) and not isinstance(value, bool):
+            return _worker_id(value)
+        raise PydanticCustomError(
+            "rollcall_worker_ids",
+            "expected a worker id, a list of worker ids, or 'random', got {got}",
+            {"got": _show(value)},
+        )
+
+    @field_validator("pause", mode="before")
+    @classmethod
+    def _check_pause(cls, value: Any) -> Any:
+        if value is None or value == "random":
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return _worker_id(value)
+        raise PydanticCustomError(
+            "rollcall_worker_id", "expected a worker id or 'random', got {got}", {"got": _show(value)}
+        )
+
+    @model_validator(mode="after")
+    def _one_trigger_one_action(self) -> "Fault":
+        triggers = [k for k in ("at_s", "at_step") if getattr(self, k) is not None]
+        if not triggers:
+            raise _Problem((), "a fault needs exactly one trigger: at_s or at_step")
+        if len(triggers) > 1:
+            raise _Problem(("at_step",), "a fault has exactly one trigger, got both at_s and at_step")
+        actions = [k for k in ("kill", "pause", "join") if getattr(self, k) is not None]
+        if not actions:
+            raise _Problem((), "a fault needs exactly one action: kill, pause or join")
+        if len(actions) > 1:
+            raise _Problem(
+                (actions[1],), f"a fault has exactly one action, got {' and '.join(actions)}"
+            )
+        if self.pause is not None and self.for_s is None:
+            raise _Problem(("for_s",), "required with pause: seconds the worker stays stopped (> 0)")
+        if self.pause is None and self.for_s is not None:
+            raise _Problem(("for_s",), f"only allowed with pause, not with {actions[0]}")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _drop_unset(self, handler: Any) -> dict[str, Any]:
+        # A fault uses two or three of its six keys; the rest would be noise.
+        return {k: v for k, v in handler(self).items() if v is not None}
+
+    @property
+    def trigger(self) -> Literal["at_s", "at_step"]:
+        return "at_s" if self.at_s is not None else "at_step"
+
+    @property
+    def when(self) -> float | int:
+        """The trigger's value: seconds for ``at_s``, a step for ``at_step``."""
+        return self.at_s if self.at_s is not None else self.at_step  # type: ignore[return-value]
+
+    @property
+    def action(self) -> Literal["kill", "pause", "join"]:
+        if self.kill is not None:
+            return "kill"
+        return "pause" if self.pause is not None else "join"
+
+    @property
+    def targets(self) -> tuple[int, ...] | Literal["random"]:
+        """Worker ids hit by a kill/pause (``"random"`` stays a string); () for join."""
+        value = self.kill if self.kill is not None else self.pause
+        if value is None:
+            return ()
+        if value == "random":
+            return "random"
+        return value if isinstance(value, tuple) else (value,)  # type: ignore[return-value]
+
+    @property
+    def count(self) -> int:
+        """How many workers the fault affects (newcomers for a join)."""
+        if self.join is not None:
+            return self.join
+        targets = self.targets
+        return 1 if targets == "random" else len(targets)
+
+
+class Failures(_Section):
+    """Random failures (per-worker MTBF) plus a deterministic schedule."""
+
+    worker_mtbf_s: PosFloat | None = None
+    distribution: Literal["exponential", "weibull"] = "exponential"
+    weibull_shape: PosFloat = 0.7
+    schedule: tuple[Fault, ...] = ()
+
+
+class Detector(_Section):
+    """Failure-detector policy knobs (timeout-based)."""
+
+    kind: Literal["timeout"] = "timeout"
+    heartbeat_s: PosFloat = 0.5
+    timeout_s: PosFloat = 3.0
+
+    @model_validator(mode="after")
+    def _timeout_above_heartbeat(self) -> "Detector":
+        # A timeout no longer than one heartbeat period suspects healthy workers.
+        if self.timeout_s <= self.heartbeat_s:
+            raise _Problem(
+                ("timeout_s",),
+                f"must be > detector.heartbeat_s={_num(self.heartbeat_s)}, got {_num(self.timeout_s)}",
+            )
+        return self
+
+
+class Rendezvous(_Section):
+    """Membership rounds: size bounds, last-call window, how long to wait.
+
+    In a scenario, ``max_workers`` defaults to ``cluster.workers`` and
+    ``min_workers`` to ``min(2, max_workers)`` (filled in by :class:`Scenario`).
+    """
+
+    min_workers: PosInt = 2
+    max_workers: PosInt = 4
+    last_call_s: NonNegFloat = 0.5
+    join_timeout_s: PosFloat | None = 600.0
+
+    @model_validator(mode="after")
+    def _min_le_max(self) -> "Rendezvous":
+        if self.min_workers > self.max_workers:
+            raise _Problem(
+                ("min_workers",),
+                f"must be <= rendezvous.max_workers={self.max_workers}, got {self.min_workers}",
+            )
+        return self
+
+
+class Network(_Section):
+    """Sim cost model of the wire."""
+
+    latency_s: NonNegFloat = 0.0005
+    bandwidth_Bps: PosFloat = 1.25e9
+
+
+class Strategy(_Section):
+    """Recovery strategy and batch policy (``lr_scaling`` applies to shrink)."""
+
+    kind: Literal["elastic", "checkpoint-restart"] = "elastic"
+    checkpoint_interval_steps: PosInt = 50
+    checkpoint_write_s: NonNegFloat = 1.0
+    checkpoint_read_s: NonNegFloat = 2.0
+    restart_s: NonNegFloat = 30.0
+    batch: Literal["constant", "shrink"] = "constant"
+    lr_scaling: Literal["none", "linear"] = "none"
+    reduction: Literal["fast", "exact"] = "fast"
+
+
+class Scenario(_Section):
+    """A whole experiment. Build it with :func:`load_scenario`/:func:`parse_scenario`."""
+
+    name: Name
+    description: Text = ""
+    seed: NonNegInt = 0
+    target: Literal["sim", "real"] = "sim"
+    cluster: Cluster = Field(default_factory=Cluster)
+    workload: Workload = Field(default_factory=Workload)
+    failures: Failures = Field(default_factory=Failures)
+    detector: Detector = Field(default_factory=Detector)
+    rendezvous: Rendezvous = Field(default_factory=Rendezvous)
+    network: Network = Field(default_factory=Network)
+    strategy: Strategy = Field(default_factory=Strategy)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rendezvous_defaults(cls, data: Any) -> Any:
+        # The size bounds default from the cluster, which a field default
+        # cannot see; fill them into the raw mapping before validation.
+        if not isinstance(data, dict):
+            return data
+        cluster = data.get("cluster")
+        workers = cluster.workers if isinstance(cluster, Cluster) else (
+            cluster.get("workers", Cluster().workers) if isinstance(cluster, dict)
+            else Cluster().workers if cluster is None else None
+        )
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            return data  # cluster.workers itself will be reported
+        rdv = data.get("rendezvous", {})
+        if rdv is None:
+            rdv = {}
+        if not isinstance(rdv, dict):
+            return data
+        rdv = dict(rdv)
+        rdv.setdefault("max_workers", workers)
+        top = rdv["max_workers"]
+        if isinstance(top, int) and not isinstance(top, bool) and top >= 1:
+            rdv.setdefault("min_workers", min(2, top))
+        return {**data, "rendezvous": rdv}
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Scenario":
+        c, r = self.cluster, self.rendezvous
+        if r.max_workers < c.workers:
+            raise _Problem(
+                ("rendezvous", "max_workers"),
+                f"must be >= cluster.workers={c.workers}, got {r.max_workers}",
+            )
+        if r.min_workers > c.workers + c.spares:
+            raise _Problem(
+                ("rendezvous", "min_workers"),
+                f"must be <= cluster.workers + cluster.spares = {c.workers + c.spares}"
+                f" (else the job can never start), got {r.min_workers}",
+            )
+        limit = self.worker_id_limit
+        joined = limit - c.workers - c.spares
+        for i, fault in enumerate(self.failures.schedule):
+            targets = fault.targets
+            if targets == "random":
+                continue
+            unknown = [w for w in targets if w >= limit]
+            if unknown:
+                raise _Problem(
+                    ("failures", "schedule", i, fault.action),
+                    f"worker {unknown[0]} does not exist (ids are 0..{limit - 1}:"
+                    f" {_count(c.workers, 'worker')} + {_count(c.spares, 'spare')}"
+                    f" + {joined} joined)",
+                )
+        return self
+
+    # -- derived values ------------------------------------------------------
+
+    @property
+    def shards_per_step(self) -> int:
+        """Virtual shards (micro-batches) in one global batch."""
+        return self.workload.global_batch // self.workload.micro_batch
+
+    @property
+    def ideal_step_s(self) -> float:
+        """Step time with all initial workers healthy: shards spread evenly, then one allreduce."""
+        per_worker = math.ceil(self.shards_per_step / self.cluster.workers)
+        return per_worker * self.workload.micro_batch_s + self.workload.allreduce_s
+
+    @property
+    def worker_id_limit(self) -> int:
+        """One past the largest worker id that can ever exist (workers + spares + joins)."""
+        joins = sum(f.join for f in self.failures.schedule if f.join is not None)
+        return self.cluster.workers + self.cluster.spares + joins
+
+    # -- output --------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fully resolved scenario as plain JSON-able data (lists, not tuples)."""
+        return self.model_dump(mode="json")
+
+    def to_yaml(self) -> str:
+        """The fully resolved scenario as YAML; ``parse_scenario`` gives back an equal object."""
+        # allow_unicode=False: characters such as U+0085 would otherwise be written
+        # raw and read back as line breaks; escaped, every string round-trips.
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=False)
+
+
+# --------------------------------------------------------------------------
+# Errors
+
+
+class ScenarioError(Exception):
+    """A scenario that cannot be used; ``str()`` is one line for a person.
+
+    Format: ``<file>: <dotted.field> (line N): <what was wrong>``. The line is
+    omitted when it cannot be located; a value that came from the command
+    line says so instead (``(from --set)``). ``problems`` holds every problem
+    found (one line each); ``str()`` shows the first.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        field: str | None,
+        message: str,
+        *,
+        line: int | None = None,
+        origin: str | None = None,
+        problems: Sequence[str] = (),
+    ) -> None:
+        self.source = source
+        self.field = field
+        self.message = " ".join(message.split())
+        self.line = line
+        self.origin = origin
+        text = self._format()
+        self.problems: tuple[str, ...] = tuple(problems) or (text,)
+        super().__init__(text)
+
+    def _format(self) -> str:
+        where = ""
+        if self.line is not None:
+            where = f" (line {self.line})"
+        elif self.origin is not None:
+            where = f" (from {self.origin})"
+        if self.field:
+            return f"{self.source}: {self.field}{where}: {self.message}"
+        return f"{self.source}{where}: {self.message}"
+
+    def __str__(self) -> str:
+        return self._format()
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _num(value: float | int) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _show(value: Any) -> str:
+    """A value as a person wrote it in YAML, kept short."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _dotted(path: Sequence[str | int]) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _model_at(path: Sequence[str | int]) -> type[BaseModel] | None:
+    """The model class that validates the mapping at ``path`` (for 'expected keys')."""
+    model: Any = Scenario
+    for part in path:
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            field = model.model_fields.get(str(part))
+            if field is None:
+                return None
+            model = field.annotation
+        elif get_origin(model) is tuple and isinstance(part, int):
+            model = get_args(model)[0]
+        else:
+            return None
+        # unwrap Optional[...]
+        args = [a for a in get_args(model) if a is not type(None)] if get_origin(model) is Union else None
+        if args is not None and len(args) == 1:
+            model = args[0]
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _message(err: dict[str, Any]) -> tuple[tuple[str | int, ...], str]:
+    """Turn one pydantic error into (path, one-line message in our words)."""
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    got = _show(err.get("input"))
+    if kind == "value_error" and isinstance(ctx.get("error"), _Problem):
+        problem = ctx["error"]
+        return loc + problem.where, str(problem)
+    if kind == "value_error":
+        return loc, str(ctx.get("error", err["msg"]))
+    if kind.startswith("rollcall_"):  # raised by our own validators, already worded
+        return loc, str(err["msg"])
+    if kind == "missing":
+        return loc, "required key is missing"
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        keys = ", ".join(model.model_fields) if model else "?"
+        return loc, f"unknown key (expected one of: {keys})"
+    simple = {
+        "int_type": "expected an integer",
+        "int_parsing": "expected an integer",
+        "int_from_float": "expected an integer",
+        "float_type": "expected a number",
+        "float_parsing": "expected a number",
+        "finite_number": "expected a finite number",
+        "string_type": "expected a string",
+        "model_type": "expected a mapping",
+        "model_attributes_type": "expected a mapping",
+        "dict_type": "expected a mapping",
+        "tuple_type": "expected a list",
+        "list_type": "expected a list",
+    }
+    if kind in simple:
+        return loc, f"{simple[kind]}, got {got}"
+    if kind == "literal_error":
+        return loc, f"expected {ctx.get('expected')}, got {got}"
+    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+    if kind in bounds:
+        limit = next(iter(ctx.values()))
+        return loc, f"must be {bounds[kind]} {_num(limit)}, got {got}"
+    if kind == "string_pattern_mismatch":
+        return loc, f"may contain only letters, digits, '_', '.' and '-', got {got}"
+    return loc, f"{err['msg']}, got {got}"
+
+
+# --------------------------------------------------------------------------
+# YAML reading
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads exponent floats without a sign or dot (``1e9``, ``1.25e9``).
+
+    YAML 1.1 (PyYAML) reads those as strings, which would turn a perfectly
+    ordinary bandwidth into a type error.
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def _compose(text: str, source: str) -> tuple[yaml.Node | None, Any]:
+    """Parse ``text`` once into both the node tree (for line numbers) and data."""
+    loader = _Loader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _reject_duplicate_keys(node, (), source)
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        message = exc.problem or exc.context or "invalid YAML"
+        if exc.context and exc.problem:
+            # e.g. an unclosed bracket: the problem shows up later than its cause
+            started = exc.context_mark
+            at = f" started at line {started.line + 1}" if started and started is not mark else ""
+            message = f"{exc.problem} ({exc.context}{at})"
+        raise ScenarioError(
+            source, "yaml syntax", message, line=mark.line + 1 if mark else None
+        ) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(source, "yaml syntax", str(exc)) from None
+    finally:
+        loader.dispose()
+    return node, data
+
+
+def _reject_duplicate_keys(node: yaml.Node, path: tuple[str | int, ...], source: str) -> None:
+    # PyYAML silently keeps the last of two equal keys; that hides edits.
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if key.value in seen:
+                    raise ScenarioError(
+                        source,
+                        _dotted(path + (key.value,)),
+                        f"duplicate key (first at line {seen[key.value]})",
+                        line=key.start_mark.line + 1,
+                    )
+                seen[key.value] = key.start_mark.line + 1
+                _reject_duplicate_keys(value, path + (key.value,), source)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _reject_duplicate_keys(item, path + (i,), source)
+
+
+def _line_of(root: yaml.Node | None, path: Sequence[str | int]) -> int | None:
+    """1-based line of the deepest node along ``path`` that exists in the file."""
+    if root is None:
+        return None
+    node: yaml.Node = root
+    line = root.start_mark.line + 1
+    for part in path:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value == str(part):
+                    node, line = value, key.start_mark.line + 1
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+# --------------------------------------------------------------------------
+# Overrides
+
+
+def _parse_override(item: str, source: str) -> tuple[tuple[str, ...], Any]:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    parts = tuple(key.split("."))
+    if not sep or not key or any(not p for p in parts):
+        raise ScenarioError(source, f"--set {item!r}", "expected dotted.key=value")
+    try:
+        value = yaml.load(text, Loader=_Loader) if text.strip() else None
+    except yaml.YAMLError as exc:
+        detail = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        raise ScenarioError(source, key, f"value {text!r} is not valid YAML: {detail}", origin="--set") from None
+    return parts, value
+
+
+def _apply_override(raw: dict[str, Any], parts: tuple[str, ...], value: Any, source: str) -> None:
+    node: Any = raw
+    for depth, part in enumerate(parts):
+        last = depth == len(parts) - 1
+        where = ".".join(parts[: depth + 1])
+        if isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+        elif isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ScenarioError(
+                    source, ".".join(parts),
+                    f"{where}: no such list index (the list has {len(node)} items)", origin="--set",
+                )
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        else:
+            raise ScenarioError(
+                source, ".".join(parts),
+                f"cannot set inside {'.'.join(parts[:depth])}: it is {_show(node)}, not a mapping",
+                origin="--set",
+            )
+
+
+# --------------------------------------------------------------------------
+# Entry points
+
+
+def parse_scenario(
+    text: str,
+    source: str = "<string>",
+    overrides: Sequence[str] = (),
+    *,
+    seed: int | None = None,
+    target: str | None = None,
+    strategy: str | None = None,
+) -> Scenario:
+    """Validate a scenario given as YAML text; raise :class:`ScenarioError` on any problem.
+
+    ``overrides`` are ``dotted.key=value`` strings (value parsed as YAML),
+    applied to the raw mapping before validation; then ``seed``, ``target``
+    and ``strategy`` (CLI flags) override ``seed``, ``target`` and
+    ``strategy.kind``.
+    """
+    root, raw = _compose(text, source)
+    if raw is None:
+        raise ScenarioError(
+            source, "top level", "the file is empty; expected a mapping of scenario keys (at least 'name')",
+            line=1,
+        )
+    if not isinstance(raw, dict):
+        raise ScenarioError(
+            source, "top level",
+            f"expected a mapping of scenario keys, got a {type(raw).__name__} ({_show(raw)})",
+            line=root.start_mark.line + 1 if root is not None else None,
+        )
+    origins: dict[tuple[str, ...], str] = {}
+    if isinstance(overrides, str):  # a lone string is one override, not characters
+        overrides = (overrides,)
+    for item in overrides:
+        parts, value = _parse_override(item, source)
+        _apply_override(raw, parts, value, source)
+        origins[parts] = "--set"
+    if seed is not None:
+        raw["seed"] = seed
+        origins[("seed",)] = "--seed"
+    if target is not None:
+        raw["target"] = target
+        origins[("target",)] = "--target"
+    if strategy is not None:
+        section = raw.get("strategy")
+        if section is None:
+            raw["strategy"] = section = {}
+        if isinstance(section, dict):
+            section["kind"] = strategy
+            origins[("strategy", "kind")] = "--strategy"
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise _to_scenario_error(exc, source, root, origins) from None
+
+
+def load_scenario(
+    path: str | Path,
+    overrides: Sequence[str] = (),
+    *,
+    seed: int | None = None,
+    target: str | None = None,
+    strategy: str | None = None,
+) -> Scenario:
+    """Read and validate a scenario file (see :func:`parse_scenario`)."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(source, None, "no such file") from None
+    except IsADirectoryError:
+        raise ScenarioError(source, None, "is a directory, expected a scenario file") from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ScenarioError(source, None, f"cannot read: {exc.strerror or exc}") from None
+    return parse_scenario(text, source, overrides, seed=seed, target=target, strategy=strategy)
+
+
+def _to_scenario_error(
+    exc: ValidationError,
+    source: str,
+    root: yaml.Node | None,
+    origins: dict[tuple[str, ...], str],
+) -> ScenarioError:
+    located: list[tuple[tuple[str | int, ...], str, int | None, str | None]] = []
+    for err in exc.errors():
+        path, message = _message(err)
+        spath = tuple(str(p) for p in path)
+        # a value set on the command line is not at any line of the file:
+        # the error is in it if one path is a prefix of the other
+        origin = next(
+            (o for p, o in reversed(origins.items()) if p[: len(spath)] == spath[: len(p)]), None
+        ) if spath else None
+        line = None if origin else _line_of(root, path)
+        located.append((path, message, line, origin))
+    lines = [
+        str(ScenarioError(source, _dotted(p) or "top level", m, line=ln, origin=o))
+        for p, m, ln, o in located
+    ]
+    path, message, line, origin = located[0]
+    return ScenarioError(
+        source, _dotted(path) or "top level", message, line=line, origin=origin, problems=lines
+    )

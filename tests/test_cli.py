@@ -1,0 +1,121 @@
+"""The ``rollcall`` command around a driver (a stand-in driver, so no target is needed)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollcall import cli
+from rollcall.results import SUMMARY_KEYS, read_summary, write_summary
+from rollcall.scenario import Scenario, parse_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICK = str(ROOT / "scenarios" / "quickstart.yaml")
+
+
+def _fake_driver(monkeypatch: pytest.MonkeyPatch, target: str, completed: bool = True) -> list[Any]:
+    seen: list[Any] = []
+
+    def run(scenario: Scenario, out_dir: Path) -> dict[str, Any]:
+        seen.append((scenario, Path(out_dir)))
+        summary = {k: 0 for k in SUMMARY_KEYS}
+        summary.update(scenario=scenario.name, target=scenario.target, strategy=scenario.strategy.kind,
+                       seed=scenario.seed, valid=True, completed=completed, violations=[], ettr=0.93)
+        write_summary(out_dir, summary)
+        return summary
+
+    module = types.ModuleType(f"{target}.driver")
+    module.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, f"{target}.driver", module)
+    return seen
+
+
+def test_run_calls_driver_and_prints_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen = _fake_driver(monkeypatch, "real")
+    out = tmp_path / "run"
+    code = cli.main(["run", QUICK, "--target", "real", "--seed", "5", "--strategy", "checkpoint-restart",
+                     "--set", "workload.steps=10", "--set", "description=a b", "--out", str(out)])
+    assert code == 0
+    scenario, out_dir = seen[0]
+    assert (scenario.target, scenario.seed, scenario.strategy.kind, scenario.workload.steps) == (
+        "real", 5, "checkpoint-restart", 10)
+    assert out_dir == out
+    assert parse_scenario((out / "scenario.yaml").read_text()) == scenario
+    assert read_summary(out)["seed"] == 5
+    stdout = capsys.readouterr().out
+    assert "ettr" in stdout and "0.93" in stdout
+    assert stdout.splitlines()[-1] == (
+        f"replay: rollcall run {QUICK} --target real --seed 5 --strategy checkpoint-restart"
+        " --set workload.steps=10 --set 'description=a b'"
+    )
+
+
+def test_run_exit_1_when_not_completed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_driver(monkeypatch, "sim", completed=False)
+    assert cli.main(["run", QUICK, "--out", str(tmp_path), "--quiet"]) == 1
+    assert capsys.readouterr().out.startswith("replay: rollcall run")
+
+
+def test_run_default_out_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seen = _fake_driver(monkeypatch, "sim")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "_utc_stamp", lambda: "20250102T030405Z")
+    assert cli.main(["run", QUICK, "--seed", "3", "--quiet"]) == 0
+    assert seen[0][1] == Path("runs/quickstart/20250102T030405Z-seed3")
+    assert (tmp_path / "runs/quickstart/20250102T030405Z-seed3/summary.json").exists()
+
+
+def test_stamp_format() -> None:
+    import re
+
+    assert re.fullmatch(r"\d{8}T\d{6}Z", cli._utc_stamp())
+
+
+def test_target_not_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a driver module without `run` counts as not built, and nothing is written
+    monkeypatch.setitem(sys.modules, "real.driver", types.ModuleType("real.driver"))
+    out = tmp_path / "never"
+    assert cli.main(["run", QUICK, "--target", "real", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == "rollcall: target 'real' is not built yet\n"
+    assert not out.exists()
+
+
+def test_compare_calls_target_compare(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import pandas as pd
+
+    calls = []
+
+    def compare(scenario: Scenario, seeds: list[int], out_dir: Path) -> pd.DataFrame:
+        calls.append((scenario.name, seeds, Path(out_dir)))
+        return pd.DataFrame({"strategy": ["elastic"], "ettr": [0.9]})
+
+    module = types.ModuleType("sim.compare")
+    module.compare = compare  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sim.compare", module)
+    assert cli.main(["compare", QUICK, "--seeds", "3", "--seed", "10", "--out", str(tmp_path)]) == 0
+    assert calls == [("quickstart", [10, 11, 12], tmp_path)]
+    assert "elastic" in capsys.readouterr().out
+    assert (tmp_path / "scenario.yaml").exists()
+
+
+def test_python_dash_m_validate() -> None:
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "rollcall", "validate", QUICK],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "ok: quickstart (sim, elastic)\n", "")

@@ -1,0 +1,266 @@
+"""The scenario schema: defaults, round trip, overrides, flags, shipped files."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rollcall import cli
+from rollcall.scenario import (
+    Fault,
+    Scenario,
+    ScenarioError,
+    load_scenario,
+    parse_scenario,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))
+
+MINIMAL = "name: tiny\n"
+
+SCHEDULED = """\
+name: scheduled
+cluster: {workers: 4, spares: 1}
+failures:
+  worker_mtbf_s: 7200
+  schedule:
+    - {at_s: 2, kill: 1}
+    - {at_step: 30, kill: [0, 2]}
+    - {at_s: 4.5, pause: random, for_s: 6}
+    - {at_s: 10, join: 2}
+    - {at_step: 40, kill: 6}
+"""
+
+
+def test_defaults_are_filled() -> None:
+    s = parse_scenario(MINIMAL)
+    assert s.name == "tiny" and s.description == "" and s.seed == 0 and s.target == "sim"
+    assert (s.cluster.workers, s.cluster.gpus_per_worker, s.cluster.spares, s.cluster.repair_s) == (4, 1, 0, None)
+    w = s.workload
+    assert (w.steps, w.global_batch, w.micro_batch, w.dataset_samples) == (200, 64, 8, 4096)
+    assert (w.micro_batch_s, w.allreduce_s, w.model_params, w.bytes_per_param, w.lr) == (
+        0.02, 0.005, 1_000_000, 12.0, 0.05,
+    )
+    assert s.failures.worker_mtbf_s is None and s.failures.distribution == "exponential"
+    assert s.failures.weibull_shape == 0.7 and s.failures.schedule == ()
+    assert (s.detector.kind, s.detector.heartbeat_s, s.detector.timeout_s) == ("timeout", 0.5, 3.0)
+    r = s.rendezvous
+    assert (r.min_workers, r.max_workers, r.last_call_s, r.join_timeout_s) == (2, 4, 0.5, 600.0)
+    assert (s.network.latency_s, s.network.bandwidth_Bps) == (0.0005, 1.25e9)
+    k = s.strategy
+    assert (k.kind, k.checkpoint_interval_steps, k.checkpoint_write_s, k.checkpoint_read_s, k.restart_s) == (
+        "elastic", 50, 1.0, 2.0, 30.0,
+    )
+    assert (k.batch, k.lr_scaling, k.reduction) == ("constant", "none", "fast")
+
+
+def test_rendezvous_bounds_default_from_cluster() -> None:
+    s = parse_scenario("name: big\ncluster: {workers: 16, spares: 2}\n")
+    assert s.rendezvous.max_workers == 16 and s.rendezvous.min_workers == 2
+    one = parse_scenario("name: one\ncluster: {workers: 1}\n")
+    assert one.rendezvous.max_workers == 1 and one.rendezvous.min_workers == 1
+
+
+def test_to_dict_has_every_key_resolved() -> None:
+    d = parse_scenario(MINIMAL).to_dict()
+    assert set(d) == {
+        "name", "description", "seed", "target", "cluster", "workload", "failures",
+        "detector", "rendezvous", "network", "strategy",
+    }
+    assert d["rendezvous"]["max_workers"] == 4
+    assert d["failures"]["schedule"] == []
+
+
+@pytest.mark.parametrize("text", [MINIMAL, SCHEDULED], ids=["minimal", "scheduled"])
+def test_to_yaml_round_trips(text: str) -> None:
+    s = parse_scenario(text)
+    again = parse_scenario(s.to_yaml())
+    assert again == s
+    assert again.to_yaml() == s.to_yaml()
+    assert yaml.safe_load(s.to_yaml()) == s.to_dict()
+
+
+def test_fault_properties() -> None:
+    s = parse_scenario(SCHEDULED)
+    f = s.failures.schedule
+    assert (f[0].trigger, f[0].when, f[0].action, f[0].targets, f[0].count) == ("at_s", 2.0, "kill", (1,), 1)
+    assert (f[1].trigger, f[1].when, f[1].targets, f[1].count) == ("at_step", 30, (0, 2), 2)
+    assert (f[2].action, f[2].targets, f[2].for_s) == ("pause", "random", 6.0)
+    assert (f[3].action, f[3].targets, f[3].count) == ("join", (), 2)
+    # ids: 0..3 workers, 4 the spare, 5 and 6 the two newcomers
+    assert f[4].targets == (6,)
+    assert s.worker_id_limit == 7
+    assert s.to_dict()["failures"]["schedule"][2] == {"at_s": 4.5, "pause": "random", "for_s": 6.0}
+
+
+def test_models_are_frozen() -> None:
+    s = parse_scenario(MINIMAL)
+    with pytest.raises(Exception):
+        s.cluster.workers = 9  # type: ignore[misc]
+
+
+def test_derived_step_values() -> None:
+    s = parse_scenario("name: d\ncluster: {workers: 3}\nworkload: {global_batch: 64, micro_batch: 8}\n")
+    assert s.shards_per_step == 8
+    assert s.ideal_step_s == pytest.approx(3 * 0.02 + 0.005)  # ceil(8 / 3) shards each
+
+
+def test_yaml12_exponent_floats_are_numbers() -> None:
+    s = parse_scenario("name: e\nnetwork: {bandwidth_Bps: 1e10}\nfailures: {worker_mtbf_s: 3.6e3}\n")
+    assert s.network.bandwidth_Bps == 1e10 and s.failures.worker_mtbf_s == 3600.0
+
+
+def test_set_overrides() -> None:
+    s = parse_scenario(
+        SCHEDULED,
+        overrides=[
+            "failures.worker_mtbf_s=3600",
+            "failures.schedule=[]",
+            "cluster.workers=8",
+            "network.latency_s=1e-3",
+            "description=from the command line",
+        ],
+    )
+    assert s.failures.worker_mtbf_s == 3600.0
+    assert s.failures.schedule == ()
+    assert s.cluster.workers == 8 and s.rendezvous.max_workers == 8
+    assert s.network.latency_s == 0.001
+    assert s.description == "from the command line"
+
+
+def test_set_creates_missing_sections_and_indexes_lists() -> None:
+    s = parse_scenario(SCHEDULED, overrides=["strategy.restart_s=5", "failures.schedule.0.at_s=3.5"])
+    assert s.strategy.restart_s == 5.0
+    assert s.failures.schedule[0].at_s == 3.5
+
+
+@pytest.mark.parametrize(
+    "override, fragment",
+    [
+        ("nothing", "expected dotted.key=value"),
+        ("=3", "expected dotted.key=value"),
+        ("a..b=3", "expected dotted.key=value"),
+        ("failures.schedule.9.at_s=1", "no such list index"),
+        ("name.x=1", "not a mapping"),
+        ("seed.x=1", "seed (from --set): expected an integer"),
+        ("cluster.workers=[1", "not valid YAML"),
+        ("cluster.nodes=3", "unknown key"),
+    ],
+)
+def test_bad_set_is_one_line_error(override: str, fragment: str) -> None:
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(SCHEDULED, "s.yaml", overrides=[override])
+    assert "\n" not in str(info.value)
+    assert str(info.value).startswith("s.yaml: ")
+    assert fragment in str(info.value)
+
+
+def test_flags_override_seed_target_strategy() -> None:
+    s = parse_scenario(SCHEDULED, seed=7, target="real", strategy="checkpoint-restart")
+    assert (s.seed, s.target, s.strategy.kind) == (7, "real", "checkpoint-restart")
+    # flags win over --set
+    s = parse_scenario(MINIMAL, overrides=["seed=3", "strategy.kind=elastic"], seed=4, strategy="checkpoint-restart")
+    assert (s.seed, s.strategy.kind) == (4, "checkpoint-restart")
+
+
+def test_flag_values_are_validated() -> None:
+    with pytest.raises(ScenarioError, match=r"target \(from --target\): expected 'sim' or 'real'"):
+        parse_scenario(MINIMAL, target="gpu")
+
+
+def test_load_scenario_reads_files(tmp_path: Path) -> None:
+    path = tmp_path / "one.yaml"
+    path.write_text(SCHEDULED)
+    assert load_scenario(path, ["seed=2"]) == parse_scenario(SCHEDULED, seed=2)
+    assert load_scenario(str(path)) == parse_scenario(SCHEDULED)
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_scenarios_validate(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = load_scenario(path)
+    assert parse_scenario(s.to_yaml()) == s
+    assert cli.main(["validate", str(path)]) == 0
+    assert capsys.readouterr().out == f"ok: {s.name} ({s.target}, {s.strategy.kind})\n"
+
+
+def test_required_shipped_scenarios() -> None:
+    names = {p.name for p in SHIPPED}
+    assert {"quickstart.yaml", "kill-pause-join.yaml"} <= names
+    q = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
+    assert (q.cluster.workers, q.cluster.spares, q.workload.steps) == (8, 1, 300)
+    assert (q.strategy.kind, q.strategy.batch, q.detector.timeout_s) == ("elastic", "constant", 3.0)
+    assert [(f.action, f.trigger, f.when) for f in q.failures.schedule] == [
+        ("kill", "at_s", 2.0), ("pause", "at_s", 4.0), ("join", "at_s", 10.0),
+    ]
+    k = load_scenario(ROOT / "scenarios" / "kill-pause-join.yaml")
+    assert [(f.action, f.trigger, f.when, f.targets) for f in k.failures.schedule] == [
+        ("kill", "at_step", 50, (1,)), ("pause", "at_s", 8.0, (2,)), ("join", "at_s", 20.0, ()),
+    ]
+
+
+# -- property: any valid scenario round-trips through YAML ---------------------
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    workers = draw(st.integers(1, 64))
+    spares = draw(st.integers(0, 4))
+    micro = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    times = st.floats(0, 1e6, allow_nan=False, allow_infinity=False)
+    pos = st.floats(1e-6, 1e6, allow_nan=False, allow_infinity=False)
+    faults: list[dict] = []
+    joins = 0
+    for _ in range(draw(st.integers(0, 5))):
+        trigger = draw(st.sampled_from([{"at_s": draw(times)}, {"at_step": draw(st.integers(0, 10**6))}]))
+        kind = draw(st.sampled_from(["kill", "pause", "join"]))
+        if kind == "join":
+            n = draw(st.integers(1, 3))
+            joins += n
+            faults.append({**trigger, "join": n})
+        else:
+            faults.append({**trigger, kind: "random", **({"for_s": draw(pos)} if kind == "pause" else {})})
+    limit = workers + spares + joins
+    for f in faults:  # aim the non-random faults at ids that exist
+        if "kill" in f and draw(st.booleans()):
+            f["kill"] = draw(st.lists(st.integers(0, limit - 1), min_size=1, max_size=3, unique=True))
+        if "pause" in f and draw(st.booleans()):
+            f["pause"] = draw(st.integers(0, limit - 1))
+    hb = draw(pos)
+    raw = {
+        "name": draw(st.from_regex(r"[A-Za-z0-9_.-]{1,20}", fullmatch=True)),
+        "description": draw(st.text(max_size=40)),
+        "seed": draw(st.integers(0, 2**63)),
+        "target": draw(st.sampled_from(["sim", "real"])),
+        "cluster": {"workers": workers, "spares": spares, "repair_s": draw(st.none() | pos)},
+        "workload": {"micro_batch": micro, "global_batch": micro * draw(st.integers(1, 64)),
+                     "micro_batch_s": draw(pos), "allreduce_s": draw(times)},
+        "failures": {"worker_mtbf_s": draw(st.none() | pos),
+                     "distribution": draw(st.sampled_from(["exponential", "weibull"])),
+                     "schedule": faults},
+        "detector": {"heartbeat_s": hb, "timeout_s": hb * draw(st.floats(1.01, 100))},
+        "rendezvous": {"min_workers": draw(st.integers(1, workers)),
+                       "max_workers": workers + draw(st.integers(0, 8)),
+                       "join_timeout_s": draw(st.none() | pos)},
+        "strategy": {"kind": draw(st.sampled_from(["elastic", "checkpoint-restart"])),
+                     "batch": draw(st.sampled_from(["constant", "shrink"]))},
+    }
+    return Scenario.model_validate(raw)
+
+
+@given(scenarios())
+def test_any_valid_scenario_round_trips(s: Scenario) -> None:
+    assert parse_scenario(s.to_yaml()) == s
+    assert s.shards_per_step * s.workload.micro_batch == s.workload.global_batch
+    expected = math.ceil(s.shards_per_step / s.cluster.workers) * s.workload.micro_batch_s + s.workload.allreduce_s
+    assert s.ideal_step_s == expected
+
+
+def test_fault_model_used_directly() -> None:
+    f = Fault(at_step=3, kill=[1, 2])
+    assert f.targets == (1, 2) and f.action == "kill" and f.when == 3

@@ -1,0 +1,156 @@
+"""Every malformed scenario gives exit 2 and ONE line naming the file, the field and the line.
+
+Most files go through ``cli.main`` in-process (fast); a handful go through a
+real ``python -m rollcall`` subprocess so the whole path (no traceback, exit
+status, stderr) is exercised as a person sees it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rollcall import cli
+
+BAD = Path(__file__).parent / "data" / "bad"
+ROOT = Path(__file__).resolve().parent.parent
+
+# file -> (field named in the message, line or None, fragment of the explanation)
+CASES: dict[str, tuple[str, int | None, str]] = {
+    "wrong_type_workers.yaml": ("cluster.workers", 4, "expected an integer, got 'four'"),
+    "unknown_top_key.yaml": ("seeed", 2, "unknown key (expected one of: name,"),
+    "unknown_nested_key.yaml": (
+        "cluster.wrokers", 4, "unknown key (expected one of: workers, gpus_per_worker, spares, repair_s)"
+    ),
+    "negative_time.yaml": ("strategy.restart_s", 4, "must be >= 0, got -30"),
+    "negative_latency.yaml": ("network.latency_s", 3, "must be >= 0"),
+    "negative_at_s.yaml": ("failures.schedule.0.at_s", 4, "must be >= 0"),
+    "micro_batch_not_dividing.yaml": (
+        "workload.micro_batch", 5, "must divide workload.global_batch=64, got 7"
+    ),
+    "min_gt_max.yaml": ("rendezvous.min_workers", 6, "must be <= rendezvous.max_workers=4, got 5"),
+    "max_below_workers.yaml": ("rendezvous.max_workers", 5, "must be >= cluster.workers=8, got 6"),
+    "min_unreachable.yaml": ("rendezvous.min_workers", 6, "can never start"),
+    "timeout_le_heartbeat.yaml": ("detector.timeout_s", 4, "must be > detector.heartbeat_s=2"),
+    "pause_without_for_s.yaml": ("failures.schedule.1.for_s", 6, "required with pause"),
+    "for_s_with_kill.yaml": ("failures.schedule.0.for_s", 6, "only allowed with pause"),
+    "two_triggers.yaml": ("failures.schedule.0.at_step", 5, "exactly one trigger"),
+    "two_actions.yaml": ("failures.schedule.0.join", 6, "exactly one action, got kill and join"),
+    "no_trigger.yaml": ("failures.schedule.0", 4, "needs exactly one trigger"),
+    "fault_unknown_key.yaml": ("failures.schedule.0.kil", 5, "unknown key"),
+    "unknown_distribution.yaml": (
+        "failures.distribution", 4, "expected 'exponential' or 'weibull', got 'gamma'"
+    ),
+    "bad_yaml_syntax.yaml": ("yaml syntax", 4, "started at line 3"),
+    "empty.yaml": ("top level", 1, "empty"),
+    "top_level_list.yaml": ("top level", 1, "expected a mapping of scenario keys, got a list"),
+    "kill_unknown_worker.yaml": ("failures.schedule.1.kill", 10, "worker 6 does not exist"),
+    "pause_unknown_worker.yaml": ("failures.schedule.0.pause", 5, "worker 4 does not exist"),
+    "missing_name.yaml": ("name", None, "required key is missing"),
+    "bad_name.yaml": ("name", 1, "got 'kill one of four'"),
+    "unknown_target.yaml": ("target", 2, "expected 'sim' or 'real', got 'gpu'"),
+    "unknown_strategy.yaml": ("strategy.kind", 3, "got 'torchrun'"),
+    "unknown_detector.yaml": ("detector.kind", 3, "expected 'timeout'"),
+    "section_not_mapping.yaml": ("cluster", 2, "expected a mapping, got 4"),
+    "schedule_not_list.yaml": ("failures.schedule", 3, "expected a list"),
+    "duplicate_key.yaml": ("workload.steps", 4, "duplicate key (first at line 3)"),
+    "bool_for_int.yaml": ("workload.steps", 3, "expected an integer, got true"),
+    "float_for_int.yaml": ("workload.global_batch", 3, "expected an integer, got 64.5"),
+    "string_number.yaml": ("workload.lr", 3, "expected a number, got '0.1'"),
+    "infinite_time.yaml": ("failures.worker_mtbf_s", 3, "finite"),
+    "join_zero.yaml": ("failures.schedule.0.join", 5, "must be >= 1, got 0"),
+    "kill_empty_list.yaml": ("failures.schedule.0.kill", 5, "at least one worker id"),
+    "zero_workers.yaml": ("cluster.workers", 3, "must be >= 1, got 0"),
+}
+
+SUBPROCESS_CASES = [
+    "wrong_type_workers.yaml",
+    "bad_yaml_syntax.yaml",
+    "empty.yaml",
+    "kill_unknown_worker.yaml",
+    "pause_without_for_s.yaml",
+]
+
+
+def _check(path: Path, err: str, field: str, line: int | None, fragment: str) -> None:
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    msg = lines[0]
+    assert msg.startswith(f"rollcall: {path}: "), msg
+    assert f": {field} " in msg or f": {field}:" in msg, msg
+    if line is not None:
+        assert f"(line {line})" in msg, msg
+    assert fragment in msg, msg
+
+
+def test_every_bad_file_has_a_case() -> None:
+    on_disk = {p.name for p in BAD.glob("*.yaml")}
+    assert on_disk == set(CASES)
+    assert len(on_disk) >= 22
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_scenario_in_process(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = BAD / name
+    assert cli.main(["validate", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    _check(path, err, *CASES[name])
+
+
+@pytest.mark.parametrize("name", SUBPROCESS_CASES)
+def test_bad_scenario_subprocess(name: str) -> None:
+    path = BAD / name
+    proc = subprocess.run(
+        [sys.executable, "-m", "rollcall", "validate", str(path)],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+    )
+    assert proc.returncode == 2, proc
+    assert proc.stdout == ""
+    _check(path, proc.stderr, *CASES[name])
+
+
+def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "nope.yaml"
+    assert cli.main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"rollcall: {path}: no such file"]
+
+
+def test_bad_set_syntax(capsys: pytest.CaptureFixture[str]) -> None:
+    path = ROOT / "scenarios" / "quickstart.yaml"
+    assert cli.main(["validate", str(path), "--set", "cluster.workers"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "expected dotted.key=value" in err and "cluster.workers" in err
+
+
+def test_bad_set_value_names_its_origin(capsys: pytest.CaptureFixture[str]) -> None:
+    path = ROOT / "scenarios" / "quickstart.yaml"
+    assert cli.main(["validate", str(path), "--set", "cluster.workers=four"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"rollcall: {path}: cluster.workers (from --set): expected an integer, got 'four'"
+    ]
+
+
+def test_bad_seed_flag_names_its_origin(capsys: pytest.CaptureFixture[str]) -> None:
+    path = ROOT / "scenarios" / "quickstart.yaml"
+    assert cli.main(["run", str(path), "--seed", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"rollcall: {path}: seed (from --seed): must be >= 0, got -1"]
+
+
+def test_all_problems_are_kept() -> None:
+    from rollcall.scenario import ScenarioError, parse_scenario
+
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario("name: x\ncluster:\n  workers: 0\n  spares: -1\n", "f.yaml")
+    assert len(info.value.problems) == 2
+    assert all("\n" not in p for p in info.value.problems)
+    assert str(info.value) == info.value.problems[0]
+    assert info.value.field == "cluster.workers" and info.value.line == 3
