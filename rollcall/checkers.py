@@ -109,12 +109,12 @@ def check(records: Iterable[dict], spec: DataSpec) -> CheckReport:
 def _generation(report: CheckReport, gens: dict[int, _Gen], order: list[int], r: dict) -> None:
     g = r["gen"]
     members = from_ranges(r["members"])
+    if order and g <= order[-1]:
+        report.fail(f"keeper generations not monotonic: {g} after {order[-1]}")
     if g in gens:
         if gens[g].members != members:
             report.fail(f"generation {g} has two member lists")
         return
-    if order and g <= order[-1]:
-        report.fail(f"keeper generations not monotonic: {g} after {order[-1]}")
     gens[g] = _Gen(members, Cursor.from_json(r["cursor"]))
     order.append(g)
 

@@ -344,7 +344,8 @@ class Keeper:
             self._open(now, reason)
 
     def _open(self, now: float, reason: str, expect: bool = True) -> None:
-        previous = frozenset(self.members)
+        # After a restart nobody carries over: every joiner is a new life.
+        previous = frozenset(self.members) if expect else frozenset()
         r = Round(self.generation + 1, reason, now, previous)
         if expect:
             r.expected = self.advanced_at.keys() & previous

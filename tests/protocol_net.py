@@ -106,7 +106,11 @@ class World:
     def advance(self, dt: float) -> None:
         """Move the clock, delivering due messages and firing due timers."""
         end = self.now + dt
+        budget = 100_000  # a protocol that livelocks at one instant is a bug
         while True:
+            budget -= 1
+            assert budget > 0, "message storm: the protocol livelocked"
+
             t_msg = self.flights[0].at if self.flights else None
             t_tim, who = self._next_timer()
             candidates = [t for t in (t_msg, t_tim) if t is not None and t <= end]
