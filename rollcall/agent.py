@@ -43,7 +43,9 @@ class Enter:
 
     Rebuild the collective for ``members``; if ``sync`` copy the state at
     ``cursor`` from ``source`` (or load the checkpoint when ``source`` is
-    None) before the first step.
+    None) before the first step, then call :meth:`Agent.state_ready`.
+    Execute an :class:`Abort` before sending what follows it: a ``Join``
+    must carry the cursor of the state the trainer really holds.
     """
 
     generation: int
@@ -140,8 +142,11 @@ class Agent:
         raise TypeError(f"unknown message {message!r}")  # pragma: no cover
 
     def step_committed(self, now: float, cursor: Cursor) -> list[Action]:
+        """The trainer now holds the state at ``cursor``."""
         self.cursor = cursor
         return []
+
+    state_ready = step_committed  # after the copy from the source or the load
 
     def step_failed(self, now: float, step: int) -> list[Action]:
         """The collective of ``step`` failed: report and wait for the keeper."""
@@ -188,9 +193,12 @@ class Agent:
         self.members = m.members
         self.phase = Phase.ACTIVE
         self._retry_at = None
-        self.cursor = m.cursor
+        sync = self.worker in m.stale
+        # A stale member holds no valid state until the copy or load is done;
+        # until the driver says so (state_ready), it claims none at a roll call.
+        self.cursor = None if sync else m.cursor
         out.append(Enter(m.generation, m.members, m.members.index(self.worker),
-                         m.cursor, m.source, self.worker in m.stale))
+                         m.cursor, m.source, sync))
         out.append(Log(rec(now, "ok", "enter", self.worker, gen=m.generation,
                            members=members_field(m.members))))
         return out

@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
-from rollcall.types import Cursor, from_ranges
+from rollcall.types import Cursor, RunSet
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class CheckReport:
 
 @dataclass
 class _Gen:
-    members: tuple[int, ...]
+    members: RunSet
     cursor: Cursor
     commits: dict[int, dict] = field(default_factory=dict)  # first step -> record
 
@@ -108,7 +108,7 @@ def check(records: Iterable[dict], spec: DataSpec) -> CheckReport:
 
 def _generation(report: CheckReport, gens: dict[int, _Gen], order: list[int], r: dict) -> None:
     g = r["gen"]
-    members = from_ranges(r["members"])
+    members = RunSet(r["members"])
     if order and g <= order[-1]:
         report.fail(f"keeper generations not monotonic: {g} after {order[-1]}")
     if g in gens:
@@ -124,7 +124,7 @@ def _enter(report: CheckReport, gens: dict[int, _Gen], entered: dict[Any, int], 
     known = gens.get(g)
     if known is None:
         report.fail(f"worker {w} entered generation {g}, which the keeper never formed")
-    elif from_ranges(r["members"]) != known.members:
+    elif RunSet(r["members"]) != known.members:
         report.fail(f"worker {w} saw another member list for generation {g}")
     elif w not in known.members:
         report.fail(f"worker {w} entered generation {g} without being a member")

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional, Union
 
 from rollcall.detector import TimeoutDetector
-from rollcall.history import KEEPER, members_field, rec
+from rollcall.history import KEEPER, rec
 from rollcall.messages import (
     Checkpointed, Heartbeat, Join, JoinBatch, Leave, Membership, Refused, RollCall,
     StepFailed, ToKeeper, ToWorker,
 )
-from rollcall.types import Cursor, WorkerId
+from rollcall.types import Cursor, WorkerId, runs_of_sorted
 
 ELASTIC = "elastic"
 CHECKPOINT_RESTART = "checkpoint-restart"
@@ -49,6 +49,9 @@ class KeeperConfig:
     detector: TimeoutDetector
     join_timeout_s: Optional[float] = None
     strategy: str = ELASTIC
+    # How long a restart round waits for a relaunched worker that never
+    # joins (its host may be dead too); None: as long as join_timeout_s.
+    relaunch_timeout_s: Optional[float] = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_workers <= self.max_workers:
@@ -91,10 +94,15 @@ class Formed:
 
 @dataclass(frozen=True, slots=True)
 class RestartJob:
-    """Checkpoint-restart: tear every worker down and relaunch the job."""
+    """Checkpoint-restart: tear every worker down and relaunch ``relaunch``.
+
+    The keeper expects each relaunched worker (any newer incarnation) in the
+    restart round, until it joins or ``join_timeout_s`` passes.
+    """
 
     generation: int
     reason: str
+    relaunch: tuple[WorkerId, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +137,7 @@ class Round:
         self.expected.discard(worker)
     last_call_at: Optional[float] = None
     starved_since: Optional[float] = None
+    expect_until: Optional[float] = None  # relaunched lives: not heartbeating yet
 
 
 class Keeper:
@@ -173,7 +182,8 @@ class Keeper:
         is the one each worker's next beat would have had.
         """
         tracked = self.advanced_at
-        tracked.update(dict.fromkeys(tracked.keys() & set(workers), now))
+        ws = workers if isinstance(workers, (set, frozenset)) else set(workers)
+        tracked.update(dict.fromkeys(tracked.keys() & ws, now))
 
     def exited(self, now: float, worker: WorkerId, incarnation: int) -> list[Output]:
         """The worker's process is known to be gone (its host saw it exit)."""
@@ -194,18 +204,24 @@ class Keeper:
                 times.append(r.last_call_at)
             if r.starved_since is not None and self.config.join_timeout_s is not None:
                 times.append(r.starved_since + self.config.join_timeout_s)
+            if r.expect_until is not None and r.expected:
+                times.append(r.expect_until)
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> list[Output]:
         if self.failed is not None:
             return []
+        dead: list[WorkerId] = []
         if self.advanced_at and self.config.detector.expiry(min(self.advanced_at.values())) <= now:
-            dead = [w for w, t in self.advanced_at.items()
-                    if self.config.detector.expiry(t) <= now]
-        else:
-            dead = []
+            dead = self.config.detector.expired(now, self.advanced_at)
         for worker in sorted(dead):
             self._declare_dead(now, worker, "timeout")
+        r = self.round
+        if r is not None and r.expect_until is not None and now >= r.expect_until and r.expected:
+            for worker in sorted(r.expected):
+                self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=worker,
+                                            incarnation=None, reason="never-relaunched")))
+            r.expected.clear()
         self._maybe_close(now)
         return self._flush(now)
 
@@ -291,13 +307,30 @@ class Keeper:
     def _join_batch(self, now: float, batch: JoinBatch) -> None:
         r = self.round
         workers = set(batch.workers)
-        fast = workers & r.expected if r is not None else set()
+        if batch.incarnations is None:
+            incarnation = self.incarnation
+            fast = workers & r.expected if r is not None else set()
+        else:
+            incarnation = dict(zip(batch.workers, batch.incarnations))
+            fast = self._new_lives(workers, incarnation) if r is not None else set()
         if fast:
             self.advanced_at.update(dict.fromkeys(fast, now))
             r.add(fast, batch.cursor)
         for w in sorted(workers - fast):
-            self._join(now, Join(w, self.incarnation.get(w, 0), batch.cursor))
+            if self._incarnation_ok(now, w, incarnation.get(w, 0)):
+                self._join(now, Join(w, incarnation.get(w, 0), batch.cursor))
         self._maybe_close(now)
+
+    def _new_lives(self, workers: set[WorkerId], incarnation: dict[WorkerId, int]) -> set[WorkerId]:
+        """The workers of a relaunch batch that can be admitted wholesale:
+        lives newer than any the keeper knows, whose old life is not tracked."""
+        ws = workers - self.advanced_at.keys()
+        known, minimum = self.incarnation, self.min_incarnation
+        fresh = {w for w in ws if incarnation[w] >= minimum.get(w, 0)
+                 and incarnation[w] > known.get(w, -1)}
+        self.incarnation.update((w, incarnation[w]) for w in fresh)
+        self.counter.update(dict.fromkeys(fresh, -1))
+        return fresh
 
     def _step_failed(self, now: float, msg: StepFailed) -> None:
         if msg.generation != self.generation or msg.worker not in self._member_set:
@@ -310,7 +343,9 @@ class Keeper:
         if msg.generation != self.generation or msg.worker not in self._member_set:
             self._refuse(now, msg.worker, msg.incarnation, "checkpoint", "stale-generation")
             return
-        if self.checkpoint is None or msg.cursor > self.checkpoint:
+        # The current generation resumed at or after the last checkpoint, so
+        # a checkpoint it reports is of the current lineage and supersedes it.
+        if self.checkpoint is None or msg.cursor.step >= self.checkpoint.step:
             self.checkpoint = msg.cursor
 
     # --- decisions ------------------------------------------------------------
@@ -331,26 +366,37 @@ class Keeper:
     def _fail_generation(self, now: float, reason: str) -> None:
         """A member of the current generation is gone or the step failed."""
         if self.config.strategy == CHECKPOINT_RESTART:
-            # Every current life is over: the driver relaunches them all.
+            # Every current life is over: the driver relaunches the live ones.
+            relaunch = tuple(sorted(self.advanced_at.keys() & self._member_set))
             for w in self.members:
                 self.min_incarnation[w] = self.incarnation.get(w, 0) + 1
                 self.advanced_at.pop(w, None)
                 self.counter.pop(w, None)
             self._out.append(Record(rec(now, "info", "restart", KEEPER,
                                         gen=self.generation, reason=reason)))
-            self._out.append(RestartJob(self.generation, reason))
-            self._open(now, "restart", expect=False)
+            self._out.append(RestartJob(self.generation, reason, relaunch))
+            self._open(now, "restart", expect=False, relaunch=relaunch)
         else:
             self._open(now, reason)
 
-    def _open(self, now: float, reason: str, expect: bool = True) -> None:
+    def _open(self, now: float, reason: str, expect: bool = True,
+              relaunch: tuple[WorkerId, ...] = ()) -> None:
         # After a restart nobody carries over: every joiner is a new life.
         previous = frozenset(self.members) if expect else frozenset()
         r = Round(self.generation + 1, reason, now, previous)
         if expect:
             r.expected = self.advanced_at.keys() & previous
+        else:
+            r.expected = set(relaunch)
+            cfg = self.config
+            timeout = cfg.relaunch_timeout_s if cfg.relaunch_timeout_s is not None \
+                else cfg.join_timeout_s
+            r.expect_until = now + timeout if timeout is not None else None
+        by_cursor: dict[Optional[Cursor], set[WorkerId]] = {}
         for w, cursor in self.standby.items():
-            r.add({w}, cursor)
+            by_cursor.setdefault(cursor, set()).add(w)
+        for cursor, ws in by_cursor.items():
+            r.add(ws, cursor)
         self.standby.clear()
         self.round = r
         self._out.append(Record(rec(now, "invoke", "round", KEEPER, gen=r.generation, reason=reason)))
@@ -413,7 +459,7 @@ class Keeper:
         self.round = None
         self._out.append(Record(rec(
             now, "ok", "generation", KEEPER, gen=self.generation,
-            members=members_field(members), cursor=cursor.to_json(), source=source,
+            members=runs_of_sorted(members), cursor=cursor.to_json(), source=source,
             reason=r.reason, stale=len(stale))))
         self._out.append(Formed(self.generation, members, cursor, source, stale, r.reason))
         self._out.append(Broadcast(members, self._membership()))
@@ -423,9 +469,10 @@ class Keeper:
         """The most advanced state among the members wins; ties go to an old
         member, then to the lowest id. With no state at all, the checkpoint."""
         admitted = set(old).union(new)
-        held = [c for c, ws in r.by_cursor.items() if c is not None and ws & admitted]
-        if not held:
-            return (self.checkpoint or Cursor()), None
+        held = [c for c, ws in r.by_cursor.items() if c is not None and not ws.isdisjoint(admitted)]
+        fallback = self.checkpoint or Cursor()
+        if not held or max(held) < fallback:
+            return fallback, None
         best = max(held)
         for group in (old, new):
             for w in group:  # sorted: the first match is the lowest id

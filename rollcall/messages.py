@@ -38,11 +38,14 @@ class JoinBatch:
 
     Exactly what each of their :class:`Join` messages would do, in one
     message: a simulator feeds simultaneous arrivals to the keeper in one
-    call. Only for workers whose current incarnation the keeper knows.
+    call. Without ``incarnations`` the workers are the lives the keeper
+    knows (members answering a roll call); with them, new lives (a job
+    relaunched after a restart), paired with ``workers``.
     """
 
     workers: tuple[WorkerId, ...]
     cursor: Optional[Cursor]
+    incarnations: Optional[tuple[int, ...]] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +93,10 @@ ToKeeper = Union[Join, JoinBatch, Heartbeat, Leave, StepFailed, Checkpointed]
 class RollCall:
     """Round ``generation`` is open: members of the previous one must answer.
 
-    ``reason`` is ``failure`` (abandon the step in flight, join now) or
-    ``growth`` / ``leave`` (finish the step in flight, then join).
+    Whatever the ``reason`` (``failure``, ``step-failed``, ``growth``,
+    ``leave``, ``rejoin``), the member abandons the step in flight and joins:
+    members stop at different step boundaries, so finishing "the" step first
+    could leave one waiting in an exchange the others never enter.
     """
 
     generation: int

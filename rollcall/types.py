@@ -7,8 +7,9 @@ comes back under its old id with a higher incarnation.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 WorkerId = int
 
@@ -51,9 +52,61 @@ def to_ranges(ids: Iterable[int]) -> list[list[int]]:
     return runs
 
 
+def runs_of_sorted(ids: Sequence[int]) -> list[list[int]]:
+    """:func:`to_ranges` for a strictly increasing sequence, in O(runs log n).
+
+    In such a sequence ``ids[j] - j`` never decreases and is constant exactly
+    along a run, so each run's end is found by bisection: a member list of
+    10^4 ids with a few holes costs a few dozen steps, not 10^4.
+    """
+    runs: list[list[int]] = []
+    i, n = 0, len(ids)
+    while i < n:
+        d = ids[i] - i
+        lo, hi = i, n - 1
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ids[mid] - mid == d:
+                lo = mid
+            else:
+                hi = mid - 1
+        runs.append([ids[i], ids[lo]])
+        i = lo + 1
+    return runs
+
+
 def from_ranges(runs: Iterable[Iterable[int]]) -> tuple[int, ...]:
     """Decode the output of :func:`to_ranges` back to a sorted tuple."""
     out: list[int] = []
     for lo, hi in runs:
         out.extend(range(int(lo), int(hi) + 1))
     return tuple(out)
+
+
+class RunSet:
+    """A member list kept as its id runs: membership by bisection.
+
+    Ten thousand members over a thousand generations stay a few runs each
+    instead of ten million Python ints.
+    """
+
+    __slots__ = ("runs", "_los")
+
+    def __init__(self, runs: Iterable[Iterable[int]]) -> None:
+        self.runs = tuple((int(lo), int(hi)) for lo, hi in runs)
+        self._los = [lo for lo, _ in self.runs]
+
+    def __contains__(self, worker: object) -> bool:
+        if not isinstance(worker, int) or isinstance(worker, bool):
+            return False
+        i = bisect.bisect_right(self._los, worker) - 1
+        return i >= 0 and worker <= self.runs[i][1]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunSet) and self.runs == other.runs
+
+    def __hash__(self) -> int:
+        return hash(self.runs)
+
+    def __len__(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.runs)

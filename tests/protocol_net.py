@@ -45,7 +45,8 @@ class World:
         self.timeout_s = timeout_s
         self.keeper = Keeper(KeeperConfig(
             min_workers=min_workers, max_workers=max_workers or n, last_call_s=last_call_s,
-            detector=TimeoutDetector(heartbeat_s, timeout_s), strategy=strategy))
+            detector=TimeoutDetector(heartbeat_s, timeout_s), strategy=strategy,
+            relaunch_timeout_s=4 * timeout_s))
         self.agents: dict[int, Agent] = {}
         self.crashed: set[int] = set()
         self.paused: set[int] = set()

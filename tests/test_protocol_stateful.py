@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import heapq
 
+import pytest
+
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine, initialize, invariant, precondition, rule,
@@ -194,7 +196,7 @@ class Rendezvous(RuleBasedStateMachine):
 
 
 
-TestRendezvous = Rendezvous.TestCase
+TestRendezvous = pytest.mark.timeout(900)(Rendezvous.TestCase)
 
 
 def test_keeper_never_sends_to_nobody() -> None:
