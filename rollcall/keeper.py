@@ -103,6 +103,12 @@ class RestartJob:
     generation: int
     reason: str
     relaunch: tuple[WorkerId, ...] = ()
+    incarnations: tuple[int, ...] = ()  # the life each relaunched worker starts as
+
+    def relaunches(self) -> dict[WorkerId, int]:
+        """Worker -> incarnation to start. Relaunching exactly these makes a
+        repeated order harmless: the same life is not started twice."""
+        return dict(zip(self.relaunch, self.incarnations))
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,7 +380,8 @@ class Keeper:
                 self.counter.pop(w, None)
             self._out.append(Record(rec(now, "info", "restart", KEEPER,
                                         gen=self.generation, reason=reason)))
-            self._out.append(RestartJob(self.generation, reason, relaunch))
+            incarnations = tuple(self.min_incarnation[w] for w in relaunch)
+            self._out.append(RestartJob(self.generation, reason, relaunch, incarnations))
             self._open(now, "restart", expect=False, relaunch=relaunch)
         else:
             self._open(now, reason)

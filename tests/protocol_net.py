@@ -158,9 +158,10 @@ class World:
                 self.exchange = Exchange(out.generation, out.cursor.step, frozenset(out.members))
             elif isinstance(out, RestartJob):
                 self.restarts += 1
-                for w in list(self.agents):
-                    if w not in self.crashed and w not in self.left:
-                        self.spawn(w, self.agents[w].incarnation + 1)
+                for w, inc in out.relaunches().items():
+                    if w not in self.crashed and w not in self.left \
+                            and self.agents[w].incarnation < inc:
+                        self.spawn(w, inc)
             elif isinstance(out, JobFailed):
                 self.failed = out.reason
 
