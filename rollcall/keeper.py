@@ -128,6 +128,8 @@ class Round:
     joined: dict[WorkerId, Optional[Cursor]] = field(default_factory=dict)
     by_cursor: dict[Optional[Cursor], set[WorkerId]] = field(default_factory=dict)
     expected: set[WorkerId] = field(default_factory=set)
+    # the generation whose lineage an individually joining worker's state is of
+    state_gen: dict[WorkerId, int] = field(default_factory=dict)
 
     def add(self, workers: set[WorkerId], cursor: Optional[Cursor]) -> None:
         """Record that ``workers`` joined holding state at ``cursor``."""
@@ -141,6 +143,7 @@ class Round:
         if worker in self.joined:
             self.by_cursor[self.joined.pop(worker)].discard(worker)
         self.expected.discard(worker)
+        self.state_gen.pop(worker, None)
     last_call_at: Optional[float] = None
     starved_since: Optional[float] = None
     expect_until: Optional[float] = None  # relaunched lives: not heartbeating yet
@@ -163,6 +166,8 @@ class Keeper:
         self.incarnation: dict[WorkerId, int] = {}
         self.min_incarnation: dict[WorkerId, int] = {}
         self.standby: dict[WorkerId, Optional[Cursor]] = {}
+        self.standby_gen: dict[WorkerId, int] = {}
+        self.resumes: list[tuple[int, int]] = []  # (generation, resume step)
         self.counter: dict[WorkerId, int] = {}
         self.advanced_at: dict[WorkerId, float] = {}
         self._out: list[Output] = []
@@ -295,6 +300,7 @@ class Keeper:
         r = self.round
         if r is not None:
             r.add({w}, join.cursor)
+            r.state_gen[w] = join.generation
             self._maybe_close(now)
             return
         if w in self._member_set and not new_life:
@@ -307,6 +313,7 @@ class Keeper:
                     self._maybe_close(now)
             return
         self.standby[w] = join.cursor
+        self.standby_gen[w] = join.generation
         if self.generation == 0 or len(self.members) < self.config.max_workers:
             self._open(now, "start" if self.generation == 0 else "growth")
 
@@ -360,6 +367,7 @@ class Keeper:
         self.advanced_at.pop(worker, None)
         self.counter.pop(worker, None)
         self.standby.pop(worker, None)
+        self.standby_gen.pop(worker, None)
         self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=worker,
                                     incarnation=self.incarnation.get(worker), reason=reason)))
         r = self.round
@@ -404,7 +412,9 @@ class Keeper:
             by_cursor.setdefault(cursor, set()).add(w)
         for cursor, ws in by_cursor.items():
             r.add(ws, cursor)
+        r.state_gen.update(self.standby_gen)
         self.standby.clear()
+        self.standby_gen.clear()
         self.round = r
         self._out.append(Record(rec(now, "invoke", "round", KEEPER, gen=r.generation, reason=reason)))
         if r.expected:
@@ -448,6 +458,7 @@ class Keeper:
         new = sorted(r.joined.keys() - r.previous)
         for w in new[room:]:
             self.standby[w] = r.joined[w]
+            self.standby_gen[w] = r.state_gen.get(w, r.generation - 1)
         members = tuple(sorted(old + new[:room])) if new else tuple(old)
         cursor, source = self._resume_point(r, old, new[:room])
         if source is None:
@@ -457,6 +468,7 @@ class Keeper:
             current.discard(source)
             stale = tuple(sorted(set(members) - current - {source}))
         self.generation = r.generation
+        self.resumes.append((r.generation, cursor.step))
         self.members = members
         self._member_set = frozenset(members)
         self.incarnations = tuple(map(self.incarnation.__getitem__, members))
@@ -476,16 +488,30 @@ class Keeper:
         """The most advanced state among the members wins; ties go to an old
         member, then to the lowest id. With no state at all, the checkpoint."""
         admitted = set(old).union(new)
-        held = [c for c, ws in r.by_cursor.items() if c is not None and not ws.isdisjoint(admitted)]
+        held = sorted((c for c, ws in r.by_cursor.items()
+                       if c is not None and not ws.isdisjoint(admitted)), reverse=True)
         fallback = self.checkpoint or Cursor()
-        if not held or max(held) < fallback:
-            return fallback, None
-        best = max(held)
-        for group in (old, new):
-            for w in group:  # sorted: the first match is the lowest id
-                if r.joined[w] == best:
-                    return best, w
-        raise AssertionError("unreachable: best cursor has a holder")
+        for best in held:
+            if best < fallback:
+                break
+            for group in (old, new):
+                for w in group:  # sorted: the first match is the lowest id
+                    if r.joined[w] == best and self._on_lineage(best, r.state_gen.get(w)):
+                        return best, w
+        return fallback, None
+
+    def _on_lineage(self, cursor: Cursor, state_gen: Optional[int]) -> bool:
+        """Is a state of generation ``state_gen`` at ``cursor`` still on the
+        lineage? Not if a later generation resumed behind it: that branch was
+        abandoned, and resuming it would fork the training history."""
+        if state_gen is None:  # answered a roll call of the latest generation
+            return True
+        for gen, step in reversed(self.resumes):
+            if gen <= state_gen:
+                break
+            if step < cursor.step:
+                return False
+        return True
 
     def _membership(self) -> Membership:
         return Membership(self.generation, self.members, self.incarnations, self.cursor,

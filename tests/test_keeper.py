@@ -206,3 +206,26 @@ def test_join_batch_equals_individual_joins(order: list[int], cursor: int) -> No
         return f
 
     assert run(True) == run(False)
+
+
+def test_state_of_an_abandoned_branch_is_not_resumed() -> None:
+    """A worker evicted holding step 200 must not drag the job back onto its
+    branch after a later generation resumed from a checkpoint at step 175."""
+    k = keeper(n_max=3, n_min=1)
+    k.receive(0.0, Join(0, 0, None))
+    k.receive(0.0, Join(1, 0, None))
+    k.handle_timer(0.5)                                       # generation 1 = (0, 1)
+    k.receive(1.0, Checkpointed(0, 0, 1, Cursor(175, 1400)))
+    k.receive(2.0, Heartbeat(0, 0, 1, 1))
+    k.handle_timer(3.0)                                       # 1 (paused) evicted
+    (f,) = formed(k.receive(3.0, Join(0, 0, Cursor(200, 1600), 1)))
+    assert f.members == (0,) and f.cursor == Cursor(200, 1600)
+    k.exited(4.0, 0, 0)                                       # the last holder dies
+    out = k.receive(5.0, Join(2, 0, None))                    # a newcomer, no state
+    out += k.handle_timer(5.5)
+    assert formed(out)[-1].cursor == Cursor(175, 1400)        # back to the checkpoint
+    out = k.receive(6.0, Join(1, 0, Cursor(200, 1600), generation=1))  # 1 wakes up
+    out += k.receive(6.0, JoinBatch((2,), Cursor(176, 1408)))
+    out += k.handle_timer(6.5)
+    f = formed(out)[-1]
+    assert f.cursor == Cursor(176, 1408) and f.source == 2 and f.stale == (1,)

@@ -152,6 +152,8 @@ class Rendezvous(RuleBasedStateMachine):
         while w.now < deadline:
             w.advance(HEARTBEAT_S)
             live = w.live()
+            if len(live) < w.keeper.config.min_workers:
+                return  # a woken worker learned it was an older life and stopped
             k = w.keeper
             if (k.round is None and set(k.members) == live and live
                     and all(w.agents[x].phase is Phase.ACTIVE
