@@ -1,0 +1,130 @@
+"""Scale benchmark of the sim target (not a test).
+
+Runs the Llama-3-sized scenario (scenarios/llama3-54d.yaml: 2,048 workers x
+8 GPUs, 54 days of work, 3.8 failures per 1,000 worker-days) and the
+100,000-GPU one (scenarios/gpu100k-30d.yaml: 12,500 x 8 GPUs, 30 days) with
+both strategies, each replicate in a fresh child process so that its peak
+resident memory is its own, and prints per run: wall seconds, simulated
+seconds per wall second, simpy events per second, and simpy's raw event rate
+measured in the same process just before (the ceiling: a bare timeout loop).
+
+    .venv/bin/python benchmarks/sim_scale.py                 # both scenarios, 1 replicate
+    .venv/bin/python benchmarks/sim_scale.py --replicates 3 --only llama3-54d
+    .venv/bin/python benchmarks/sim_scale.py --profile llama3-54d elastic   # cProfile top 25
+
+Goals (issue 3): Llama-3 < 1 s per replicate per strategy (aim 0.4 s);
+100k GPUs < 5 s and < 1 GiB resident. ``cpu s`` is the child's CPU time (a
+busy machine inflates wall time); ``keeper%`` is the share of the wall time
+spent inside the core's Keeper (measured by the driver around each call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = {"llama3-54d": ROOT / "scenarios" / "llama3-54d.yaml",
+             "gpu100k-30d": ROOT / "scenarios" / "gpu100k-30d.yaml"}
+STRATEGIES = ("checkpoint-restart", "elastic")
+
+
+def simpy_raw_rate(n: int = 200_000) -> float:
+    """Events per second of a bare simpy process yielding timeouts."""
+    import simpy
+
+    env = simpy.Environment()
+
+    def proc(env):
+        for _ in range(n):
+            yield env.timeout(1.0)
+
+    env.process(proc(env))
+    t = time.perf_counter()
+    env.run()
+    return n / (time.perf_counter() - t)
+
+
+def child(name: str, strategy: str, seed: int, history: bool) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from rollcall.scenario import load_scenario
+    from sim.driver import Simulation
+
+    raw = simpy_raw_rate()
+    sc = load_scenario(SCENARIOS[name], seed=seed, strategy=strategy)
+    out = None
+    if history:
+        import tempfile
+        out = Path(tempfile.mkdtemp(prefix=f"simscale-{name}-"))
+    t, c = time.perf_counter(), time.process_time()
+    sim = Simulation(sc, out)
+    s = sim.run()
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
+    return {"scenario": name, "strategy": strategy, "seed": seed, "wall_s": wall, "cpu_s": cpu,
+            "keeper_wall_s": s["keeper_wall_s"], "check_wall_s": s["check_wall_s"],
+            "sim_s": s["end_s"], "events": s["events"], "raw_events_per_s": raw,
+            "failures": s["failures"], "generations": s["generations"], "restarts": s["restarts"],
+            "valid": s["valid"], "completed": s["completed"], "goodput": s["goodput"],
+            "peak_rss_mib": rss, "keeper_calls": s["keeper_calls"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--replicates", type=int, default=1)
+    ap.add_argument("--only", choices=sorted(SCENARIOS))
+    ap.add_argument("--strategy", choices=STRATEGIES)
+    ap.add_argument("--timeout", type=float, default=600.0, help="per child run, seconds")
+    ap.add_argument("--no-history", action="store_true",
+                    help="keep the history in memory instead of writing history.jsonl")
+    ap.add_argument("--child", nargs=3, metavar=("SCENARIO", "STRATEGY", "SEED"), help=argparse.SUPPRESS)
+    ap.add_argument("--profile", nargs=2, metavar=("SCENARIO", "STRATEGY"))
+    args = ap.parse_args()
+    if args.child:
+        name, strategy, seed = args.child
+        print(json.dumps(child(name, strategy, int(seed), not args.no_history)))
+        return 0
+    if args.profile:
+        import cProfile
+        import pstats
+        cProfile.runctx("child(a, b, 0, False)", globals(), {"a": args.profile[0], "b": args.profile[1]},
+                        "/tmp/sim_scale.prof")
+        pstats.Stats("/tmp/sim_scale.prof").sort_stats("tottime").print_stats(25)
+        return 0
+    names = [args.only] if args.only else list(SCENARIOS)
+    strategies = [args.strategy] if args.strategy else list(STRATEGIES)
+    print(f"{'scenario':<12} {'strategy':<19} {'seed':>4} {'wall s':>8} {'cpu s':>7} {'keeper%':>7} "
+          f"{'sim s/wall s':>13} {'events/s':>9} {'simpy raw/s':>11} {'fail':>5} {'gens':>5} "
+          f"{'peak MiB':>9}  ok")
+    for name in names:
+        for strategy in strategies:
+            for seed in range(args.replicates):
+                cmd = [sys.executable, __file__, "--child", name, strategy, str(seed)]
+                if args.no_history:
+                    cmd.append("--no-history")
+                try:
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+                except subprocess.TimeoutExpired:
+                    print(f"{name:<12} {strategy:<19} {seed:>4} {'> ' + str(int(args.timeout)):>8}  (timed out)")
+                    continue
+                if p.returncode != 0:
+                    print(f"{name:<12} {strategy:<19} {seed:>4} failed: {p.stderr.strip().splitlines()[-1:]}")
+                    continue
+                r = json.loads(p.stdout.strip().splitlines()[-1])
+                keeper = 100 * r.get("keeper_wall_s", 0.0) / r["wall_s"]
+                print(f"{name:<12} {strategy:<19} {seed:>4} {r['wall_s']:>8.3f} "
+                      f"{r.get('cpu_s', float('nan')):>7.3f} {keeper:>6.0f}% "
+                      f"{r['sim_s'] / r['wall_s']:>13.3g} {r['events'] / r['wall_s']:>9.0f} "
+                      f"{r['raw_events_per_s']:>11.0f} {r['failures']:>5} {r['generations']:>5} "
+                      f"{r['peak_rss_mib']:>9.0f}  {'yes' if r['valid'] and r['completed'] else 'NO'}",
+                      flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1039 @@
+"""The simpy driver of the shared core: ``run(scenario, out_dir) -> summary``.
+
+What is simulated, and where the core decides
+---------------------------------------------
+* **Nodes** live in flat numpy arrays (hardware up, process running, paused,
+  incarnation, heartbeat phase, member of the current generation). Failures
+  are per node: each node's successive lifetimes are drawn from named streams
+  (first lifetimes of all nodes at once from ``failures``, later ones, after
+  a repair or for a node that joins late, from ``node/<i>``), so the failure
+  trace depends only on the seed, never on the strategy. A failed node comes
+  back after ``repair_s`` as a new incarnation and joins.
+* **The record-keeper** is the core's :class:`rollcall.keeper.Keeper`. Every
+  membership decision (who is in generation g, where it resumes, who is
+  stale, when the whole job restarts, when it gives up) is its output; the
+  driver only turns outputs into simulated effects after the network latency
+  (``network.latency_s``, constant, no loss).
+* **Failure detection** is not simulated beat by beat. When a node goes
+  silent (crash or pause) the driver tells the keeper when its last beat
+  arrived (``observe_alive`` at that instant) and schedules a keeper tick at
+  ``detector.detection_time`` (the core's policy). At every tick the keeper
+  is first told that all running nodes are alive (``observe_alive(now,
+  live)``), then ``handle_timer(now)`` gives the verdict. While a round is
+  open its own deadlines are followed too (last call, join timeout,
+  relaunch timeout: the round fields behind ``Keeper.get_timer``, without
+  the expiry of healthy workers whose beats are not simulated).
+* **Roll calls** are answered in batches: the live members a ``RollCall``
+  reaches abandon the step in flight (whatever the reason, as the core
+  prescribes) and answer with one :class:`JoinBatch` carrying the cursor
+  their agents hold (what each survivor's :class:`rollcall.agent.Agent`
+  would send; members still copying or loading the state hold none).
+  Processes relaunched after a restart answer with one ``JoinBatch`` of new
+  lives (``incarnations``); single newcomers send ``Join``.
+* **Paused workers** are silent for ``for_s``. While a member is silent the
+  all-or-nothing gradient exchange cannot complete, so the job stalls. A
+  paused node gets a real core :class:`Agent` (rebuilt through its public
+  API); messages sent to it are held until it resumes. If it resumes before
+  the detector fires, training continues where it stopped. If it was
+  evicted, its agent's first heartbeat is refused by the keeper
+  (``not-member``), the agent is fenced and rejoins as a newcomer, which
+  opens a growth round.
+* **Steps** are simulated at job level in ranges: a generation's step time is
+  ``max micro-batches per member * micro_batch_s + allreduce_s`` with the
+  shard split and the batch of :mod:`rollcall.reshard` (``step_batch``,
+  ``rank_range``). A contiguous run of steps inside a generation is one
+  ``commit`` record, closed at checkpoints, interruptions, scripted
+  ``at_step`` faults and growth roll calls.
+* **Strategies.** ``elastic``: survivors roll call, reshard, newcomers copy
+  the state from the keeper's ``source`` (``model_params * bytes_per_param /
+  bandwidth_Bps + latency_s``), then continue. ``checkpoint-restart``: the
+  keeper's ``RestartJob`` tears every member process down, ``restart_s``
+  later all members whose node is up are relaunched as new incarnations
+  (one ``JoinBatch`` of new lives), the keeper resumes from the checkpoint
+  it was told of (``Checkpointed``), the job pays ``checkpoint_read_s`` and
+  redoes the lost steps. The keeper waits for an expected relaunched worker
+  ``restart_s + detector.timeout_s`` (``KeeperConfig.relaunch_timeout_s``). Both
+  strategies write a checkpoint every ``checkpoint_interval_steps``
+  (``checkpoint_write_s``); a checkpoint is durable only if no member failed
+  while it was written.
+* **Spares** are idle nodes that join at the start: the keeper holds joiners
+  beyond ``max_workers`` as standbys and admits them in the next round, so a
+  failure is replaced at the roll call (or the restart) that follows it.
+  Standbys fail like any node.
+
+Time accounting: every simulated second from 0 to the end belongs to exactly
+one of productive (steps finally committed), lost (steps rolled back or
+abandoned mid-flight), stall (a silent member blocks the exchange until it
+resumes or is evicted), recovery (rounds, restarts, state copy, checkpoint
+load) and checkpoint (writes).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time as _time
+from time import perf_counter as _perf
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable, Optional
+
+import numpy as np
+import simpy
+
+from rollcall.agent import Agent, Enter, Log, SendToKeeper, Stop
+from rollcall.checkers import DataSpec, check
+from rollcall.detector import make_detector
+from rollcall.history import DRIVER, JOB, NEMESIS, commit, rec
+from rollcall.keeper import (
+    Broadcast, Formed, JobFailed, Keeper, KeeperConfig, Record, RestartJob, Send,
+)
+from rollcall.messages import Checkpointed, Join, JoinBatch, Membership, RollCall
+from rollcall.reshard import describe_assignment, rank_range, step_batch
+from rollcall.results import SUMMARY_KEYS, HistoryWriter, read_history, write_summary
+from rollcall.scenario import Scenario
+from rollcall.types import Cursor
+
+from sim.rng import lifetimes, stream
+
+__all__ = ["run", "Simulation"]
+
+# job states
+IDLE, SYNC, RUN, CKPT, DONE = "idle", "sync", "run", "ckpt", "done"
+_EPS = 1e-9
+
+
+class Simulation:
+    """One run of one scenario with one seed. Use :func:`run`."""
+
+    def __init__(self, scenario: Scenario, out_dir: Optional[Path] = None,
+                 flush_every: int = 4096, relaunch_timeout_s: Optional[float] = None) -> None:
+        sc = scenario
+        self.sc = sc
+        self.env = simpy.Environment()
+        self.lat = float(sc.network.latency_s)
+        d = sc.detector
+        self.detector = make_detector(d.kind, d.heartbeat_s, d.timeout_s)
+        r = sc.rendezvous
+        # A restart round expects every relaunched worker; one that has not
+        # joined restart_s + timeout_s after the teardown is as silent as a
+        # dead worker (its host may have died meanwhile): the same rule as the
+        # detector's, applied from the relaunch.
+        self.keeper = Keeper(KeeperConfig(
+            min_workers=r.min_workers, max_workers=r.max_workers, last_call_s=r.last_call_s,
+            detector=self.detector, join_timeout_s=r.join_timeout_s, strategy=sc.strategy.kind,
+            relaunch_timeout_s=(relaunch_timeout_s if relaunch_timeout_s is not None
+                                else sc.strategy.restart_s + d.timeout_s)))
+        w = sc.workload
+        self.W = sc.cluster.workers
+        self.n_nodes = sc.worker_id_limit
+        n = self.n_nodes
+        # --- per-node state, flat arrays -------------------------------------
+        self.exists = np.zeros(n, bool)      # the machine has arrived
+        self.hw = np.zeros(n, bool)          # hardware up
+        self.proc = np.zeros(n, bool)        # a worker process (current incarnation) runs
+        self.paused = np.zeros(n, bool)      # stopped (silent) process
+        self.inc = np.zeros(n, np.int64)     # incarnation of the current/last process
+        self.phase = np.zeros(n)             # when the current process's agent started
+        self.life = np.zeros(n, np.int64)    # hardware life counter (cancels stale failures)
+        self.pause_epoch = np.zeros(n, np.int64)
+        self.is_member = np.zeros(n, bool)
+        self.member_idx = np.zeros(0, np.int64)
+        self._gen_runs: dict[int, list] = {}
+        self._plans: dict[int, tuple[int, float, dict]] = {}  # members -> batch, step time, shards
+        self.live_set: set[int] = set()  # == set(flatnonzero(proc & ~paused))
+        # exceptional nodes driven through a real core Agent (paused / fenced)
+        self.agents: dict[int, Agent] = {}
+        self.held: dict[int, list[Any]] = {}
+        self.last_membership: Optional[Membership] = None
+        # --- random streams ------------------------------------------------
+        self.seed = sc.seed
+        self.fail_heap: list[tuple[float, int, int]] = []
+        self._node_rngs: dict[int, np.random.Generator] = {}
+        self.schedule_rng = stream(sc.seed, "schedule")
+        # --- job -----------------------------------------------------------
+        self.state = IDLE
+        self.gen = 0
+        self.members: tuple[int, ...] = ()
+        self.cursor = Cursor()
+        self.step_s = 0.0
+        self.batch = w.global_batch
+        self.seg_t0 = 0.0
+        self.seg_c0 = Cursor()
+        self.seg_stop = 0
+        self.due: Optional[float] = None
+        self.stalled = False
+        self.stall_remaining = 0.0
+        self.carry = 0.0
+        self.silent_members = 0
+        self.stale: frozenset[int] = frozenset()  # members copying / loading the state
+        self.answered = 0  # the latest round the members answered
+        self.finishing = False
+        self.target = w.steps
+        self.interval = sc.strategy.checkpoint_interval_steps
+        self.transfer_s = w.model_params * w.bytes_per_param / sc.network.bandwidth_Bps + self.lat
+        self.step_faults: dict[int, list[Any]] = {}
+        for i, f in enumerate(sc.failures.schedule):
+            if f.trigger == "at_step":
+                self.step_faults.setdefault(int(f.when), []).append((i, f))
+        self.next_join_id = self.W + sc.cluster.spares
+        # --- accounting ----------------------------------------------------
+        self.mark = 0.0
+        self.acc = dict(lost=0.0, stall=0.0, recovery=0.0, checkpoint=0.0)
+        self.segments: list[list[float]] = []  # [first, last, step_s] finally-committed runs
+        self.counts = dict(failures=0, crashes=0, kills=0, pauses=0, joins=0, repairs=0,
+                           detections=0, evictions=0, checkpoints=0, restarts=0, rounds=0,
+                           keeper_calls=0)
+        self.elapsed_s = 0.0
+        self.end_s = 0.0
+        self.completed = False
+        self.end_reason = ""
+        self.min_members = self.W
+        # --- history -------------------------------------------------------
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.writer = HistoryWriter(self.out_dir) if self.out_dir is not None else None
+        self.records: list[dict] = []
+        self._buf: list[dict] = []
+        self.flush_every = flush_every
+        self._alarms: set[tuple[float, bool]] = set()
+        self.keeper_s = 0.0  # wall time spent inside the core's Keeper (profiling aid)
+        self.check_s = 0.0
+        self.done = self.env.event()
+        self._job_proc: Optional[simpy.Process] = None
+        self._job_waiting = False
+        self._job_wait: Optional[float] = None
+        self._fail_proc: Optional[simpy.Process] = None
+        self._fail_wait: Optional[float] = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _write(self, record: dict) -> None:
+        self._buf.append(record)
+        if len(self._buf) >= self.flush_every:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._buf:
+            if self.writer is not None:
+                self.writer.write_many(self._buf)
+            else:
+                self.records.extend(self._buf)
+            self._buf = []
+
+    def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
+        ev = self.env.timeout(max(0.0, t - self.env.now))
+        ev.callbacks.append(lambda _ev: fn(*args))
+
+    def _node_rng(self, w: int) -> np.random.Generator:
+        g = self._node_rngs.get(w)
+        if g is None:
+            g = self._node_rngs[w] = stream(self.seed, f"node/{w}")
+        return g
+
+    @property
+    def live(self) -> set[int]:
+        """The nodes whose process runs and beats (not paused).
+
+        Kept as a set, updated where ``proc``/``paused`` change, so a keeper
+        tick costs no O(nodes) rebuild on the driver's side (the keeper
+        intersects it with the workers it tracks).
+        """
+        return self.live_set
+
+    def _alive(self, w: int) -> bool:
+        return bool(self.proc[w] and not self.paused[w])
+
+    # ------------------------------------------------------------------ keeper
+
+    def _kreceive(self, now: float, messages: list) -> None:
+        if self.state == DONE:
+            return
+        self.counts["keeper_calls"] += 1
+        t = _perf()
+        out = self.keeper.receive_many(now, messages)
+        self.keeper_s += _perf() - t
+        self._apply(now, out)
+
+    def _ktick(self, now: float, detection: bool = True) -> None:
+        self._alarms.discard((now, detection))
+        if self.state == DONE or (not detection and self.keeper.round is None):
+            return  # a round timer outlived its round: the keeper has nothing due
+        self.counts["keeper_calls"] += 1
+        live = self.live
+        t = _perf()
+        self.keeper.observe_alive(now, live)
+        out = self.keeper.handle_timer(now)
+        self.keeper_s += _perf() - t
+        self._apply(now, out)
+
+    def _alarm(self, t: float, detection: bool = True) -> None:
+        key = (t, detection)
+        if key not in self._alarms:
+            self._alarms.add(key)
+            self._at(t, self._ktick, t, detection)
+
+    def _apply(self, now: float, outputs: list) -> None:
+        """Turn the keeper's outputs into simulated effects."""
+        for out in outputs:
+            if isinstance(out, Record):
+                r = out.record
+                self._write(r)
+                f = r["f"]
+                if f == "generation":
+                    self._gen_runs[r["gen"]] = r["members"]
+                elif f == "evict":
+                    self.counts["evictions"] += 1
+                    if r.get("reason") == "timeout":
+                        self.counts["detections"] += 1
+                elif f == "round" and r["type"] == "invoke":
+                    self.counts["rounds"] += 1
+            elif isinstance(out, Formed):
+                self._formed(now, out)
+            elif isinstance(out, Broadcast):
+                msg = out.message
+                if isinstance(msg, RollCall):
+                    self._at(now + self.lat, self._roll_call, out.to, msg)
+                elif isinstance(msg, Membership):
+                    self.last_membership = msg
+                    self._membership(now, msg)
+            elif isinstance(out, Send):
+                self._send_agent(now, out.to, out.message)
+            elif isinstance(out, RestartJob):
+                self._restart(now)
+            elif isinstance(out, JobFailed):
+                self._finish(now, False, f"job failed: {out.reason}")
+        r = self.keeper.round
+        if r is not None and self.state != DONE:
+            # The open round's own deadlines (last call, join timeout). Silent
+            # workers' verdicts have their own alarms (see _go_silent); the
+            # keeper's get_timer() would also report the expiry of every
+            # healthy worker, whose heartbeats the sim does not simulate.
+            if r.last_call_at is not None:
+                self._alarm(max(r.last_call_at, now), detection=False)
+            timeout = self.keeper.config.join_timeout_s
+            if r.starved_since is not None and timeout is not None:
+                self._alarm(max(r.starved_since + timeout, now), detection=False)
+            expect_until = getattr(r, "expect_until", None)  # relaunched lives awaited
+            if expect_until is not None and r.expected:
+                self._alarm(max(expect_until, now), detection=False)
+
+    # ------------------------------------------------------------------ agents
+
+    def _agent_for(self, now: float, w: int) -> Agent:
+        """The core Agent of node ``w``, rebuilt through its public API."""
+        a = self.agents.get(w)
+        if a is not None:
+            return a
+        a = Agent(w, int(self.inc[w]), self.sc.detector.heartbeat_s)
+        a.start(float(self.phase[w]), None)  # a process starts holding no state
+        m = self.last_membership
+        if m is not None and self.is_member[w] and m.admits(w, int(self.inc[w])):
+            a.receive(now, m)
+            if self._holds_state(w):
+                a.state_ready(now, self.cursor)
+        self.agents[w] = a
+        return a
+
+    def _holds_state(self, w: int) -> bool:
+        """Whether member ``w``'s trainer holds the job's state (copy / load done)."""
+        return w not in self.stale or self.state in (RUN, CKPT)
+
+    def _send_agent(self, now: float, w: int, msg: Any) -> None:
+        a = self.agents.get(w)
+        if a is None:
+            return  # bulk nodes never send anything the keeper would answer singly
+        self._at(now + self.lat, self._deliver, w, a, msg)
+
+    def _deliver(self, w: int, a: Agent, msg: Any) -> None:
+        if self.agents.get(w) is not a or not self.proc[w]:
+            return
+        if self.paused[w]:
+            self.held.setdefault(w, []).append(msg)
+            return
+        self._agent_actions(self.env.now, w, a.receive(self.env.now, msg))
+
+    def _agent_actions(self, now: float, w: int, actions: list) -> None:
+        msgs = []
+        for act in actions:
+            if isinstance(act, SendToKeeper):
+                msgs.append(act.message)
+            elif isinstance(act, Log):
+                self._write(act.record)
+            elif isinstance(act, Stop):
+                self.proc[w] = False
+                self.live_set.discard(w)
+                self.agents.pop(w, None)
+            elif isinstance(act, Enter):
+                pass  # the job follows the keeper's Formed output
+        if msgs:
+            self._at(now + self.lat, self._kreceive_at, msgs)
+
+    def _kreceive_at(self, msgs: list) -> None:
+        self._kreceive(self.env.now, msgs)
+
+    # ------------------------------------------------------------------ nodes
+
+    def _launch(self, now: float, w: int, new_incarnation: bool) -> Join:
+        """Start a worker process on node ``w``; return the Join its agent sends."""
+        if new_incarnation:
+            self.inc[w] += 1
+        self.proc[w] = True
+        self.paused[w] = False
+        self.phase[w] = now
+        self.agents.pop(w, None)
+        self.held.pop(w, None)
+        self.live_set.add(w)
+        return Join(w, int(self.inc[w]), None)
+
+    def _arrive(self, now: float, w: int, lifetime: Optional[float]) -> None:
+        """Hardware of node ``w`` comes up (start, repair, newcomer)."""
+        self.exists[w] = True
+        self.hw[w] = True
+        self.life[w] += 1
+        if lifetime is not None:
+            self._push_failure(now + lifetime, w)
+
+    def _push_failure(self, t: float, w: int) -> None:
+        heapq.heappush(self.fail_heap, (t, w, int(self.life[w])))
+        if (self._fail_wait is not None and t < self._fail_wait and self._fail_proc is not None
+                and self.env.active_process is not self._fail_proc):
+            self._fail_wait = None
+            self._fail_proc.interrupt()
+
+    def _next_lifetime(self, w: int) -> Optional[float]:
+        f = self.sc.failures
+        if f.worker_mtbf_s is None:
+            return None
+        return float(lifetimes(self._node_rng(w), f.distribution, f.worker_mtbf_s,
+                               f.weibull_shape, 1)[0])
+
+    def _go_silent(self, now: float, w: int) -> None:
+        """Node ``w`` stops beating now: tell the keeper its last beat, schedule the verdict."""
+        t_d = self.detector.detection_time(now, float(self.phase[w]), self.lat)
+        self.keeper.observe_alive(t_d - self.detector.timeout_s, (w,))
+        self._alarm(t_d)
+        if self.is_member[w]:
+            self.silent_members += 1
+            if self.silent_members == 1:
+                self._stall(now)
+
+    def _node_down(self, now: float, w: int, kind: str) -> None:
+        if not self.hw[w]:
+            return
+        self.counts["failures"] += 1
+        self.counts["crashes" if kind == "crash" else "kills"] += 1
+        self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
+        self.hw[w] = False
+        self.life[w] += 1
+        if self.proc[w]:
+            self.proc[w] = False
+            self.live_set.discard(w)
+            if self.paused[w]:
+                self.paused[w] = False  # already silent; its verdict is scheduled
+                self.pause_epoch[w] += 1
+            else:
+                self._go_silent(now, w)
+        self.agents.pop(w, None)
+        self.held.pop(w, None)
+        if self.sc.cluster.repair_s is not None:
+            self._at(now + self.sc.cluster.repair_s, self._repaired, w)
+
+    def _repaired(self, w: int) -> None:
+        if self.state == DONE:
+            return
+        now = self.env.now
+        self.counts["repairs"] += 1
+        self._write(rec(now, "info", "fault", NEMESIS, kind="repair", workers=[w]))
+        self._arrive(now, w, self._next_lifetime(w))
+        join = self._launch(now, w, new_incarnation=True)
+        self._at(now + self.lat, self._kreceive_at, [join])
+
+    def _pause(self, now: float, w: int, for_s: float) -> None:
+        self.counts["pauses"] += 1
+        self._write(rec(now, "info", "fault", NEMESIS, kind="pause", workers=[w], for_s=for_s))
+        if not self._alive(w):
+            return
+        self._agent_for(now, w)  # the paused process keeps its agent's state
+        self.paused[w] = True
+        self.pause_epoch[w] += 1
+        self.live_set.discard(w)
+        self._go_silent(now, w)
+        self._at(now + for_s, self._resume, w, int(self.pause_epoch[w]))
+
+    def _resume(self, w: int, epoch: int) -> None:
+        if self.pause_epoch[w] != epoch or not self.paused[w] or self.state == DONE:
+            return
+        now = self.env.now
+        self._write(rec(now, "info", "fault", NEMESIS, kind="resume", workers=[w]))
+        self.paused[w] = False
+        self.live_set.add(w)
+        a = self._agent_for(now, w)
+        actions: list = []
+        for msg in self.held.pop(w, []):
+            actions += a.receive(now, msg)
+        actions += a.handle_timer(now)  # the beat that was due while stopped
+        self._agent_actions(now, w, actions)
+        if self.is_member[w]:
+            self.silent_members -= 1
+            if self.silent_members == 0:
+                self._unstall(now)
+
+    # ------------------------------------------------------------------ failure process
+
+    def _failure_process(self):
+        heap = self.fail_heap
+        while True:
+            while heap and (heap[0][2] != self.life[heap[0][1]] or not self.hw[heap[0][1]]):
+                heapq.heappop(heap)
+            if not heap:
+                self._fail_wait = float("inf")
+                try:
+                    yield self.env.event()
+                except simpy.Interrupt:
+                    continue
+            t = heap[0][0]
+            if t > self.env.now:
+                self._fail_wait = t
+                try:
+                    yield self.env.timeout(t - self.env.now)
+                except simpy.Interrupt:
+                    continue
+            self._fail_wait = None
+            t, w, life = heapq.heappop(heap)
+            if life == self.life[w] and self.hw[w] and self.state != DONE:
+                self._node_down(self.env.now, w, "crash")
+
+    def _schedule_process(self):
+        faults = sorted(((float(f.when), i, f) for i, f in enumerate(self.sc.failures.schedule)
+                         if f.trigger == "at_s"), key=lambda x: (x[0], x[1]))
+        for t, i, f in faults:
+            if t > self.env.now:
+                yield self.env.timeout(t - self.env.now)
+            if self.state == DONE:
+                return
+            self._fault(self.env.now, f)
+
+    def _pick(self, targets: Any) -> list[int]:
+        if targets != "random":
+            return [w for w in targets if w < self.n_nodes]
+        pool = [w for w in self.members if self._alive(w)]
+        if not pool:
+            return []
+        return [pool[int(self.schedule_rng.integers(len(pool)))]]
+
+    def _fault(self, now: float, f: Any) -> None:
+        action = f.action
+        if action == "kill":
+            for w in self._pick(f.targets):
+                if self.hw[w]:
+                    self._node_down(now, w, "kill")
+        elif action == "pause":
+            for w in self._pick(f.targets):
+                self._pause(now, w, float(f.for_s))
+        elif action == "join":
+            joins = []
+            for _ in range(f.join):
+                w = self.next_join_id
+                self.next_join_id += 1
+                self.counts["joins"] += 1
+                self._arrive(now, w, self._next_lifetime(w))
+                joins.append(self._launch(now, w, new_incarnation=False))
+            self._write(rec(now, "info", "fault", NEMESIS, kind="join",
+                            workers=[j.worker for j in joins]))
+            self._at(now + self.lat, self._kreceive_at, joins)
+
+    # ------------------------------------------------------------------ job process
+
+    def _job_process(self):
+        while self.state != DONE:
+            due = self.due
+            self._job_wait = due
+            self._job_waiting = True
+            try:
+                if due is None:
+                    yield self.env.event()
+                else:
+                    yield self.env.timeout(max(0.0, due - self.env.now))
+            except simpy.Interrupt:
+                continue
+            finally:
+                self._job_waiting = False
+            if self.due == due and due is not None:
+                self.due = None
+                self._on_due(self.env.now)
+
+    def _set_due(self, t: Optional[float]) -> None:
+        self.due = t
+        # A later (or no) deadline needs no wake-up: the stale timeout fires,
+        # finds the deadline changed and waits again.
+        if (t is not None and self._job_waiting and self._job_proc is not None
+                and (self._job_wait is None or t < self._job_wait)
+                and self.env.active_process is not self._job_proc):
+            self._job_waiting = False
+            self._job_proc.interrupt()
+
+    def _acct(self, now: float) -> None:
+        """Attribute [mark, now) to the category of the current job state.
+
+        Running time is attributed by :meth:`_close_segment` (committed steps
+        are productive until a rollback, a step abandoned mid-flight is lost).
+        """
+        dt = now - self.mark
+        if dt > 0:
+            if self.stalled:
+                self.acc["stall"] += dt
+            elif self.state == CKPT:
+                self.acc["checkpoint"] += dt
+            elif self.state in (IDLE, SYNC):
+                self.acc["recovery"] += dt
+        self.mark = now
+
+    def _start_segment(self, now: float) -> None:
+        self._acct(now)
+        self.state = RUN
+        self.seg_t0 = now - self.carry
+        self.carry = 0.0
+        self.seg_c0 = self.cursor
+        stop = self.target
+        nxt = (self.cursor.step // self.interval + 1) * self.interval
+        stop = min(stop, nxt)
+        for s in self.step_faults:
+            if self.cursor.step < s < stop:
+                stop = s
+        self.seg_stop = stop
+        self._set_due(self.seg_t0 + (stop - self.seg_c0.step) * self.step_s)
+
+    def _close_segment(self, now: float, k: Optional[int], abandon: bool) -> None:
+        """Commit the steps of the running segment finished by ``now``."""
+        t0, c0, s = self.seg_t0, self.seg_c0, self.step_s
+        if k is None:
+            k = min(self.seg_stop - c0.step, int((now - t0) / s + _EPS))
+        if k > 0:
+            first = c0.step
+            self.cursor = Cursor(c0.step + k, c0.sample + k * self.batch)
+            self._write(commit(t0 + k * s, JOB, self.gen, first, first + k - 1, c0.sample,
+                               self.cursor.sample, self.batch, t0))
+            segs = self.segments
+            if segs and segs[-1][1] == first - 1 and segs[-1][2] == s:
+                segs[-1][1] = first + k - 1
+            else:
+                segs.append([first, first + k - 1, s])
+            self.elapsed_s = t0 + k * s
+        partial = max(0.0, now - (t0 + k * s))
+        if abandon:
+            self.acc["lost"] += partial
+        else:
+            self.carry = partial
+        self.mark = now
+
+    def _rollback(self, step: int) -> None:
+        segs = self.segments
+        while segs and segs[-1][1] >= step:
+            first, last, s = segs[-1]
+            keep_last = step - 1
+            if first <= keep_last:
+                self.acc["lost"] += (last - keep_last) * s
+                segs[-1][1] = keep_last
+            else:
+                self.acc["lost"] += (last - first + 1) * s
+                segs.pop()
+
+    def _abandon(self, now: float) -> None:
+        """The step in flight (or sync / checkpoint write) is given up."""
+        if self.state == RUN:
+            if self.stalled:
+                self._acct(now)
+                self.acc["lost"] += self.carry
+                self.carry = 0.0
+            else:
+                self._close_segment(now, None, abandon=True)
+        else:
+            self._acct(now)
+        self.stalled = False
+        self.state = IDLE
+        self._set_due(None)
+
+    def _stall(self, now: float) -> None:
+        if self.state not in (SYNC, RUN, CKPT) or self.stalled:
+            return
+        if self.state == RUN:
+            self._close_segment(now, None, abandon=False)
+        else:
+            self._acct(now)
+            self.stall_remaining = max(0.0, (self.due or now) - now)
+        self.stalled = True
+        self._set_due(None)
+
+    def _unstall(self, now: float) -> None:
+        if not self.stalled:
+            return
+        self._acct(now)
+        self.stalled = False
+        if self.state == RUN:
+            self._start_segment(now)
+        else:
+            self._set_due(now + self.stall_remaining)
+
+    def _formed(self, now: float, f: Formed) -> None:
+        """The keeper closed a generation: the members enter it after the latency."""
+        if self.state == DONE:
+            return
+        if self.state in (SYNC, RUN, CKPT):
+            self._abandon(now)  # cannot happen without a roll call; be safe
+        self._acct(now)
+        self.state = IDLE
+        self.stalled = False
+        self.carry = 0.0
+        if f.cursor < self.cursor:
+            self._rollback(f.cursor.step)
+        self.cursor = f.cursor
+        self.gen = f.generation
+        self.members = f.members
+        n = len(f.members)
+        runs = self._gen_runs.get(f.generation)
+        is_member = self.is_member
+        is_member[:] = False
+        if runs is not None and n > 256:  # the keeper's own record, as id runs
+            for lo, hi in runs:
+                is_member[lo:hi + 1] = True
+            idx = np.flatnonzero(is_member)
+        else:
+            idx = np.fromiter(f.members, dtype=np.int64, count=n)
+            is_member[idx] = True
+        self._gen_runs.clear()
+        self.member_idx = idx
+        self.min_members = min(self.min_members, n)
+        plan = self._plans.get(n)
+        if plan is None:
+            w = self.sc.workload
+            batch = step_batch(self.sc.strategy.batch, w.global_batch, w.micro_batch, n, self.W)
+            shards = batch // w.micro_batch
+            lo, hi = rank_range(shards, n, 0)  # rank 0 carries the most micro-batches
+            step_s = (hi - lo) * w.micro_batch_s + w.allreduce_s
+            assignment = describe_assignment(SimpleNamespace(members=f.members, n_shards=shards))
+            plan = self._plans[n] = (batch, step_s, assignment)
+        self.batch, self.step_s, assignment = plan
+        self._write(rec(now, "info", "assign", JOB, gen=f.generation, batch=self.batch,
+                        step_s=round(self.step_s, 9), **assignment))
+        if f.source is None and f.cursor != Cursor():
+            cost = self.sc.strategy.checkpoint_read_s
+        elif f.source is not None and f.stale:
+            cost = self.transfer_s
+        else:
+            cost = 0.0
+        self.stale = frozenset(f.stale)
+        self.silent_members = self._count_silent()
+        self._at(now + self.lat, self._enter, f.generation, cost)
+
+    def _count_silent(self) -> int:
+        """Members of the current generation whose process does not beat."""
+        idx = self.member_idx
+        return len(idx) - int(np.count_nonzero(self.proc[idx] & ~self.paused[idx]))
+
+    def _membership(self, now: float, m: Membership) -> None:
+        """Members driven by their own agent rejoin the bulk once admitted."""
+        for w in list(self.agents):
+            if self.is_member[w]:
+                if self.paused[w]:
+                    self.held.setdefault(w, []).append(m)
+                else:
+                    self.agents.pop(w)
+
+    def _enter(self, gen: int, cost: float) -> None:
+        if gen != self.gen or self.state != IDLE or self.answered > gen:
+            return  # superseded, or the members already answered the next roll call
+        now = self.env.now
+        self._acct(now)
+        self.state = SYNC
+        self.silent_members = self._count_silent()
+        self.stall_remaining = cost
+        if self.silent_members:
+            self.stalled = True
+            self._set_due(None)
+        else:
+            self._set_due(now + cost)
+
+    def _on_due(self, now: float) -> None:
+        st = self.state
+        if st == SYNC:
+            self._start_segment(now)
+        elif st == RUN:
+            self._close_segment(now, self.seg_stop - self.seg_c0.step, abandon=False)
+            self.state = IDLE  # between segments; _after_step picks what comes next
+            self._after_step(now)
+        elif st == CKPT:
+            self._checkpoint_done(now)
+
+    def _after_step(self, now: float) -> None:
+        """A segment ended at a boundary: checkpoint, finish, answer or continue."""
+        step = self.cursor.step
+        if step % self.interval == 0 or step >= self.target:
+            if step >= self.target:
+                self.finishing = True
+            if step % self.interval == 0:
+                self._acct(now)
+                self.state = CKPT
+                self._set_due(now + self.sc.strategy.checkpoint_write_s)
+            else:
+                self._finish(now, True, "steps reached")
+                return
+        else:
+            self._start_segment(now)
+        self._after_commit_faults(now)
+
+    def _after_commit_faults(self, now: float) -> None:
+        faults = self.step_faults.pop(self.cursor.step, None)
+        if faults:
+            for _, f in faults:
+                self._fault(now, f)
+
+    def _checkpoint_done(self, now: float) -> None:
+        self._acct(now)
+        self.counts["checkpoints"] += 1
+        self._write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
+        reporter = next((m for m in self.members if self._alive(m)), None)
+        if reporter is not None:
+            msg = Checkpointed(reporter, int(self.inc[reporter]), self.gen, self.cursor)
+            self._at(now + self.lat, self._kreceive_at, [msg])
+        if self.finishing:
+            self.end_s = now
+            self._finish(now, True, "steps reached")
+        else:
+            self._start_segment(now)
+
+    def _roll_call(self, to: tuple[int, ...], call: RollCall) -> None:
+        """A roll call reaches the members it was sent to."""
+        now = self.env.now
+        if self.state == DONE:
+            return
+        if self.agents:
+            to_set = set(to)
+            for w, a in list(self.agents.items()):
+                if w not in to_set:
+                    continue
+                if self.paused[w]:
+                    self.held.setdefault(w, []).append(call)
+                elif self.proc[w]:
+                    if self.is_member[w] and self._holds_state(w):
+                        a.step_committed(now, self.cursor)  # its trainer committed with the rest
+                    self._agent_actions(now, w, a.receive(now, call))
+        if call.generation != self.gen + 1:
+            return  # an old round; the members already answered
+        # Whatever the reason, a member abandons the step in flight (or the
+        # state copy, or the checkpoint write) and joins (rollcall.messages.RollCall).
+        bulk = tuple(w for w in to if w not in self.agents) if self.agents else to
+        self._answer(now, bulk)
+
+    def _answer(self, now: float, to: tuple[int, ...]) -> None:
+        """The live members answer the roll call with the cursor their agents hold."""
+        self.answered = self.gen + 1
+        synced = self.state in (RUN, CKPT)  # the stale members finished the copy / load
+        self._abandon(now)
+        # ``to`` are members of the current generation (the round is for gen+1)
+        idx = self.member_idx
+        quiet = idx[~(self.proc[idx] & ~self.paused[idx])]
+        gone = set(quiet.tolist()).intersection(to) if len(quiet) else ()
+        if len(gone) >= len(to):  # e.g. the old lives a restart round names
+            workers = ()
+        elif gone:  # rare: a paused or dead member the round still expects
+            workers = tuple(w for w in to if w not in gone)
+        else:
+            workers = tuple(to)
+        batches = []
+        if self.stale and not synced:
+            # a stale member holds no state until its copy or load is done
+            # (Agent.state_ready): it answers without a cursor
+            empty = tuple(w for w in workers if w in self.stale)
+            if empty:
+                workers = tuple(w for w in workers if w not in self.stale)
+                batches.append(JoinBatch(empty, None))
+        if workers:
+            batches.insert(0, JoinBatch(workers, self.cursor))
+        if batches:
+            self._at(now + self.lat, self._kreceive_at, batches)
+
+    def _restart(self, now: float) -> None:
+        """Checkpoint-restart: every member process is torn down and relaunched.
+
+        The keeper names the lives it expects back (``RestartJob.relaunch``);
+        the driver relaunches a process on every member node whose hardware
+        is up when ``restart_s`` has passed (a stopped process is killed by the
+        teardown and its node relaunched too; a node that died meanwhile is not).
+        """
+        self.counts["restarts"] += 1
+        if self.state in (SYNC, RUN, CKPT):
+            self._abandon(now)
+        self._acct(now)
+        self.stalled = False
+        idx = self.member_idx
+        relaunch = idx[self.hw[idx]]
+        self.pause_epoch[idx] += 1  # a stopped process is killed too: no resume
+        self.proc[idx] = False
+        self.paused[idx] = False
+        for w in [w for w in self.agents if self.is_member[w]]:
+            self.agents.pop(w, None)
+            self.held.pop(w, None)
+        self.live_set.difference_update(idx.tolist())
+        self.is_member[:] = False
+        self.silent_members = 0
+        self.state = IDLE
+        self._set_due(None)
+        self._at(now + self.sc.strategy.restart_s, self._relaunch, relaunch)
+
+    def _relaunch(self, relaunch: np.ndarray) -> None:
+        """``restart_s`` after the teardown, a fresh process on every member node still up."""
+        if self.state == DONE:
+            return
+        now = self.env.now
+        idx = relaunch[self.hw[relaunch] & ~self.proc[relaunch]]
+        self.inc[idx] += 1
+        self.proc[idx] = True
+        self.paused[idx] = False
+        self.phase[idx] = now
+        if self.agents:
+            fresh = set(idx.tolist())
+            for w in [w for w in self.agents if w in fresh]:
+                self.agents.pop(w, None)
+                self.held.pop(w, None)
+        self.live_set.update(idx.tolist())
+        # what each relaunched agent sends first, Join(w, new incarnation, no
+        # state), as one batch of new lives
+        if len(idx):
+            batch = JoinBatch(tuple(idx.tolist()), None, tuple(self.inc[idx].tolist()))
+            self._at(now + self.lat, self._kreceive_at, [batch])
+
+    def _finish(self, now: float, completed: bool, reason: str) -> None:
+        if self.state == DONE:
+            return
+        if self.state == RUN and not self.stalled:
+            self._close_segment(now, None, abandon=True)
+        self._acct(now)
+        if not completed and self.state == RUN:
+            self.acc["lost"] += self.carry
+        self.state = DONE
+        self.completed = completed
+        self.end_reason = reason
+        if not self.end_s:
+            self.end_s = now
+        self._write(rec(now, "info", "end", DRIVER, completed=completed,
+                        cursor=self.cursor.to_json(), reason=reason))
+        if not self.done.triggered:
+            self.done.succeed()
+
+    def _horizon(self) -> None:
+        self._finish(self.env.now, False, "horizon: simulated time limit reached")
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> dict:
+        wall0 = _time.perf_counter()
+        sc = self.sc
+        env = self.env
+        n0 = self.W + sc.cluster.spares
+        f = sc.failures
+        first = None
+        if f.worker_mtbf_s is not None and n0:
+            first = lifetimes(stream(self.seed, "failures"), f.distribution, f.worker_mtbf_s,
+                              f.weibull_shape, n0)
+        for w in range(n0):
+            self._arrive(0.0, w, None)
+        if first is not None:
+            self.fail_heap = [(float(t), w, 1) for w, t in enumerate(first.tolist())]
+            heapq.heapify(self.fail_heap)
+        self.proc[:n0] = True
+        self.live_set = set(range(n0))
+        self._write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
+                        strategy=sc.strategy.kind, workers=self.W, spares=sc.cluster.spares))
+        # every agent's first message: Join(w, 0, None), fed as one batch
+        self._at(self.lat, self._kreceive_at, [JoinBatch(tuple(range(n0)), None)])
+        self._job_proc = env.process(self._job_process())
+        self._fail_proc = env.process(self._failure_process())
+        env.process(self._schedule_process())
+        ideal_total = sc.workload.steps * sc.ideal_step_s
+        horizon = 1000.0 * ideal_total + 100.0 * (sc.strategy.restart_s + sc.detector.timeout_s) + 3600.0
+        self._at(horizon, self._horizon)
+        try:
+            env.run(until=self.done)
+        except RuntimeError:
+            self._finish(env.now, False, "stuck: no events left")
+        self._flush()
+        if self.writer is not None:
+            self.writer.close()
+        self.events = next(env._eid)  # events scheduled so far (simpy's own counter)
+        # validity comes from the core's checkers over the history as written
+        records = read_history(self.out_dir) if self.out_dir is not None else iter(self.records)
+        t = _perf()
+        self.report = check(records, DataSpec.from_scenario(sc))
+        self.check_s = _perf() - t
+        self.wall_s = _time.perf_counter() - wall0
+        return self.summary()
+
+    def summary(self) -> dict:
+        sc = self.sc
+        report = self.report
+        productive = sum((last - first + 1) * s for first, last, s in self.segments)
+        elapsed = self.elapsed_s
+        ideal = sc.ideal_step_s
+        out = {
+            "scenario": sc.name,
+            "target": "sim",
+            "strategy": sc.strategy.kind,
+            "seed": sc.seed,
+            "valid": report.valid,
+            "violations": list(report.violations),
+            "completed": self.completed,
+            "steps_target": sc.workload.steps,
+            "steps_committed": report.steps_committed,
+            "samples_consumed": report.samples_consumed,
+            "samples_duplicated": report.samples_duplicated,
+            "samples_skipped": report.samples_skipped,
+            "global_batch_min": report.global_batch_min,
+            "global_batch_max": report.global_batch_max,
+            "elapsed_s": elapsed,
+            "productive_s": productive,
+            "ettr": productive / elapsed if elapsed > 0 else 0.0,
+            "goodput": (sc.workload.steps * ideal / elapsed) if (elapsed > 0 and self.completed) else 0.0,
+            "lost_work_s": self.acc["lost"],
+            "stall_s": self.acc["stall"],
+            "recovery_s": self.acc["recovery"],
+            "checkpoint_s": self.acc["checkpoint"],
+            "failures": self.counts["failures"],
+            "generations": report.generations,
+            "restarts": report.restarts,
+            "wall_s": self.wall_s,
+            # extras
+            "end_s": self.end_s,
+            "end_reason": self.end_reason,
+            "ideal_step_s": ideal,
+            "lost_steps": report.lost_steps,
+            "checkpoints": self.counts["checkpoints"],
+            "detections": self.counts["detections"],
+            "evictions": self.counts["evictions"],
+            "crashes": self.counts["crashes"],
+            "kills": self.counts["kills"],
+            "pauses": self.counts["pauses"],
+            "joins": self.counts["joins"],
+            "repairs": self.counts["repairs"],
+            "rounds": self.counts["rounds"],
+            "min_members": self.min_members,
+            "events": self.events,
+            "keeper_calls": self.counts["keeper_calls"],
+            "sim_per_wall": (self.end_s / self.wall_s) if self.wall_s > 0 else 0.0,
+            "keeper_wall_s": self.keeper_s,
+            "check_wall_s": self.check_s,
+        }
+        missing = set(SUMMARY_KEYS) - out.keys()
+        assert not missing, missing
+        return out
+
+
+def run(scenario: Scenario, out_dir: str | Path) -> dict:
+    """Simulate ``scenario`` (its seed, its strategy); write history.jsonl and summary.json."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    hist = out / "history.jsonl"
+    if hist.exists():
+        hist.unlink()  # a rerun into the same directory starts a fresh history
+    sim = Simulation(scenario, out)
+    summary = sim.run()
+    write_summary(out, summary)
+    return summary

@@ -1,0 +1,68 @@
+"""The shipped scripted scenario: kill one of four, pause one past the timeout, join one.
+
+scenarios/kill-pause-join.yaml: 4 workers, worker 1 killed when step 50 is
+committed, worker 2 paused for 10 s at 8 s (detector timeout 3 s), one
+newcomer (id 4) at 20 s, 200 steps, elastic with a constant batch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rollcall.history import members_of
+from rollcall.scenario import load_scenario
+from sim.driver import run
+
+ROOT = Path(__file__).resolve().parent.parent
+KPJ = ROOT / "scenarios" / "kill-pause-join.yaml"
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
+
+
+def test_kill_pause_join_generations(tmp_path: Path) -> None:
+    summary = run(load_scenario(KPJ), tmp_path)
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    assert summary["samples_skipped"] == 0 and summary["samples_duplicated"] == 0
+    assert summary["steps_committed"] == 200
+    assert summary["samples_consumed"] == 200 * 64
+    assert summary["restarts"] == 0
+    recs = _records(tmp_path)
+    gens = [(r["gen"], r["reason"], members_of(r)) for r in recs if r["f"] == "generation"]
+    assert gens == [
+        (1, "start", (0, 1, 2, 3)),
+        (2, "failure", (0, 1, 3)),    # 2 paused at 8 s, evicted by the timeout at ~11 s
+        (3, "failure", (0, 3)),       # 1 killed at step 50, evicted at ~3 s later
+        (4, "growth", (0, 2, 3)),     # 2 wakes at 18 s, is refused, rejoins as a newcomer
+        (5, "growth", (0, 2, 3, 4)),  # the newcomer of 20 s
+    ]
+    evicts = [(r["worker"], r["reason"]) for r in recs if r["f"] == "evict"]
+    assert evicts == [(2, "timeout"), (1, "timeout")]
+    # the paused worker learns it was evicted from the keeper, through its own agent
+    refused = [r for r in recs if r["f"] == "refuse"]
+    assert [(r["worker"], r["what"], r["reason"]) for r in refused] == [(2, "heartbeat", "not-member")]
+    fenced = [r for r in recs if r["f"] == "fenced"]
+    assert [(r["process"], r["gen"]) for r in fenced] == [(2, 1)]
+    assert fenced[0]["t"] >= 18.0
+    # the kill landed on the step boundary it was scripted for
+    kill = next(r for r in recs if r["f"] == "fault" and r["kind"] == "kill")
+    commit50 = next(r for r in recs if r["f"] == "commit" and r["last"] == 49)
+    assert kill["t"] == commit50["t"]
+    # the stale generation-4 newcomer copies the state from a survivor
+    g4 = next(r for r in recs if r["f"] == "generation" and r["gen"] == 4)
+    assert g4["source"] == 0 and g4["stale"] == 1
+
+
+def test_kill_pause_join_checkpoint_restart(tmp_path: Path) -> None:
+    summary = run(load_scenario(KPJ, strategy="checkpoint-restart"), tmp_path)
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    assert summary["samples_skipped"] == 0 and summary["samples_duplicated"] == 0
+    assert summary["restarts"] == 2  # the pause (evicted) and the kill each restart the job
+    assert summary["lost_steps"] > 0
+    recs = _records(tmp_path)
+    gens = [r for r in recs if r["f"] == "generation"]
+    assert [g["reason"] for g in gens] == ["start", "restart", "restart"]
+    # a restart resumes from the keeper's checkpoint (none yet: the origin) and loads it
+    assert all(g["source"] is None for g in gens)
