@@ -1,0 +1,167 @@
+"""``real.driver.run(scenario, out_dir) -> summary``: the real target's entry point.
+
+Runs the launcher (record-keeper service, workers, faults), merges the
+history by time, checks it with the core's checkers and writes
+``summary.json`` with the same keys as the sim target (times in real
+seconds) plus ``final_weights_sha256``, ``survivor_restarts`` and
+``recoveries``.
+
+Clock zero for ``at_s`` faults and for ``elapsed_s`` is the moment the first
+generation formed (training start), so the seconds in a scenario are seconds
+of training, not of ``import torch``; ``wall_s`` includes process start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+from rollcall.checkers import DataSpec, check, summarize_report
+from rollcall.results import HISTORY_FILE, SUMMARY_KEYS, write_summary
+from rollcall.scenario import Scenario
+
+from real.launcher import Launcher
+
+
+def merge_history(out_dir: Path) -> list[dict]:
+    """Sort ``history.jsonl`` by time (stable: arrival order breaks ties) in place."""
+    path = out_dir / HISTORY_FILE
+    records = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn last line of an interrupted write
+    records.sort(key=lambda r: r.get("t", 0.0))
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".history.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+    return records
+
+
+def recoveries(records: list[dict]) -> list[dict]:
+    """One entry per fault: the time from it to the first step committed after it.
+
+    "After it" means in a generation formed after the fault when one was
+    (a step of the old generation finishing a few ms after a kill is not a
+    recovery); when the fault caused no new generation (a short pause), the
+    first commit after the fault.
+    """
+    commits = [r for r in records if r.get("f") == "commit"]
+    out = []
+    for f in records:
+        if f.get("f") != "fault":
+            continue
+        t, gen = f["t"], f.get("gen", 0)
+        later = [c for c in commits if c["t"] > t and c["gen"] > gen]
+        if not later:
+            later = [c for c in commits if c["t"] > t]
+        first = min(later, key=lambda c: c["t"]) if later else None
+        out.append({
+            "kind": f.get("kind"), "workers": f.get("workers"), "at_s": t,
+            "origin": f.get("origin"),
+            "kill_to_resume_s": None if first is None else round(first["t"] - t, 6),
+            "resumed_gen": None if first is None else first["gen"],
+            "resumed_step": None if first is None else first["step"],
+        })
+    return out
+
+
+def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> dict[str, Any]:
+    report = check(records, DataSpec.from_scenario(scenario))
+    s = summarize_report(report)
+    train_start = launcher.train_start
+    end_t = launcher.end_t if launcher.end_t is not None else launcher.now()
+    lineage = report.lineage
+    last_commit_t = max((c["t"] for c in lineage), default=None)
+    if train_start is None:
+        elapsed = 0.0
+    else:
+        stop = last_commit_t if (launcher.result == "completed" and last_commit_t) else end_t
+        elapsed = max(0.0, stop - train_start)
+    productive = sum(c["t"] - c["t0"] for c in lineage)
+    in_lineage = {(c["gen"], c["step"]) for c in lineage}
+    lost = sum(r["t"] - r["t0"] for r in records
+               if r.get("f") == "commit" and (r["gen"], r["step"]) not in in_lineage)
+    # The ideal step: median committed step with the full initial cluster.
+    formed = {g: members for _, g, members in launcher.formed}
+    full = [c["t"] - c["t0"] for c in lineage
+            if len(formed.get(c["gen"], ())) == scenario.cluster.workers]
+    ideal = statistics.median(full) if full else (
+        statistics.median([c["t"] - c["t0"] for c in lineage]) if lineage else None)
+    recs = recoveries(records)
+    shas = {sha for _, sha in launcher.finals.values()}
+    final_sha = None
+    if launcher.finals:
+        final_sha = sorted(launcher.finals.items())[0][1][1]
+    summary: dict[str, Any] = {
+        "scenario": scenario.name,
+        "target": "real",
+        "strategy": scenario.strategy.kind,
+        "seed": scenario.seed,
+        "completed": launcher.result == "completed",
+        "steps_target": scenario.workload.steps,
+        "elapsed_s": round(elapsed, 6),
+        "productive_s": round(productive, 6),
+        "ettr": round(productive / elapsed, 6) if elapsed > 0 else 0.0,
+        "goodput": round(scenario.workload.steps * ideal / elapsed, 6)
+        if (ideal and elapsed > 0) else 0.0,
+        "lost_work_s": round(lost, 6),
+        "stall_s": round(max(0.0, elapsed - productive - lost), 6),
+        "recovery_s": round(sum(r["kill_to_resume_s"] or 0.0 for r in recs), 6),
+        "failures": sum(1 for r in records if r.get("f") == "fault" and r.get("kind") != "join"),
+        "wall_s": round(end_t, 6),
+        "ideal_step_s": round(ideal, 6) if ideal else None,
+        "final_weights_sha256": final_sha,
+        "final_weights_agree": len(shas) <= 1,
+        "survivor_restarts": launcher.survivor_restarts,
+        "recoveries": recs,
+        "reason": launcher.reason,
+        "result": launcher.result,
+        "processes": [
+            {"worker": p.worker, "incarnation": p.incarnation, "pid": p.pid,
+             "spare": p.spare, "fault": p.fault, "returncode": p.returncode,
+             "started_s": round(p.started_t, 6)}
+            for p in launcher.procs],
+    }
+    summary.update(s)
+    if launcher.result == "completed" and len(shas) > 1:
+        summary["valid"] = False
+        summary["violations"] = list(summary["violations"]) + [
+            f"members ended with different weights: {sorted(shas)}"]
+    missing = [k for k in SUMMARY_KEYS if k not in summary]
+    assert not missing, missing
+    return summary
+
+
+def run(scenario: Scenario, out_dir: str | Path) -> dict[str, Any]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    launcher = Launcher(scenario, out)
+    raised: Optional[BaseException] = None
+    try:
+        launcher.run()
+    except BaseException as exc:  # noqa: BLE001 - keep the results, then re-raise
+        raised = exc
+    records = merge_history(out)
+    summary = summarize(scenario, launcher, records)
+    write_summary(out, summary)
+    if launcher.result == "failed":
+        print(f"rollcall real: {launcher.reason} (completed: false; results kept in {out})")
+    elif launcher.result == "interrupted":
+        print(f"rollcall real: {launcher.reason}; every worker stopped, results kept in {out}")
+    elif launcher.result == "error":
+        print(f"rollcall real: {launcher.reason}; every worker stopped, results kept in {out}")
+    if raised is not None:
+        raise raised
+    return summary

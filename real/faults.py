@@ -1,0 +1,86 @@
+"""The fault injector: the scenario's schedule and random crashes, in real time.
+
+Pure bookkeeping: it decides *what* is due *when* (by seconds since training
+started, or by committed step) from the scenario and a seeded random stream;
+the launcher carries the faults out on real processes (SIGKILL, SIGSTOP then
+SIGCONT, a new worker process or an activated spare).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Optional
+
+from rollcall.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Due:
+    kind: str                      # kill | pause | join
+    targets: object                # tuple of ids, "random", or a count for join
+    for_s: Optional[float] = None
+    origin: str = "schedule"       # schedule | mtbf
+    index: int = -1
+
+
+class FaultPlan:
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.rng = random.Random(f"rollcall/real/failures/{scenario.seed}")
+        self.by_time = []   # (at_s, index, fault)
+        self.by_step = []
+        for i, f in enumerate(scenario.failures.schedule):
+            (self.by_time if f.trigger == "at_s" else self.by_step).append((f.when, i, f))
+        self.by_time.sort(key=lambda x: (x[0], x[1]))
+        self.by_step.sort(key=lambda x: (x[0], x[1]))
+        self.crash_at: dict[int, float] = {}  # worker id -> training-time of its crash
+
+    def _due(self, i: int, f) -> Due:
+        if f.action == "join":
+            return Due("join", f.join, index=i)
+        return Due(f.action, f.targets, f.for_s, index=i)
+
+    def draw_lifetime(self) -> Optional[float]:
+        fl = self.scenario.failures
+        if fl.worker_mtbf_s is None:
+            return None
+        if fl.distribution == "weibull":
+            k = fl.weibull_shape
+            scale = fl.worker_mtbf_s / math.gamma(1 + 1 / k)
+            return self.rng.weibullvariate(scale, k)
+        return self.rng.expovariate(1 / fl.worker_mtbf_s)
+
+    def worker_started(self, worker: int, at: float) -> None:
+        life = self.draw_lifetime()
+        if life is not None:
+            self.crash_at[worker] = at + life
+
+    def forget(self, worker: int) -> None:
+        self.crash_at.pop(worker, None)
+
+    def next_time(self) -> Optional[float]:
+        times = [t for t, _, _ in self.by_time[:1]] + list(self.crash_at.values())
+        return min(times) if times else None
+
+    def due_by_time(self, t: float) -> list[Due]:
+        out = []
+        while self.by_time and self.by_time[0][0] <= t:
+            _, i, f = self.by_time.pop(0)
+            out.append(self._due(i, f))
+        for w, at in sorted(self.crash_at.items(), key=lambda kv: kv[1]):
+            if at <= t:
+                del self.crash_at[w]
+                out.append(Due("kill", (w,), origin="mtbf"))
+        return out
+
+    def due_by_step(self, committed: int) -> list[Due]:
+        out = []
+        while self.by_step and self.by_step[0][0] <= committed:
+            _, i, f = self.by_step.pop(0)
+            out.append(self._due(i, f))
+        return out
+
+    def pick(self, candidates: list[int]) -> Optional[int]:
+        return self.rng.choice(sorted(candidates)) if candidates else None

@@ -1,0 +1,651 @@
+"""The launcher: record-keeper service, process supervisor and fault injector.
+
+One thread, one selector loop, one clock (``time.monotonic()`` minus the run's
+start, shared with the workers on this host):
+
+- the *record-keeper service* accepts worker connections on 127.0.0.1, feeds
+  their protocol messages to the core :class:`rollcall.keeper.Keeper` and
+  turns its outputs into effects (frames to workers, history records, job
+  restarts, a failed job). It also decides whether a step may commit: only
+  a member of the current generation, with no round open, is accepted
+  (generations are fencing tokens);
+- the *hosts' agent*: it started every worker process and holds a pidfd for
+  each, so the moment one exits it tells the keeper ``exited`` (a SIGKILLed
+  worker is known in milliseconds; a SIGSTOPped one only by the detector);
+- the *fault injector* (see :mod:`real.faults`) kills, pauses and adds
+  workers on schedule.
+
+Every process it starts is killed and reaped on the way out, whatever the way
+out is (done, failed, exception, SIGINT/SIGTERM, interpreter exit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from rollcall.detector import make_detector
+from rollcall.history import DRIVER, NEMESIS, rec
+from rollcall.keeper import (
+    Broadcast, Formed, JobFailed, Keeper, KeeperConfig, Record, RestartJob, Send,
+)
+from rollcall.messages import Refused
+from rollcall.results import HISTORY_FILE, HistoryWriter
+from rollcall.scenario import Scenario
+
+from real import wire
+from real.faults import Due, FaultPlan
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Every launcher in this interpreter, so atexit can clean up after any of them.
+_LIVE: set["Launcher"] = set()
+
+
+@atexit.register
+def _cleanup_all() -> None:
+    for launcher in list(_LIVE):
+        launcher.kill_all()
+
+
+class Interrupted(Exception):
+    pass
+
+
+@dataclass
+class Proc:
+    worker: int
+    incarnation: int
+    popen: subprocess.Popen
+    pidfd: int
+    spare: bool
+    started_t: float
+    log: Any
+    activated: bool = False
+    ready: bool = False             # torch imported, model built: may join now
+    want: bool = False              # should join as soon as it is ready
+    batch: Optional[int] = None     # started together: join together
+    exited_t: Optional[float] = None
+    returncode: Optional[int] = None
+    fault: Optional[str] = None     # what we did to it: kill | pause | restart
+    paused: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.exited_t is None
+
+
+@dataclass
+class Conn:
+    sock: socket.socket
+    reader: wire.FrameReader = field(default_factory=wire.FrameReader)
+    worker: Optional[int] = None
+    incarnation: Optional[int] = None
+    spare: bool = False
+    out: bytearray = field(default_factory=bytearray)
+
+
+class Launcher:
+    def __init__(self, scenario: Scenario, out_dir: str | Path) -> None:
+        self.sc = scenario
+        self.out = Path(out_dir)
+        self.real_dir = self.out / "real"
+        self.real_dir.mkdir(parents=True, exist_ok=True)
+        (self.real_dir / "logs").mkdir(exist_ok=True)
+        (self.real_dir / "scenario.json").write_text(json.dumps(scenario.to_dict()))
+        hist = self.out / HISTORY_FILE
+        if hist.exists():
+            hist.unlink()
+        self.history = HistoryWriter(self.out)
+        self.t0 = time.monotonic()
+        d, r, s = scenario.detector, scenario.rendezvous, scenario.strategy
+        self.keeper = Keeper(KeeperConfig(
+            min_workers=r.min_workers, max_workers=r.max_workers, last_call_s=r.last_call_s,
+            detector=make_detector(d.kind, d.heartbeat_s, d.timeout_s),
+            join_timeout_s=r.join_timeout_s, strategy=s.kind))
+        self.faults = FaultPlan(scenario)
+        self.sel = selectors.DefaultSelector()
+        self.procs: list[Proc] = []
+        self.conns: dict[socket.socket, Conn] = {}
+        self.conn_of: dict[tuple[int, int], Conn] = {}
+        self.latest_conn: dict[int, Conn] = {}
+        self.incarnation: dict[int, int] = {}
+        self.next_id = scenario.cluster.workers + scenario.cluster.spares
+        self.store = None
+        self.store_port: Optional[int] = None
+        self.train_start: Optional[float] = None
+        self.committed = 0                       # highest committed cursor step
+        self.committed_cursor = [0, 0]
+        self.commits: set[tuple[int, int]] = set()
+        self.finals: dict[int, tuple[list, str]] = {}
+        self.done_at: Optional[float] = None
+        self.result: Optional[str] = None        # completed | failed | interrupted | error
+        self.reason = ""
+        self.sigconts: list[tuple[float, Proc]] = []
+        self.repairs: list[tuple[float, int]] = []
+        self.faults_log: list[dict] = []
+        self.formed: list[tuple[float, int, tuple[int, ...]]] = []
+        self.survivor_restarts = 0
+        self.end_t: Optional[float] = None
+        self.listener: Optional[socket.socket] = None
+        self.batch_seq = 0
+        self.batch_deadline: dict[int, float] = {}
+        self.startup_timeout_s = 180.0
+
+    # --- clock and history ------------------------------------------------------
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def write(self, record: dict) -> None:
+        if not self.history.closed:
+            self.history.write(record)
+
+    # --- processes ----------------------------------------------------------------
+
+    def spawn(self, worker: int, incarnation: int, spare: bool = False,
+              batch: Optional[int] = None) -> Proc:
+        log = open(self.real_dir / "logs" / f"worker-{worker}.{incarnation}.log", "ab")
+        cmd = [sys.executable, "-m", "real.worker", "--port", str(self.port),
+               "--worker", str(worker), "--incarnation", str(incarnation),
+               "--t0", repr(self.t0), "--run-dir", str(self.out)]
+        if spare:
+            cmd.append("--spare")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env.setdefault("OMP_NUM_THREADS", "1")
+        popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                 stderr=subprocess.STDOUT, env=env, cwd=str(REPO_ROOT))
+        pidfd = os.pidfd_open(popen.pid)
+        p = Proc(worker, incarnation, popen, pidfd, spare, self.now(), log,
+                 want=not spare, batch=batch)
+        self.procs.append(p)
+        self.incarnation[worker] = incarnation
+        self.sel.register(pidfd, selectors.EVENT_READ, ("proc", p))
+        return p
+
+    def new_batch(self) -> int:
+        self.batch_seq += 1
+        self.batch_deadline[self.batch_seq] = self.now() + self.startup_timeout_s
+        return self.batch_seq
+
+    def maybe_activate(self) -> None:
+        """Let wanted processes join once ready; a batch started together (the
+        initial workers, a relaunched job) joins together, so the first
+        generation is the whole job and not whoever imported torch first."""
+        now = self.now()
+        for p in self.procs:
+            if not (p.alive and p.want and p.ready and not p.activated):
+                continue
+            if p.batch is not None and now < self.batch_deadline[p.batch]:
+                group = [q for q in self.procs if q.batch == p.batch and q.alive]
+                if not all(q.ready for q in group):
+                    continue
+            self.activate(p)
+
+    def proc_of(self, conn: Conn) -> Optional[Proc]:
+        for p in reversed(self.procs):
+            if p.worker == conn.worker and p.incarnation == conn.incarnation:
+                return p
+        return None
+
+    def live_proc(self, worker: int) -> Optional[Proc]:
+        for p in reversed(self.procs):
+            if p.worker == worker and p.alive:
+                return p
+        return None
+
+    def reap(self, p: Proc) -> None:
+        if p.exited_t is not None:
+            return
+        try:
+            p.returncode = p.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.popen.kill()
+            p.returncode = p.popen.wait()
+        p.exited_t = self.now()
+        try:
+            self.sel.unregister(p.pidfd)
+        except (KeyError, ValueError):
+            pass
+        os.close(p.pidfd)
+        p.log.close()
+
+    def kill_all(self) -> None:
+        """SIGKILL and reap every process this launcher started (idempotent)."""
+        for p in self.procs:
+            if p.exited_t is None:
+                try:
+                    p.popen.kill()
+                except OSError:
+                    pass
+        for p in self.procs:
+            if p.exited_t is None:
+                try:
+                    p.popen.wait(timeout=10)
+                except Exception:  # noqa: BLE001
+                    pass
+                p.exited_t = self.now()
+                p.returncode = p.popen.returncode
+                try:
+                    self.sel.unregister(p.pidfd)
+                except Exception:  # noqa: BLE001
+                    pass
+                try:
+                    os.close(p.pidfd)
+                except OSError:
+                    pass
+                if not p.log.closed:
+                    p.log.close()
+        _LIVE.discard(self)
+
+    # --- keeper outputs -------------------------------------------------------------
+
+    def route(self, worker: int, message: Any) -> None:
+        conn = None
+        if isinstance(message, Refused):
+            conn = self.conn_of.get((worker, message.incarnation))
+        if conn is None:
+            conn = self.latest_conn.get(worker)
+        if conn is not None:
+            self.queue(conn, ("msg", message))
+
+    def queue(self, conn: Conn, obj: Any) -> None:
+        data = wire.encode(obj)
+        if conn.out:
+            conn.out += data
+            return
+        try:
+            n = conn.sock.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            return
+        if n < len(data):
+            conn.out += data[n:]
+            self.sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, ("conn", conn))
+
+    def effects(self, outputs: list) -> None:
+        for out in outputs:
+            if isinstance(out, Send):
+                self.route(out.to, out.message)
+            elif isinstance(out, Broadcast):
+                for w in out.to:
+                    self.route(w, out.message)
+            elif isinstance(out, Record):
+                self.write(out.record)
+            elif isinstance(out, Formed):
+                t = self.now()
+                self.formed.append((t, out.generation, out.members))
+                if self.train_start is None:
+                    self.train_start = t
+                    for p in self.procs:
+                        if p.alive and p.activated:
+                            self.faults.worker_started(p.worker, 0.0)
+            elif isinstance(out, RestartJob):
+                self.restart_job(out)
+            elif isinstance(out, JobFailed):
+                self.finish("failed", f"job failed: {out.reason}")
+
+    def restart_job(self, out: RestartJob) -> None:
+        """Checkpoint-restart: tear every worker down and relaunch the job.
+
+        Every worker process is SIGKILLed (torchrun's behaviour); the keeper
+        names in ``out.relaunch`` the lives to start again (the members that
+        were still alive), each with a newer incarnation. They start as one
+        batch and join together once all have imported torch.
+        """
+        relaunch = sorted(out.relaunch) if getattr(out, "relaunch", ()) else sorted(
+            set(self.keeper.members) | {p.worker for p in self.procs if p.alive and p.want})
+        for p in self.procs:
+            if p.alive and p.want:
+                if p.fault is None:
+                    self.survivor_restarts += 1
+                p.fault = "restart"
+                try:
+                    p.popen.kill()
+                except OSError:
+                    pass
+        for p in list(self.procs):
+            if p.alive and p.fault == "restart":
+                self.reap(p)
+                self.faults.forget(p.worker)
+        self.sigconts = [(t, p) for t, p in self.sigconts if p.alive]
+        batch = self.new_batch()
+        for w in relaunch:
+            inc = max(self.incarnation.get(w, 0) + 1, self.keeper.min_incarnation.get(w, 0))
+            self.spawn(w, inc, batch=batch)
+
+    # --- service I/O ------------------------------------------------------------------
+
+    def accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except BlockingIOError:
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = Conn(sock)
+            self.conns[sock] = conn
+            self.sel.register(sock, selectors.EVENT_READ, ("conn", conn))
+
+    def drop(self, conn: Conn) -> None:
+        try:
+            self.sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+        self.conns.pop(conn.sock, None)
+
+    def readable(self, conn: Conn) -> None:
+        try:
+            data = conn.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.drop(conn)
+            return
+        for frame in conn.reader.feed(data):
+            self.frame(conn, frame)
+
+    def writable(self, conn: Conn) -> None:
+        try:
+            n = conn.sock.send(conn.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.drop(conn)
+            return
+        del conn.out[:n]
+        if not conn.out:
+            self.sel.modify(conn.sock, selectors.EVENT_READ, ("conn", conn))
+
+    def frame(self, conn: Conn, frame: tuple) -> None:
+        kind = frame[0]
+        now = self.now()
+        if kind == "hello":
+            _, w, inc, _pid, spare = frame
+            conn.worker, conn.incarnation, conn.spare = w, inc, spare
+            self.conn_of[(w, inc)] = conn
+            cur = self.latest_conn.get(w)
+            if cur is None or (cur.incarnation or 0) <= inc:
+                self.latest_conn[w] = conn
+            if self.store_port is not None:
+                self.queue(conn, ("welcome", self.store_port))
+        elif kind == "ready":
+            p = self.proc_of(conn)
+            if p is not None:
+                p.ready = True
+                self.maybe_activate()
+        elif kind == "msg":
+            self.effects(self.keeper.receive(now, frame[1]))
+        elif kind == "rec":
+            self.write(frame[1])
+        elif kind == "commit":
+            self.commit_request(conn, now, *frame[1:])
+        elif kind == "final":
+            _, w, inc, cursor, sha = frame
+            self.finals[w] = (cursor, sha)
+            if self.committed >= self.sc.workload.steps and self.done_at is None:
+                self.done_at = now + 2.0  # let the other members report their hash
+
+    def commit_request(self, conn: Conn, now: float, w: int, inc: int, gen: int, step: int,
+                       record: dict) -> None:
+        k = self.keeper
+        ok = (k.failed is None and k.round is None and k.is_member(w, gen)
+              and k.incarnation.get(w) == inc and self.result is None)
+        if ok and (gen, step) not in self.commits:
+            self.commits.add((gen, step))
+            r = dict(record)
+            r["t"] = round(now, 9)
+            self.write(r)
+            if record["last"] + 1 >= self.committed:
+                self.committed = record["last"] + 1
+                self.committed_cursor = [self.committed, record["stop"]]
+        self.queue(conn, ("ack", gen, step, ok))
+        if ok:
+            for due in self.faults.due_by_step(self.committed):
+                self.inject(due)
+
+    # --- faults ------------------------------------------------------------------------
+
+    def activate(self, p: Proc) -> None:
+        p.activated = True
+        conn = self.conn_of.get((p.worker, p.incarnation))
+        if conn is not None:
+            self.queue(conn, ("activate",))
+        if self.train_start is not None:
+            self.faults.worker_started(p.worker, self.now() - self.train_start)
+
+    def candidates(self) -> list[int]:
+        return [p.worker for p in self.procs if p.alive and p.activated and not p.paused]
+
+    def inject(self, due: Due) -> None:
+        now = self.now()
+        fields: dict[str, Any] = {"gen": self.keeper.generation, "origin": due.origin}
+        if due.kind == "join":
+            joined = []
+            for _ in range(int(due.targets)):
+                spare = next((p for p in self.procs
+                              if p.alive and p.spare and not p.want), None)
+                if spare is not None:
+                    spare.want = True
+                    joined.append(spare.worker)
+                else:
+                    w = self.next_id
+                    self.next_id += 1
+                    self.spawn(w, 0)
+                    joined.append(w)
+            rec_ = rec(now, "info", "fault", NEMESIS, kind="join", workers=joined, **fields)
+        else:
+            targets = due.targets
+            if targets == "random":
+                w = self.faults.pick(self.candidates())
+                targets = () if w is None else (w,)
+            hit = []
+            for w in targets:
+                p = self.live_proc(w)
+                if p is None or not p.activated:
+                    continue
+                hit.append(w)
+                if due.kind == "kill":
+                    p.fault = "kill"
+                    if p.paused:
+                        p.paused = False
+                    os.kill(p.pid, signal.SIGKILL)
+                    self.faults.forget(w)
+                    if self.sc.cluster.repair_s is not None:
+                        self.repairs.append((now + self.sc.cluster.repair_s, w))
+                else:
+                    p.fault = p.fault or "pause"
+                    p.paused = True
+                    os.kill(p.pid, signal.SIGSTOP)
+                    self.sigconts.append((now + due.for_s, p))
+            extra = {"for_s": due.for_s} if due.kind == "pause" else {}
+            rec_ = rec(now, "info", "fault", NEMESIS, kind=due.kind, workers=hit,
+                       **extra, **fields)
+        self.write(rec_)
+        self.faults_log.append(rec_)
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def finish(self, result: str, reason: str) -> None:
+        if self.result is None:
+            self.result = result
+            self.reason = reason
+            self.end_t = self.now()
+
+    def next_deadline(self) -> Optional[float]:
+        times = []
+        kt = self.keeper.get_timer()
+        if kt is not None:
+            times.append(kt)
+        if self.train_start is not None:
+            ft = self.faults.next_time()
+            if ft is not None:
+                times.append(self.train_start + ft)
+        times += [t for t, _ in self.sigconts] + [t for t, _ in self.repairs]
+        if self.done_at is not None:
+            times.append(self.done_at)
+        if any(p.alive and p.want and not p.activated for p in self.procs):
+            times += [t for t in self.batch_deadline.values() if t > self.now()]
+        return min(times) if times else None
+
+    def timers(self) -> None:
+        now = self.now()
+        kt = self.keeper.get_timer()
+        if kt is not None and now >= kt:
+            self.effects(self.keeper.handle_timer(now))
+        if self.train_start is not None:
+            for due in self.faults.due_by_time(now - self.train_start):
+                self.inject(due)
+        for t, p in list(self.sigconts):
+            if now >= t:
+                self.sigconts.remove((t, p))
+                if p.alive:
+                    os.kill(p.pid, signal.SIGCONT)
+                    p.paused = False
+                    self.write(rec(now, "info", "resume", NEMESIS, workers=[p.worker]))
+        for t, w in list(self.repairs):
+            if now >= t:
+                self.repairs.remove((t, w))
+                self.spawn(w, self.incarnation.get(w, 0) + 1)
+        self.maybe_activate()
+        if self.done_at is not None and now >= self.done_at:
+            self.finish("completed", "all steps committed")
+
+    def check_done(self) -> None:
+        if self.committed < self.sc.workload.steps or self.result is not None:
+            return
+        if not self.finals:
+            return
+        members = [w for w in self.keeper.members if self.live_proc(w) is not None]
+        if all(w in self.finals for w in members):
+            self.finish("completed", "all steps committed")
+
+    def on_exit(self, p: Proc) -> None:
+        self.reap(p)
+        self.maybe_activate()
+        now = self.now()
+        if p.fault != "restart":
+            self.effects(self.keeper.exited(now, p.worker, p.incarnation))
+        if p.fault is None and self.result is None:
+            self.write(rec(now, "info", "exit", DRIVER, worker=p.worker,
+                           incarnation=p.incarnation, returncode=p.returncode))
+
+    def start_store(self) -> None:
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                                   timeout=timedelta(seconds=60))
+        self.store_port = self.store.port
+        for conn in self.conns.values():
+            if conn.worker is not None:
+                self.queue(conn, ("welcome", self.store_port))
+
+    def run(self) -> str:
+        _LIVE.add(self)
+        old_int = signal.getsignal(signal.SIGINT)
+        old_term = signal.getsignal(signal.SIGTERM)
+        fired = []
+
+        def on_signal(signum, frame):
+            if not fired:
+                fired.append(signum)
+                raise Interrupted(signal.Signals(signum).name)
+
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            signal.signal(signal.SIGINT, on_signal)
+            signal.signal(signal.SIGTERM, on_signal)
+        try:
+            self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.listener.bind(("127.0.0.1", 0))
+            self.listener.listen(128)
+            self.listener.setblocking(False)
+            self.port = self.listener.getsockname()[1]
+            self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
+            c = self.sc.cluster
+            batch = self.new_batch()
+            for w in range(c.workers):
+                self.spawn(w, 0, batch=batch)
+            for w in range(c.workers, c.workers + c.spares):
+                self.spawn(w, 0, spare=True, batch=batch)  # standby, warm before we start
+            self.start_store()
+            while self.result is None:
+                deadline = self.next_deadline()
+                timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - self.now()))
+                for key, _ in self.sel.select(timeout):
+                    kind, obj = key.data
+                    if kind == "listen":
+                        self.accept()
+                    elif kind == "proc":
+                        self.on_exit(obj)
+                    else:
+                        if key.fileobj not in self.conns:
+                            continue
+                        self.readable(obj)
+                        if obj.out and obj.sock in self.conns:
+                            self.writable(obj)
+                    if self.result is not None:
+                        break
+                self.timers()
+                self.check_done()
+        except Interrupted as exc:
+            self.finish("interrupted", f"interrupted by {exc}")
+        except BaseException as exc:
+            self.finish("error", f"launcher error: {exc!r}")
+            raise
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            try:
+                self.shutdown()
+            finally:
+                if main:
+                    signal.signal(signal.SIGINT, old_int)
+                    signal.signal(signal.SIGTERM, old_term)
+        return self.result
+
+    def shutdown(self) -> None:
+        self.kill_all()
+        now = self.now()
+        if self.end_t is None:
+            self.end_t = now
+        final = next(iter(self.finals.values()), None)
+        self.write(rec(now, "info", "end", DRIVER, completed=self.result == "completed",
+                       cursor=list(self.committed_cursor) if final is None else final[0],
+                       reason=self.reason))
+        for conn in list(self.conns.values()):
+            self.drop(conn)
+        if self.listener is not None:
+            try:
+                self.sel.unregister(self.listener)
+            except Exception:  # noqa: BLE001
+                pass
+            self.listener.close()
+        self.sel.close()
+        self.history.close()
+        self.store = None

@@ -1,0 +1,131 @@
+"""The real workload: an MLP of about ``model_params`` parameters trained on a
+seeded synthetic dataset whose samples are named by their index.
+
+Sample ``i`` is a pure function of ``(seed, i)``, so any worker can load any
+micro-batch the planner gives it, and a per-sample ledger of indices says
+exactly what was trained on. Parameters live in one flat tensor (the module's
+parameters are views into it), and so does the SGD momentum: the state a
+newcomer copies, a checkpoint stores and the final hash covers is the pair
+``(params, momentum)`` in registration order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+IN_DIM = 32
+OUT_DIM = 8
+MOMENTUM = 0.9
+
+
+def hidden_for(params: int) -> int:
+    # Linear(IN, H) + Linear(H, OUT): H * (IN + 1 + OUT) + OUT parameters.
+    return max(1, (params - OUT_DIM) // (IN_DIM + 1 + OUT_DIM))
+
+
+class Workload:
+    """Model, data and optimizer state of one worker."""
+
+    def __init__(self, seed: int, model_params: int, lr: float) -> None:
+        self.seed = seed
+        self.lr = lr
+        torch.manual_seed(seed)
+        h = hidden_for(model_params)
+        self.model = nn.Sequential(nn.Linear(IN_DIM, h), nn.Tanh(), nn.Linear(h, OUT_DIM))
+        params = list(self.model.parameters())
+        self.n = sum(p.numel() for p in params)
+        self.flat = torch.cat([p.detach().reshape(-1) for p in params]).clone()
+        self.initial = self.flat.clone()
+        off = 0
+        for p in params:
+            k = p.numel()
+            p.data = self.flat[off:off + k].view_as(p)
+            off += k
+        self.params = params
+        self.momentum = torch.zeros(self.n)
+        g = torch.Generator().manual_seed(seed * 7919 + 1)
+        self.teacher = torch.randn(IN_DIM, OUT_DIM, generator=g) / IN_DIM ** 0.5
+
+    # --- data -------------------------------------------------------------------
+
+    def sample(self, i: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed((self.seed << 32) ^ (i * 2654435761 % (1 << 31)))
+        return torch.randn(IN_DIM, generator=g)
+
+    def batch(self, ids: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.stack([self.sample(i) for i in ids])
+        return x, torch.tanh(x @ self.teacher)
+
+    # --- compute ------------------------------------------------------------
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def accumulate(self, ids: Sequence[int]) -> float:
+        """Forward/backward one micro-batch (mean loss); gradients add up."""
+        x, y = self.batch(ids)
+        loss = nn.functional.mse_loss(self.model(x), y)
+        loss.backward()
+        return float(loss.detach())
+
+    def flat_grad(self) -> torch.Tensor:
+        """A fresh tensor (never reused: an abandoned collective may still write into an old one)."""
+        grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+                 for p in self.params]
+        return torch.cat(grads)
+
+    def apply(self, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
+        """SGD with momentum on the flat state: ``grad`` is the global mean gradient."""
+        with torch.no_grad():
+            self.momentum.mul_(MOMENTUM).add_(grad)
+            self.flat.add_(self.momentum, alpha=-self.lr * lr_scale)
+
+    # --- state --------------------------------------------------------------
+
+    def reset(self) -> None:
+        with torch.no_grad():
+            self.flat.copy_(self.initial)
+            self.momentum.zero_()
+
+    def initial_state(self) -> torch.Tensor:
+        return torch.cat([self.initial, torch.zeros(self.n)])
+
+    def state(self) -> torch.Tensor:
+        return torch.cat([self.flat, self.momentum])
+
+    def load_state(self, state: torch.Tensor) -> None:
+        with torch.no_grad():
+            self.flat.copy_(state[: self.n])
+            self.momentum.copy_(state[self.n:])
+
+    def weights_sha256(self) -> str:
+        return hashlib.sha256(self.flat.detach().contiguous().numpy().tobytes()).hexdigest()
+
+
+def checkpoint_path(run_dir: str | Path, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step-{step:08d}.pt"
+
+
+def save_checkpoint(run_dir: str | Path, step: int, sample: int, state: torch.Tensor) -> Path:
+    path = checkpoint_path(run_dir, step)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    torch.save({"step": step, "sample": sample, "state": state.clone()}, tmp)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def load_checkpoint(run_dir: str | Path, step: int) -> Optional[dict]:
+    path = checkpoint_path(run_dir, step)
+    if not path.exists():
+        return None
+    return torch.load(path, weights_only=True)

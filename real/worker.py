@@ -1,0 +1,439 @@
+"""One worker process: ``python -m real.worker --port P --worker W ...``.
+
+Two threads:
+
+- the *control* thread owns the core :class:`rollcall.agent.Agent` and the
+  connection to the launcher's record-keeper service. It sends heartbeats from
+  the agent's timer, so a worker busy in a collective still beats; it turns
+  the agent's actions into effects (messages, history records, a new target
+  generation for the trainer, an abort flag);
+- the *training* thread trains a real torch model: per generation it builds a
+  fresh gloo group over a fresh store connection and key prefix, takes the
+  state from the generation's source when anyone needs it, and runs steps
+  whose micro-batches come from the core planner. Every collective is
+  asynchronous and polled together with the abort flag, so a dead or
+  evicted peer never holds it longer than the keeper takes to decide.
+
+A step counts only when the keeper service accepts its commit: the request
+carries the generation stamp, and the service answers on the same ordered
+stream as the keeper's roll calls, so a worker never applies a step that its
+own roll-call answer did not include, and a worker evicted while paused is
+refused when it wakes (nothing it computed for an old generation counts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Optional
+
+from rollcall.agent import Abort, Agent, Enter, Log, Phase, SendToKeeper, Stop
+from rollcall.history import rec
+from rollcall.reshard import lr_scale, plan_step, sample_ids
+from rollcall.scenario import Scenario
+from rollcall.types import Cursor
+
+from real import wire
+
+
+class Aborted(Exception):
+    """The generation being trained in is over for this worker."""
+
+
+def _die_with_parent() -> None:
+    try:  # Linux: SIGKILL this process if the launcher goes away
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.worker = args.worker
+        self.incarnation = args.incarnation
+        self.t0 = args.t0
+        self.run_dir = Path(args.run_dir)
+        self.spare = args.spare
+        self.scenario = Scenario.model_validate(
+            json.loads((self.run_dir / "real" / "scenario.json").read_text()))
+        sc = self.scenario
+        self.sock = socket.create_connection(("127.0.0.1", args.port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.send_lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.send(("hello", self.worker, self.incarnation, os.getpid(), self.spare))
+        self.agent = Agent(self.worker, self.incarnation, sc.detector.heartbeat_s)
+        self.target: Optional[Enter] = None
+        self.aborted_gen = 0
+        self.stopped = False
+        self.store_port: Optional[int] = None
+        self.acks: dict[tuple[int, int], bool] = {}
+        self.pending: Optional[tuple[int, int, Cursor]] = None
+        self.started = False
+        self.wake = threading.Event()
+        self.groups: list[dict] = []  # every process group ever built, kept alive
+        self.held: Optional[Cursor] = None  # the state the trainer holds (or will, once acked)
+        self.ready = False  # torch imported, model built
+        self.activate = False
+
+    # --- plumbing -------------------------------------------------------------
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def send(self, obj) -> None:
+        data = wire.encode(obj)
+        with self.send_lock:
+            self.sock.sendall(data)
+
+    def record(self, r: dict) -> None:
+        self.send(("rec", r))
+
+    def apply(self, actions) -> None:
+        """Turn the agent's actions into effects; the caller holds ``lock``."""
+        for a in actions:
+            if isinstance(a, SendToKeeper):
+                self.send(("msg", a.message))
+            elif isinstance(a, Enter):
+                self.target = a
+                # The agent now believes it holds the state at ``a.cursor``;
+                # until the trainer has it, its claim is the state it really
+                # holds (a roll call during the copy must not name it source).
+                self.agent.step_committed(self.now(), self.held)
+                self.wake.set()
+                self.cond.notify_all()
+            elif isinstance(a, Abort):
+                self.aborted_gen = max(self.aborted_gen, a.generation)
+                self.wake.set()
+                self.cond.notify_all()
+            elif isinstance(a, Stop):
+                self.stopped = True
+                self.wake.set()
+                self.cond.notify_all()
+            elif isinstance(a, Log):
+                self.record(a.record)
+
+    def maybe_start(self) -> None:
+        with self.lock:
+            if not self.started and self.ready and self.activate:
+                self.started = True
+                self.apply(self.agent.start(self.now(), None))
+
+    # --- control thread ---------------------------------------------------------
+
+    def control_loop(self) -> None:
+        reader = wire.FrameReader()
+        try:
+            while not self.stopped:
+                with self.lock:
+                    timer = self.agent.get_timer() if self.started else None
+                timeout = 0.5 if timer is None else max(0.0, timer - self.now())
+                readable, _, _ = select.select([self.sock], [], [], timeout)
+                if readable:
+                    data = self.sock.recv(1 << 16)
+                    if not data:
+                        break  # the launcher is gone
+                    for frame in reader.feed(data):
+                        self.handle(frame)
+                with self.lock:
+                    if self.started:
+                        timer = self.agent.get_timer()
+                        if timer is not None and self.now() >= timer:
+                            self.apply(self.agent.handle_timer(self.now()))
+        except (OSError, ValueError):
+            pass
+        finally:
+            with self.lock:
+                self.stopped = True
+                self.cond.notify_all()
+
+    def handle(self, frame) -> None:
+        kind = frame[0]
+        with self.lock:
+            if kind == "msg":
+                if self.started:
+                    self.apply(self.agent.receive(self.now(), frame[1]))
+            elif kind == "ack":
+                _, gen, step, ok = frame
+                self.acks[(gen, step)] = ok
+                p = self.pending
+                if ok and p is not None and p[:2] == (gen, step):
+                    self.held = p[2]
+                    self.apply(self.agent.step_committed(self.now(), p[2]))
+                self.pending = None
+                self.cond.notify_all()
+            elif kind == "welcome":
+                self.store_port = frame[1]
+                self.cond.notify_all()
+            elif kind == "activate":
+                self.activate = True
+        if kind == "activate":
+            self.maybe_start()
+
+    # --- training thread --------------------------------------------------------
+
+    def check(self, gen: int) -> None:
+        if self.stopped or self.aborted_gen >= gen or (
+                self.target is not None and self.target.generation > gen):
+            raise Aborted()
+
+    def wait_work(self, work, gen: int) -> None:
+        """Wait for an async collective *or* the abort flag, whichever comes first.
+
+        The collective's completion callback and every agent action that can
+        end the generation set ``wake``; a short timeout bounds any missed wake.
+        """
+        wake = self.wake
+        try:
+            work.get_future().add_done_callback(lambda _f: wake.set())
+        except Exception:  # noqa: BLE001 - no future: plain polling below
+            pass
+        while not work.is_completed():
+            self.check(gen)
+            wake.wait(0.005)
+            wake.clear()
+        work.wait()  # completed: raises if the collective failed
+
+    def train_loop(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self.torch, self.dist = torch, dist
+        torch.set_num_threads(1)
+        from real.model import Workload
+
+        sc = self.scenario
+        self.wl = Workload(sc.seed, sc.workload.model_params, sc.workload.lr)
+        self.cursor = Cursor()  # position of the state held
+        self.holds_state = False
+        self.ready = True
+        self.send(("ready",))
+        self.maybe_start()
+        done = 0
+        while True:
+            with self.cond:
+                while not self.stopped and (
+                        self.target is None or self.target.generation <= done
+                        or self.store_port is None):
+                    self.cond.wait(0.5)
+                if self.stopped:
+                    return
+                enter = self.target
+            done = enter.generation
+            try:
+                self.run_generation(enter)
+            except Aborted:
+                continue
+            except Exception as exc:  # a failed collective: report and wait
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    raise
+                print(f"[worker {self.worker}.{self.incarnation} gen {enter.generation}] "
+                      f"{type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                with self.lock:
+                    if self.agent.generation == enter.generation:
+                        self.apply(self.agent.step_failed(self.now(), self.cursor.step))
+
+    def build_group(self, enter: Enter):
+        if len(enter.members) == 1:
+            return None
+        dist = self.dist
+        from datetime import timedelta
+        out: dict = {}
+
+        def build() -> None:
+            try:
+                store = dist.TCPStore("127.0.0.1", self.store_port, is_master=False,
+                                      timeout=timedelta(seconds=60))
+                prefixed = dist.PrefixStore(f"rollcall/gen{enter.generation}/", store)
+                # gloo on CPU tensors. (NCCL needs the model on one GPU per
+                # worker; this workload runs on CPU, see NOTES-real.md.)
+                opts = dist.ProcessGroupGloo._Options()
+                opts._timeout = timedelta(seconds=60)
+                opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+                out["pg"] = dist.ProcessGroupGloo(prefixed, enter.rank, len(enter.members), opts)
+                out["store"] = store
+            except Exception as exc:  # noqa: BLE001
+                out["err"] = exc
+
+        th = threading.Thread(target=build, daemon=True, name=f"group-{enter.generation}")
+        th.start()
+        while th.is_alive():
+            self.check(enter.generation)
+            th.join(0.001)
+        self.check(enter.generation)
+        if "err" in out:
+            raise out["err"]
+        # Never let a group be destroyed: the destructor of a gloo group whose
+        # collective waits on a paused peer blocks until that peer wakes up.
+        self.groups.append(out)
+        return out["pg"]
+
+    def allreduce(self, pg, tensor, gen: int) -> None:
+        if pg is None:
+            return
+        self.wait_work(pg.allreduce([tensor]), gen)
+
+    def hold(self, enter: Enter, load) -> None:
+        """Adopt the state at ``enter.cursor`` if the generation is still ours."""
+        with self.lock:
+            self.check(enter.generation)
+            load()
+            self.cursor = enter.cursor
+            self.holds_state = True
+            self.held = enter.cursor
+            self.apply(self.agent.step_committed(self.now(), enter.cursor))
+
+    def local_state(self, cursor: Cursor):
+        """The state at ``cursor`` from the origin or a checkpoint, as a tensor."""
+        if cursor == Cursor():
+            return self.wl.initial_state()
+        from real.model import load_checkpoint
+        ck = load_checkpoint(self.run_dir, cursor.step)
+        if ck is None or ck["sample"] != cursor.sample:
+            raise RuntimeError(f"no checkpoint at {cursor}")
+        return ck["state"]
+
+    def sync_state(self, pg, enter: Enter) -> None:
+        torch = self.torch
+        gen = enter.generation
+        if enter.source is None:
+            state = self.local_state(enter.cursor)
+            self.hold(enter, lambda: self.wl.load_state(state))
+            return
+        is_source = enter.source == self.worker
+        mine = self.holds_state and self.cursor == enter.cursor
+        if is_source and not mine:
+            # Only a claim the trainer cannot back: the origin or a checkpoint can.
+            state = self.local_state(enter.cursor)
+            self.wl.load_state(state)
+            self.cursor, self.holds_state = enter.cursor, True
+            mine = True
+        need = enter.sync or not mine
+        flag = torch.tensor([1 if need else 0], dtype=torch.int64)
+        self.allreduce(pg, flag, gen)
+        if int(flag.item()) == 0:
+            self.hold(enter, lambda: None)
+            return
+        root = enter.members.index(enter.source)
+        buf = self.wl.state() if is_source else torch.empty(2 * self.wl.n)
+        if pg is not None:
+            self.wait_work(pg.broadcast(buf, root), gen)
+        if need:
+            self.hold(enter, lambda: self.wl.load_state(buf))
+        else:
+            self.hold(enter, lambda: None)
+
+    def run_generation(self, enter: Enter) -> None:
+        torch = self.torch
+        sc = self.scenario
+        wl = sc.workload
+        gen = enter.generation
+        pg = self.build_group(enter)
+        self.sync_state(pg, enter)
+        ckpt_every = sc.strategy.checkpoint_interval_steps
+        restart = sc.strategy.kind == "checkpoint-restart"
+        exact = sc.strategy.reduction == "exact"
+        while True:
+            self.check(gen)
+            cursor = self.cursor
+            if cursor.step >= wl.steps:
+                self.send(("final", self.worker, self.incarnation, cursor.to_json(),
+                           self.wl.weights_sha256()))
+                with self.cond:
+                    while not self.stopped and self.target.generation == gen:
+                        self.cond.wait(0.5)
+                raise Aborted()
+            plan = plan_step(cursor, enter.members, global_batch=wl.global_batch,
+                             micro_batch=wl.micro_batch, policy=sc.strategy.batch,
+                             full_workers=sc.cluster.workers)
+            t0 = self.now()
+            self.wl.zero_grad()
+            ids_all: list[int] = []
+            shards = plan.shards_of(self.worker)
+            rows = torch.zeros(plan.n_shards, self.wl.n) if exact else None
+            for j in shards:
+                self.check(gen)
+                offs = plan.shard_offsets(j)
+                ids = sample_ids(sc.seed, wl.dataset_samples, offs.start, offs.stop)
+                self.wl.accumulate(ids)
+                ids_all.extend(ids)
+                if exact:
+                    rows[j] = self.wl.flat_grad()
+                    self.wl.zero_grad()
+            if ids_all:  # the ledger leaves before the exchange: a kill cannot lose it
+                self.record(rec(self.now(), "ok", "contribute", self.worker, gen=gen,
+                                step=cursor.step, samples=ids_all))
+            grad = rows if exact else self.wl.flat_grad()
+            self.check(gen)
+            self.allreduce(pg, grad, gen)
+            nxt = plan.next_cursor()
+            commit = rec(0.0, "ok", "commit", self.worker, gen=gen, step=cursor.step,
+                         last=cursor.step, sample=cursor.sample, stop=nxt.sample,
+                         batch=plan.global_batch, t0=round(t0, 9))
+            with self.cond:
+                self.check(gen)
+                if self.agent.phase is not Phase.ACTIVE or self.agent.generation != gen:
+                    raise Aborted()
+                self.pending = (gen, cursor.step, nxt)
+                self.send(("commit", self.worker, self.incarnation, gen, cursor.step, commit))
+                while (gen, cursor.step) not in self.acks and not self.stopped:
+                    self.cond.wait(0.5)
+                ok = self.acks.pop((gen, cursor.step), False)
+            if not ok:
+                raise Aborted()
+            g = grad.sum(0) if exact else grad
+            g = g / plan.n_shards
+            self.wl.apply(g, lr_scale(sc.strategy.batch, sc.strategy.lr_scaling,
+                                      plan.global_batch, wl.global_batch))
+            with self.lock:
+                self.cursor = nxt
+            if restart and nxt.step % ckpt_every == 0 and nxt.step < wl.steps \
+                    and enter.rank == 0:
+                from real.model import save_checkpoint
+                save_checkpoint(self.run_dir, nxt.step, nxt.sample, self.wl.state())
+                with self.lock:
+                    if self.agent.generation == gen:
+                        self.record(rec(self.now(), "ok", "checkpoint", self.worker,
+                                        gen=gen, cursor=nxt.to_json()))
+                        self.apply(self.agent.checkpointed(self.now(), nxt))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m real.worker")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--worker", type=int, required=True)
+    p.add_argument("--incarnation", type=int, default=0)
+    p.add_argument("--t0", type=float, required=True)
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--spare", action="store_true")
+    args = p.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher owns Ctrl-C
+    _die_with_parent()
+    w = Worker(args)
+    ctl = threading.Thread(target=w.control_loop, daemon=True, name="control")
+    ctl.start()
+    code = 0
+    try:
+        w.train_loop()
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # never wait on abandoned collectives at exit
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Pieces of the real target that need no process: framing, fault plan, accounting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rollcall.messages import Heartbeat, Membership
+from rollcall.scenario import parse_scenario
+from rollcall.types import Cursor
+
+from real import wire
+from real.driver import merge_history, recoveries
+from real.faults import FaultPlan
+
+
+@pytest.mark.timeout(30)
+def test_frames_survive_any_split() -> None:
+    frames = [("hello", 1, 0, 123, False),
+              ("msg", Heartbeat(1, 0, 2, 7)),
+              ("msg", Membership(3, (0, 2), (0, 1), Cursor(5, 40), 0, (2,))),
+              ("rec", {"f": "contribute", "samples": list(range(100))})]
+    data = b"".join(wire.encode(f) for f in frames)
+    for chunk in (1, 3, 7, len(data)):
+        reader = wire.FrameReader()
+        got = []
+        for i in range(0, len(data), chunk):
+            got += reader.feed(data[i:i + chunk])
+        assert got == frames
+
+
+@pytest.mark.timeout(30)
+def test_fault_plan_orders_by_time_and_step_and_is_seeded() -> None:
+    sc = parse_scenario("""
+name: t
+cluster: {workers: 4}
+failures:
+  worker_mtbf_s: 100
+  schedule:
+    - {at_s: 2.0, kill: 1}
+    - {at_step: 5, pause: 2, for_s: 1}
+    - {at_s: 1.0, join: 1}
+    - {at_step: 3, kill: random}
+""")
+    plan = FaultPlan(sc)
+    assert [d.kind for d in plan.due_by_time(1.5)] == ["join"]
+    assert [d.kind for d in plan.due_by_step(4)] == ["kill"]
+    assert [d.kind for d in plan.due_by_step(10)] == ["pause"]
+    assert [d.targets for d in plan.due_by_time(2.0)] == [(1,)]
+    lives = [FaultPlan(sc).draw_lifetime() for _ in range(2)]
+    assert lives[0] == lives[1] and lives[0] > 0
+
+
+@pytest.mark.timeout(30)
+def test_recovery_is_measured_to_the_first_commit_of_a_new_generation() -> None:
+    recs = [
+        {"t": 1.0, "f": "commit", "gen": 1, "step": 9},
+        {"t": 2.0, "f": "fault", "kind": "kill", "workers": [1], "gen": 1},
+        {"t": 2.01, "f": "commit", "gen": 1, "step": 10},   # the old generation's last step
+        {"t": 2.30, "f": "commit", "gen": 2, "step": 11},
+        {"t": 5.0, "f": "fault", "kind": "pause", "workers": [2], "gen": 2, "for_s": 0.1},
+        {"t": 5.05, "f": "commit", "gen": 2, "step": 50},   # no new generation: next commit
+    ]
+    out = recoveries(recs)
+    assert [r["kill_to_resume_s"] for r in out] == [pytest.approx(0.3), pytest.approx(0.05)]
+    assert out[0]["resumed_gen"] == 2
+
+
+@pytest.mark.timeout(30)
+def test_merge_history_sorts_by_time_and_drops_a_torn_line(tmp_path: Path) -> None:
+    lines = [json.dumps({"t": t, "f": "x", "i": i}) for i, t in enumerate([0.3, 0.1, 0.2, 0.1])]
+    (tmp_path / "history.jsonl").write_text("\n".join(lines) + "\n{\"t\": 0.5, \"f\n")
+    recs = merge_history(tmp_path)
+    assert [(r["t"], r["i"]) for r in recs] == [(0.1, 1), (0.1, 3), (0.2, 2), (0.3, 0)]
+    assert len((tmp_path / "history.jsonl").read_text().splitlines()) == 4
