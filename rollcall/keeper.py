@@ -26,7 +26,9 @@ one with newcomers holds a last-call window for more of them.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Iterable, Optional, Union
 
 from rollcall.detector import TimeoutDetector
@@ -339,9 +341,15 @@ class Keeper:
         lives newer than any the keeper knows, whose old life is not tracked."""
         ws = workers - self.advanced_at.keys()
         known, minimum = self.incarnation, self.min_incarnation
-        fresh = {w for w in ws if incarnation[w] >= minimum.get(w, 0)
-                 and incarnation[w] > known.get(w, -1)}
-        self.incarnation.update((w, incarnation[w]) for w in fresh)
+        order = sorted(ws)
+        lives = list(map(incarnation.__getitem__, order))
+        if lives == list(map(minimum.get, order, repeat(-1))):
+            fresh = ws  # exactly the lives a RestartJob ordered: all newer than known
+            self.incarnation.update(zip(order, lives))
+        else:
+            fresh = {w for w in ws if incarnation[w] >= minimum.get(w, 0)
+                     and incarnation[w] > known.get(w, -1)}
+            self.incarnation.update((w, incarnation[w]) for w in fresh)
         self.counter.update(dict.fromkeys(fresh, -1))
         return fresh
 
@@ -381,14 +389,17 @@ class Keeper:
         """A member of the current generation is gone or the step failed."""
         if self.config.strategy == CHECKPOINT_RESTART:
             # Every current life is over: the driver relaunches the live ones.
+            members = self.members
             relaunch = tuple(sorted(self.advanced_at.keys() & self._member_set))
-            for w in self.members:
-                self.min_incarnation[w] = self.incarnation.get(w, 0) + 1
-                self.advanced_at.pop(w, None)
-                self.counter.pop(w, None)
+            # Element-wise work through map(): a restart of 10^4 members must
+            # not be a Python-level loop per member (see benchmarks/sim_scale.py).
+            self.min_incarnation.update(zip(members, map(
+                int.__add__, map(self.incarnation.get, members, repeat(0)), repeat(1))))
+            deque(map(self.advanced_at.pop, members, repeat(None)), maxlen=0)
+            deque(map(self.counter.pop, members, repeat(None)), maxlen=0)
             self._out.append(Record(rec(now, "info", "restart", KEEPER,
                                         gen=self.generation, reason=reason)))
-            incarnations = tuple(self.min_incarnation[w] for w in relaunch)
+            incarnations = tuple(map(self.min_incarnation.__getitem__, relaunch))
             self._out.append(RestartJob(self.generation, reason, relaunch, incarnations))
             self._open(now, "restart", expect=False, relaunch=relaunch)
         else:
@@ -460,7 +471,7 @@ class Keeper:
             self.standby[w] = r.joined[w]
             self.standby_gen[w] = r.state_gen.get(w, r.generation - 1)
         members = tuple(sorted(old + new[:room])) if new else tuple(old)
-        cursor, source = self._resume_point(r, old, new[:room])
+        cursor, source = self._resume_point(r, old, new[:room], overflow=len(new) > room)
         if source is None:
             stale = members if cursor != Cursor() else ()
         else:
@@ -483,11 +494,11 @@ class Keeper:
         self._out.append(Formed(self.generation, members, cursor, source, stale, r.reason))
         self._out.append(Broadcast(members, self._membership()))
 
-    def _resume_point(self, r: Round, old: list[WorkerId],
-                      new: list[WorkerId]) -> tuple[Cursor, Optional[WorkerId]]:
+    def _resume_point(self, r: Round, old: list[WorkerId], new: list[WorkerId],
+                      overflow: bool = False) -> tuple[Cursor, Optional[WorkerId]]:
         """The most advanced state among the members wins; ties go to an old
         member, then to the lowest id. With no state at all, the checkpoint."""
-        admitted = set(old).union(new)
+        admitted = set(old).union(new) if overflow else r.joined.keys()
         held = sorted((c for c, ws in r.by_cursor.items()
                        if c is not None and not ws.isdisjoint(admitted)), reverse=True)
         fallback = self.checkpoint or Cursor()
