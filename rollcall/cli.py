@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
 import sys
 from datetime import datetime, timezone
@@ -154,6 +155,63 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    import hashlib
+    import json
+
+    from rollcall import analysis, sweep
+
+    try:
+        grid = sweep.parse_grid(args.grid)
+    except ValueError as exc:
+        _err(str(exc))
+        return 2
+    scenario = load_scenario(args.scenario, args.set, target=args.target)
+    if args.out:
+        out_dir = Path(args.out)
+    else:  # deterministic, so that running the same sweep again resumes it
+        name = f"sweep-{scenario.target}"
+        if args.set:
+            name += "-" + hashlib.sha1(json.dumps(sorted(args.set)).encode()).hexdigest()[:8]
+        out_dir = Path("runs") / scenario.name / name
+    strategies = tuple(args.strategy) if args.strategy else sweep.STRATEGIES
+    try:
+        df = sweep.sweep(
+            args.scenario, grid, seeds=args.seeds, first_seed=args.seed, strategies=strategies,
+            target=args.target, sets=args.set, out=out_dir, jobs=args.jobs,
+            progress=not args.quiet and sys.stderr.isatty(),
+        )
+    except KeyboardInterrupt:
+        _err(f"interrupted; finished runs kept in {out_dir} (run the same command to resume)")
+        return 130
+    if not args.quiet and len(df):
+        table = analysis.summarize(df, list(grid) + ["strategy"], ["goodput", "ettr", "elapsed_s"])
+        cols = list(grid) + ["strategy", "n", "goodput_mean", "goodput_ci", "ettr_mean", "ettr_ci", "elapsed_s_mean"]
+        print(table[cols].to_string(index=False))
+    invalid = int((df["valid"].astype(str) != "True").sum()) if len(df) else 0
+    print(f"runs: {len(df)}  invalid: {invalid}")
+    print(f"out: {out_dir}")
+    print(f"csv: {out_dir / sweep.CSV_FILE}")
+    return 1 if invalid else 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from rollcall import calibrate
+
+    run_dir = Path(args.run_dir)
+    try:
+        cal = calibrate.measure(run_dir)
+    except (OSError, ValueError) as exc:
+        _err(f"{run_dir}: {exc}")
+        return 2
+    out = Path(args.out) if args.out else run_dir / calibrate.CALIBRATION_FILE
+    calibrate.write_calibration(cal, out)
+    for key, value in calibrate.overrides(cal).items():
+        print(f"{key}={_fmt(value)}")
+    print(f"out: {out}")
+    return 0
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -198,6 +256,26 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=TARGETS, help="override the scenario's target")
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/<name>/<utc>-compare/)")
     p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser("sweep", help="run a grid of keys x both strategies x seeds, resumable")
+    common(p)
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="a key and its values (YAML each), repeatable: the cartesian product is run")
+    p.add_argument("--seeds", type=_positive_int, default=3, metavar="N", help="seeds per point (default 3)")
+    p.add_argument("--seed", type=int, help="first seed (default: the scenario's seed)")
+    p.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="J",
+                   help="parallel processes (default: CPU count)")
+    p.add_argument("--target", choices=TARGETS, help="override the scenario's target (default sim)")
+    p.add_argument("--strategy", choices=STRATEGIES, action="append",
+                   help="only this strategy (repeatable; default both)")
+    p.add_argument("--out", metavar="DIR", help="sweep directory (default runs/<name>/sweep-<target>/)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("calibrate", help="measure a real run's costs and write calibration.yaml")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of the real target")
+    p.add_argument("--out", metavar="FILE", help="output file (default RUN_DIR/calibration.yaml)")
+    p.set_defaults(func=_cmd_calibrate)
     return parser
 
 

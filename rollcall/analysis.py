@@ -1,0 +1,423 @@
+"""Readers of run directories, returning pandas DataFrames, plus the analytic baselines.
+
+Notebooks, sweeps and benchmarks read results only through these helpers, so
+the history format (see :mod:`rollcall.history`) is interpreted in one place
+and never re-parsed by hand in a notebook. Nothing here decides anything
+about membership: it reads what both targets wrote in the same format.
+
+Times: history ``t`` is target-specific (the sim starts at 0; the real target
+counts from the launcher's start, ~40 s of process start-up before training).
+Every frame carries ``t`` as written and ``t_rel = t - origin`` where origin
+is the first ``generation`` record (training start), the same clock zero the
+drivers use for ``elapsed_s``, so the two targets can be drawn on one axis.
+
+The analytic helpers are Young (1974) and Daly (2006) for periodic
+checkpointing with exponential failures (see ANCHORS.md, Theory).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from rollcall.results import SCENARIO_FILE, SUMMARY_FILE, read_history, read_summary
+from rollcall.types import from_ranges
+
+__all__ = [
+    "ci95",
+    "daly_goodput",
+    "daly_interval",
+    "daly_params",
+    "daly_wall_time",
+    "generations",
+    "ideal_step_s",
+    "load_history",
+    "load_summaries",
+    "load_summary",
+    "mean_ci",
+    "origin",
+    "plot_timeline",
+    "step_times",
+    "summarize",
+    "t975",
+    "timeline",
+    "young_interval",
+]
+
+# two-sided 95% Student-t quantiles t_{0.975, df}; scipy is not a dependency.
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042,
+         40: 2.021, 60: 2.000, 120: 1.980}
+
+
+# --------------------------------------------------------------------------- statistics
+
+def t975(df: int) -> float:
+    """97.5% quantile of Student's t with ``df`` degrees of freedom (nan for df < 1).
+
+    Interpolated in 1/df between tabulated values (error < 0.3%), which is
+    plenty for confidence bands drawn on plots.
+    """
+    if df < 1:
+        return float("nan")
+    if df in _T975:
+        return _T975[df]
+    keys = sorted(_T975)
+    if df > keys[-1]:
+        return 1.960 + (_T975[120] - 1.960) * 120 / df
+    hi = next(k for k in keys if k > df)
+    lo = max(k for k in keys if k < df)
+    x = (1 / df - 1 / hi) / (1 / lo - 1 / hi)
+    return _T975[hi] + x * (_T975[lo] - _T975[hi])
+
+
+def ci95(values: Iterable[float]) -> float:
+    """Half-width of the 95% Student-t interval of the mean (nan with < 2 values)."""
+    xs = [float(v) for v in values if v is not None and not _isnan(v)]
+    n = len(xs)
+    if n < 2:
+        return float("nan")
+    m = sum(xs) / n
+    var = sum((x - m) ** 2 for x in xs) / (n - 1)
+    return t975(n - 1) * math.sqrt(var / n)
+
+
+def mean_ci(values: Iterable[float]) -> tuple[float, float]:
+    """``(mean, half-width of the 95% interval)``; nan mean for no values."""
+    xs = [float(v) for v in values if v is not None and not _isnan(v)]
+    if not xs:
+        return float("nan"), float("nan")
+    return sum(xs) / len(xs), ci95(xs)
+
+
+def summarize(df: pd.DataFrame, by: Sequence[str] | str, metrics: Sequence[str] | str) -> pd.DataFrame:
+    """Per group: ``n`` and for each metric ``<m>_mean``, ``<m>_ci`` (half-width), ``<m>_lo``, ``<m>_hi``.
+
+    The tidy frame a sweep produces has one row per seed; this is the one
+    reduction every plot with error bars needs.
+    """
+    by = [by] if isinstance(by, str) else list(by)
+    metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+    rows = []
+    for key, grp in df.groupby(by, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        row: dict[str, Any] = dict(zip(by, key))
+        row["n"] = len(grp)
+        for m in metrics:
+            mean, half = mean_ci(pd.to_numeric(grp[m], errors="coerce"))
+            row[f"{m}_mean"], row[f"{m}_ci"] = mean, half
+            row[f"{m}_lo"] = mean - half if not _isnan(half) else mean
+            row[f"{m}_hi"] = mean + half if not _isnan(half) else mean
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _isnan(v: Any) -> bool:
+    try:
+        return math.isnan(float(v))
+    except (TypeError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------- theory
+
+def young_interval(delta: float, mtbf: float) -> float:
+    """Young (1974): optimum compute time between checkpoints, ``sqrt(2 delta M)``.
+
+    ``delta`` is the checkpoint write time, ``mtbf`` the *job's* mean time
+    between failures (per-node MTBF / nodes).
+    """
+    return math.sqrt(2.0 * delta * mtbf)
+
+
+def daly_interval(delta: float, mtbf: float) -> float:
+    """Daly (2006) higher-order optimum compute time between checkpoints.
+
+    ``sqrt(2 delta M) [1 + sqrt(delta/(2M))/3 + delta/(18 M)] - delta`` for
+    ``delta < 2M``, else ``M``.
+    """
+    if delta >= 2.0 * mtbf:
+        return mtbf
+    x = delta / (2.0 * mtbf)
+    return math.sqrt(2.0 * delta * mtbf) * (1.0 + math.sqrt(x) / 3.0 + x / 9.0) - delta
+
+
+def daly_wall_time(solve_s: float, tau: float, delta: float, mtbf: float, restart: float) -> float:
+    """Daly's expected wall time ``T_w = M e^(R/M) (e^((tau+delta)/M) - 1) T_s / tau``.
+
+    ``solve_s`` (T_s) is the failure-free compute time, ``tau`` the compute
+    time between checkpoints, ``delta`` the checkpoint write time, ``restart``
+    (R) everything from a failure's detection to computing again (detection,
+    restart, checkpoint read), ``mtbf`` (M) the job's mean time between
+    failures. Exponential failures that may also strike during R.
+    """
+    m = float(mtbf)
+    return m * math.exp(restart / m) * (math.exp((tau + delta) / m) - 1.0) * solve_s / tau
+
+
+def ideal_step_s(scenario: Mapping[str, Any]) -> float:
+    """Failure-free step time of the full initial cluster, as the sim's cost model has it.
+
+    Shards (global_batch / micro_batch) are spread over the workers, the
+    slowest worker computes ceil(shards / workers) micro-batches, then one
+    allreduce.
+    """
+    w, wl = scenario["cluster"]["workers"], scenario["workload"]
+    shards = wl["global_batch"] // wl["micro_batch"]
+    return math.ceil(shards / w) * wl["micro_batch_s"] + wl["allreduce_s"]
+
+
+def daly_params(scenario: Mapping[str, Any] | str | Path) -> dict[str, float]:
+    """Daly's M, R, delta, tau, T_s for a checkpoint-restart scenario (a dict or a run dir).
+
+    The mapping tests/test_sim_daly.py verifies against the sim: M =
+    worker_mtbf_s / workers (hot spares keep the job full); R = expected
+    detection (timeout + heartbeat/2 + latency) + restart + checkpoint read +
+    two more message latencies; delta = checkpoint write; tau = interval x
+    step; T_s = steps x step.
+    """
+    if not isinstance(scenario, Mapping):
+        import yaml
+
+        scenario = yaml.safe_load((Path(scenario) / SCENARIO_FILE).read_text(encoding="utf-8"))
+    step = ideal_step_s(scenario)
+    det, st, net = scenario["detector"], scenario["strategy"], scenario["network"]
+    mtbf = scenario["failures"]["worker_mtbf_s"]
+    return {
+        "M": float("inf") if mtbf is None else mtbf / scenario["cluster"]["workers"],
+        "R": det["timeout_s"] + det["heartbeat_s"] / 2 + 3 * net["latency_s"]
+        + st["restart_s"] + st["checkpoint_read_s"],
+        "delta": st["checkpoint_write_s"],
+        "tau": st["checkpoint_interval_steps"] * step,
+        "T_s": scenario["workload"]["steps"] * step,
+        "step_s": step,
+    }
+
+
+def daly_goodput(p: Mapping[str, float]) -> float:
+    """Daly's expected goodput ``T_s / T_w`` for :func:`daly_params` output (1 - overhead)."""
+    if math.isinf(p["M"]):
+        return p["tau"] / (p["tau"] + p["delta"])
+    try:
+        return p["T_s"] / daly_wall_time(p["T_s"], p["tau"], p["delta"], p["M"], p["R"])
+    except OverflowError:
+        return 0.0
+
+
+# --------------------------------------------------------------------------- readers
+
+def _run_dirs(paths: Iterable[str | Path] | str | Path) -> list[Path]:
+    if isinstance(paths, (str, Path)):
+        root = Path(paths)
+        if (root / SUMMARY_FILE).exists():
+            return [root]
+        return sorted(p.parent for p in root.rglob(SUMMARY_FILE))
+    return [Path(p) for p in paths]
+
+
+def load_summary(run_dir: str | Path) -> pd.Series:
+    """One run's ``summary.json`` as a Series (plus ``run_dir``)."""
+    data = read_summary(run_dir)
+    data["run_dir"] = str(run_dir)
+    return pd.Series(data)
+
+
+def load_summaries(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
+    """One row per run: a list of run dirs, or a root searched for ``summary.json``.
+
+    A ``point.json`` beside the summary (written by :mod:`rollcall.sweep`)
+    adds the sweep's grid values as columns, so grid keys survive without
+    ``sweep.csv``. List-valued keys (``violations``) are kept as JSON text so
+    the frame stays flat and CSV-safe.
+    """
+    rows = []
+    for d in _run_dirs(paths):
+        row = read_summary(d)
+        point = d / "point.json"
+        if point.exists():
+            row.update(json.loads(point.read_text(encoding="utf-8")).get("grid", {}))
+        for k, v in list(row.items()):
+            if isinstance(v, (list, dict)):
+                row[k] = json.dumps(v, sort_keys=True)
+        row["run_dir"] = str(d)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def origin(records: Sequence[dict[str, Any]]) -> float:
+    """Training start: ``t`` of the first ``generation`` record (0 if none)."""
+    for r in records:
+        if r.get("f") == "generation":
+            return float(r["t"])
+    return 0.0
+
+
+def load_history(run_dir: str | Path) -> pd.DataFrame:
+    """Every ``history.jsonl`` record as a row; columns are the union of fields plus ``t_rel``.
+
+    Rows keep file order (both targets write in time order). ``members``
+    stays in its run-length form; :func:`generations` expands it.
+    """
+    records = list(read_history(run_dir))
+    df = pd.DataFrame.from_records(records)
+    if df.empty:
+        return pd.DataFrame(columns=["t", "type", "f", "process", "t_rel"])
+    df["t_rel"] = df["t"].astype(float) - origin(records)
+    return df
+
+
+def _records(run_dir: str | Path) -> list[dict[str, Any]]:
+    return list(read_history(run_dir))
+
+
+def generations(run_dir: str | Path) -> pd.DataFrame:
+    """One row per generation: ``gen, t, t_rel, t_round, t_end, members, size, reason, source, step, sample``.
+
+    ``t_round`` is when the roll call that formed it opened (``round``
+    invoke), so ``t - t_round`` is the roll call's length; ``t_end`` is when
+    the next generation formed or the run ended. ``members`` is a tuple of
+    worker ids, the list sim-vs-real agreement compares.
+    """
+    recs = _records(run_dir)
+    t0 = origin(recs)
+    opened: dict[int, float] = {}
+    rows: list[dict[str, Any]] = []
+    end_t = max((float(r["t"]) for r in recs), default=0.0)
+    for r in recs:
+        if r.get("f") == "round" and r.get("type") == "invoke":
+            opened.setdefault(int(r["gen"]), float(r["t"]))
+        elif r.get("f") == "generation":
+            gen = int(r["gen"])
+            members = tuple(from_ranges(r["members"]))
+            cursor = r.get("cursor") or [None, None]
+            rows.append({
+                "gen": gen, "t": float(r["t"]), "t_round": opened.get(gen, float(r["t"])),
+                "members": members, "size": len(members), "reason": r.get("reason"),
+                "source": r.get("source"), "step": cursor[0], "sample": cursor[1],
+            })
+        elif r.get("f") == "end":
+            end_t = float(r["t"])
+    for i, row in enumerate(rows):
+        row["t_end"] = rows[i + 1]["t"] if i + 1 < len(rows) else end_t
+        for k in ("t", "t_round", "t_end"):
+            row[f"{k}_rel" if k != "t" else "t_rel"] = row[k] - t0
+    cols = ["gen", "t", "t_rel", "t_round", "t_round_rel", "t_end", "t_end_rel", "members",
+            "size", "reason", "source", "step", "sample"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def step_times(run_dir: str | Path) -> pd.DataFrame:
+    """One row per ``commit`` record: ``gen, step, last, steps, t0, t, step_s, batch, size`` (+ ``_rel`` times).
+
+    The sim commits ranges of steps in one record, the real target one step
+    per record; ``step_s`` is the mean step time over the record's range, so
+    both read the same. ``size`` is the generation's member count.
+    """
+    recs = _records(run_dir)
+    t0 = origin(recs)
+    sizes = {int(r["gen"]): len(from_ranges(r["members"])) for r in recs if r.get("f") == "generation"}
+    rows = []
+    for r in recs:
+        if r.get("f") != "commit":
+            continue
+        n = int(r["last"]) - int(r["step"]) + 1
+        start, end = float(r["t0"]), float(r["t"])
+        rows.append({
+            "gen": int(r["gen"]), "step": int(r["step"]), "last": int(r["last"]), "steps": n,
+            "t0": start, "t": end, "t0_rel": start - t0, "t_rel": end - t0,
+            "step_s": (end - start) / n if n else float("nan"),
+            "batch": r.get("batch"), "size": sizes.get(int(r["gen"])),
+        })
+    cols = ["gen", "step", "last", "steps", "t0", "t", "t0_rel", "t_rel", "step_s", "batch", "size"]
+    return pd.DataFrame(rows, columns=cols).sort_values("t", kind="stable").reset_index(drop=True)
+
+
+def timeline(run_dir: str | Path) -> pd.DataFrame:
+    """Intervals to draw, one row each: ``kind, worker, gen, start, end`` (relative times).
+
+    kinds:
+    - ``member``: worker ``worker`` was a member of generation ``gen``
+      from its formation until the next one (one bar per worker per generation);
+    - ``roll_call``: a round was open (``round`` invoke to ``generation``), job-wide;
+    - ``stall``: from a kill/pause fault to the round it caused (the
+      survivors waiting on a dead or paused peer until detection), job-wide;
+    - ``restart``: a whole-job restart (``restart`` record to the next generation);
+    - ``fault``: an instant (start == end) per faulted worker, with ``what``
+      the fault kind (kill, pause, resume, join).
+    """
+    gens = generations(run_dir)
+    recs = _records(run_dir)
+    t0 = origin(recs)
+    rows: list[dict[str, Any]] = []
+    for g in gens.itertuples(index=False):
+        for w in g.members:
+            rows.append({"kind": "member", "worker": w, "gen": g.gen,
+                         "start": g.t_rel, "end": g.t_end_rel, "what": g.reason})
+        if g.t_round_rel < g.t_rel:
+            rows.append({"kind": "roll_call", "worker": None, "gen": g.gen,
+                         "start": g.t_round_rel, "end": g.t_rel, "what": g.reason})
+    rounds = sorted(float(r["t"]) - t0 for r in recs if r.get("f") == "round" and r.get("type") == "invoke")
+    gen_ts = sorted(gens["t_rel"].tolist())
+    for r in recs:
+        f = r.get("f")
+        t = float(r["t"]) - t0
+        if f in ("fault", "resume"):  # the real target logs a pause's end as f=resume
+            kind = r.get("kind", "resume")
+            for w in r.get("workers") or [None]:
+                rows.append({"kind": "fault", "worker": w, "gen": r.get("gen"), "start": t, "end": t, "what": kind})
+            if kind in ("kill", "pause"):
+                nxt = next((x for x in rounds if x >= t), None)
+                if nxt is not None and nxt > t:
+                    rows.append({"kind": "stall", "worker": None, "gen": r.get("gen"),
+                                 "start": t, "end": nxt, "what": kind})
+        elif f == "restart":
+            nxt = next((x for x in gen_ts if x >= t), None)
+            rows.append({"kind": "restart", "worker": None, "gen": r.get("gen"), "start": t,
+                         "end": nxt if nxt is not None else t, "what": r.get("reason")})
+    df = pd.DataFrame(rows, columns=["kind", "worker", "gen", "start", "end", "what"])
+    return df
+
+
+def plot_timeline(run_dir: str | Path, ax: Any = None, title: str | None = None) -> Any:
+    """Draw :func:`timeline` on ``ax``: a row per worker coloured by generation, faults marked,
+    stalls (red) and roll calls / restarts (grey) shaded. Returns the axes.
+
+    matplotlib is imported here, lazily, so reading results does not need it.
+    """
+    import matplotlib.pyplot as plt
+
+    tl = timeline(run_dir)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 3))
+    cmap = plt.get_cmap("tab10")
+    members = tl[tl.kind == "member"]
+    for m in members.itertuples(index=False):
+        ax.broken_barh([(m.start, max(m.end - m.start, 1e-9))], (m.worker - 0.4, 0.8),
+                       facecolors=cmap((int(m.gen) - 1) % 10), edgecolor="none")
+    shade = {"stall": ("tab:red", 0.15), "roll_call": ("grey", 0.35), "restart": ("black", 0.15)}
+    for kind, (colour, alpha) in shade.items():
+        for i, s in enumerate(tl[tl.kind == kind].itertuples(index=False)):
+            ax.axvspan(s.start, s.end, color=colour, alpha=alpha, lw=0,
+                       label=kind.replace("_", " ") if i == 0 else None)
+    markers = {"kill": ("x", "red"), "pause": ("v", "orange"), "resume": ("^", "green"), "join": ("*", "blue")}
+    seen: set[str] = set()
+    for f in tl[tl.kind == "fault"].itertuples(index=False):
+        marker, colour = markers.get(f.what, ("o", "k"))
+        y = f.worker if f.worker is not None else -1
+        ax.plot([f.start], [y], marker=marker, color=colour, ms=9, ls="none",
+                label=f.what if f.what not in seen else None)
+        seen.add(f.what)
+    for g in members.drop_duplicates("gen").itertuples(index=False):
+        ax.text(g.start, members.worker.max() + 0.6, f"g{int(g.gen)}", fontsize=7)
+    ax.set_xlabel("time since training start (s)")
+    ax.set_ylabel("worker")
+    if len(members):
+        ax.set_yticks(sorted(members.worker.unique()))
+    ax.legend(loc="upper right", fontsize=7, ncol=3)
+    if title:
+        ax.set_title(title)
+    return ax

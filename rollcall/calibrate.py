@@ -1,0 +1,244 @@
+"""Calibration: measure a real run's costs and express them as sim scenario keys.
+
+Why: the sim is only worth trusting at 10^5 GPUs if, at 4 CPU processes, it
+predicts what the real target measured. ``measure(run_dir)`` reads a real
+run's history (never its logs) and returns the costs it saw;
+``overrides(cal)`` maps them onto the keys the sim's cost model reads;
+``apply(scenario, cal)`` returns the scenario with them set.
+
+What is measured, and onto which key it goes:
+
+- step cost: the interval between consecutive commits of one generation
+  (compute + exchange + commit round trip), mean per generation without
+  stall outliers, fitted
+  as ``ceil(shards / members) * micro_batch_s + allreduce_s`` weighted by
+  steps. On an oversubscribed CPU a smaller generation may step *faster*
+  (fewer processes per core), which the sim's model cannot express; then
+  the fit falls back to ``allreduce_s = 0`` and the ``micro_batch_s`` that
+  preserves the run's total step time.
+- detection: fault -> the roll call it caused (kills: the launcher sees the
+  exit; pauses: the heartbeat timeout). The sim detects every failure by
+  timeout (expected delay ``timeout_s - heartbeat_s / 2``), so
+  ``detector.timeout_s = detection + heartbeat_s / 2`` (heartbeat shortened
+  when a kill is detected faster than one period). Pauses win over kills when
+  both were seen, since pauses are what the timeout decides.
+- roll call: round opened -> generation formed, for failure rounds that
+  did not have to time a silent member out (those measure the detector);
+  ``network.latency_s = roll call / 2`` (one message out, one back).
+- state transfer: the first step of a generation with newcomers beyond a
+  normal step; ``network.bandwidth_Bps = model bytes / (transfer - latency)``.
+- checkpoint write: checkpoint record - commit of its step (0 when the run
+  wrote none: the real target checkpoints only under checkpoint-restart,
+  while the sim charges ``checkpoint_write_s`` to both strategies).
+- checkpoint read and restart: ``restart`` record -> next generation
+  (``restart_s``), and that generation's first step beyond a normal one
+  (``checkpoint_read_s``).
+
+A cost that the run did not exercise is left out, so applying the file keeps
+the scenario's own value for it.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from rollcall.results import SCENARIO_FILE, read_history
+from rollcall.scenario import Scenario
+from rollcall.types import from_ranges
+
+__all__ = ["CALIBRATION_FILE", "apply", "measure", "overrides", "read_calibration", "write_calibration"]
+
+CALIBRATION_FILE = "calibration.yaml"
+_FAILURE_REASONS = {"failure", "step-failed", "exited", "timeout"}
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _fit_step(points: list[tuple[int, float, int]]) -> tuple[float, float]:
+    """Weighted least squares of ``step = k * mb + ar`` over (k, median step, steps)."""
+    w = sum(n for _, _, n in points)
+    total = sum(n * s for _, s, n in points)
+    kbar = sum(n * k for k, _, n in points) / w
+    sbar = total / w
+    var = sum(n * (k - kbar) ** 2 for k, _, n in points)
+    if var > 0:
+        mb = sum(n * (k - kbar) * (s - sbar) for k, s, n in points) / var
+        ar = sbar - mb * kbar
+        if mb > 0 and ar >= 0:
+            return mb, ar
+    return total / sum(n * k for k, _, n in points), 0.0
+
+
+def measure(run_dir: str | Path) -> dict[str, Any]:
+    """The costs a real run exhibited, in seconds (see the module docstring)."""
+    run_dir = Path(run_dir)
+    sc = yaml.safe_load((run_dir / SCENARIO_FILE).read_text(encoding="utf-8"))
+    recs = list(read_history(run_dir))
+    if not any(r.get("f") == "commit" for r in recs):
+        raise ValueError("no committed step in the history: nothing to calibrate")
+    wl = sc["workload"]
+    shards = wl["global_batch"] // wl["micro_batch"]
+    gens: dict[int, dict[str, Any]] = {}
+    opened: dict[int, float] = {}
+    commits: dict[int, list[dict[str, Any]]] = {}
+    for r in recs:
+        f = r.get("f")
+        if f == "round" and r.get("type") == "invoke":
+            opened.setdefault(int(r["gen"]), float(r["t"]))
+        elif f == "generation":
+            gens[int(r["gen"])] = r
+        elif f == "commit":
+            commits.setdefault(int(r["gen"]), []).append(r)
+
+    # step cost per generation
+    points, per_gen = [], {}
+    for g, cs in commits.items():
+        size = len(from_ranges(gens[g]["members"])) if g in gens else None
+        ts = sorted(float(c["t"]) for c in cs)
+        deltas = [b - a for a, b in zip(ts, ts[1:])]
+        if size and deltas:
+            # the mean, not the median: elapsed time is a sum and step times are
+            # skewed; but without the outliers (> 5x median) that are a stall on
+            # a paused peer, which the sim charges separately until detection.
+            cut = 5.0 * statistics.median(deltas)
+            kept = [d for d in deltas if d <= cut]
+            med = sum(kept) / len(kept)
+            points.append((math.ceil(shards / size), med, len(kept)))
+            per_gen[g] = med
+    if not points:  # one commit per generation: use t - t0
+        for g, cs in commits.items():
+            size = len(from_ranges(gens[g]["members"]))
+            points.append((math.ceil(shards / size), statistics.median(
+                float(c["t"]) - float(c["t0"]) for c in cs), len(cs)))
+    mb, ar = _fit_step(points)
+
+    def step_of(g: int) -> float:
+        if g in per_gen:
+            return per_gen[g]
+        return math.ceil(shards / len(from_ranges(gens[g]["members"]))) * mb + ar
+
+    def first_commit_after(g: int) -> float | None:
+        cs = commits.get(g)
+        return min(float(c["t"]) for c in cs) if cs else None
+
+    kill_d, pause_d, roll, transfer, resume, ck_write, restart, read = [], [], [], [], [], [], [], []
+    rounds = sorted(opened.values())
+    commit_t = {int(c["last"]): float(c["t"]) for cs in commits.values() for c in cs}
+    evicts = [(float(r["t"]), r.get("worker")) for r in recs if r.get("f") == "evict"]
+    evicts_by_timeout = [(float(r["t"]), r.get("worker")) for r in recs
+                         if r.get("f") == "evict" and r.get("reason") == "timeout"]
+    gen_list = sorted(gens.items())
+    for r in recs:
+        f, t = r.get("f"), float(r["t"])
+        if f == "fault" and r.get("kind") == "kill":
+            nxt = next((x for x in rounds if x >= t), None)
+            if nxt is not None:
+                kill_d.append(nxt - t)
+        elif f == "fault" and r.get("kind") == "pause":
+            ws = set(r.get("workers") or [])
+            ev = next((x for x, w in evicts if x >= t and w in ws), None)
+            if ev is not None:
+                pause_d.append(ev - t)
+        elif f == "checkpoint":
+            step = int(r["cursor"][0])
+            if step - 1 in commit_t:
+                ck_write.append(t - commit_t[step - 1])
+        elif f == "restart":
+            nxt = next(((g, gr) for g, gr in gen_list if float(gr["t"]) >= t), None)
+            if nxt is not None:
+                restart.append(float(nxt[1]["t"]) - t)
+                fc = first_commit_after(nxt[0])
+                if fc is not None:
+                    read.append(max(0.0, fc - float(nxt[1]["t"]) - step_of(nxt[0])))
+    timeouts = [x for x, _ in evicts_by_timeout]
+    for g, gr in gen_list:
+        if g in opened and gr.get("reason") in _FAILURE_REASONS:
+            # a round that had to time a silent member out measures the detector, not the roll call
+            if not any(opened[g] < x <= float(gr["t"]) for x in timeouts):
+                roll.append(float(gr["t"]) - opened[g])
+        fc = first_commit_after(g)
+        if fc is None or gr.get("reason") in ("start", "restart"):
+            continue
+        extra = max(0.0, fc - float(gr["t"]) - step_of(g))
+        (transfer if gr.get("stale") else resume).append(extra)
+    strategy = sc["strategy"]["kind"]
+    return {
+        "source_run": str(run_dir),
+        "scenario": sc.get("name"),
+        "strategy": strategy,
+        "micro_batch_s": mb,
+        "allreduce_s": ar,
+        "step_s_by_generation": {int(g): v for g, v in sorted(per_gen.items())},
+        "kill_detection_s": _median(kill_d),
+        "pause_detection_s": _median(pause_d),
+        "roll_call_s": _median(roll),
+        "state_transfer_s": _median(transfer),
+        "resume_s": _median(resume),
+        "checkpoint_write_s": _median(ck_write) if ck_write else (0.0 if strategy == "elastic" else None),
+        "checkpoint_read_s": _median(read),
+        "restart_s": _median(restart),
+        "heartbeat_s": sc["detector"]["heartbeat_s"],
+        "model_bytes": wl["model_params"] * wl["bytes_per_param"],
+    }
+
+
+def overrides(cal: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted scenario keys -> values for the sim; unmeasured costs are left out."""
+    out: dict[str, Any] = {
+        "workload.micro_batch_s": round(max(cal["micro_batch_s"], 1e-6), 9),
+        "workload.allreduce_s": round(cal["allreduce_s"], 9),
+    }
+    hb = float(cal["heartbeat_s"])
+    detect = cal.get("pause_detection_s")
+    if detect is None:
+        detect = cal.get("kill_detection_s")
+    if detect is not None:
+        if detect < hb:  # the timeout must exceed the heartbeat period
+            hb = max(detect / 2.0, 1e-4)
+            out["detector.heartbeat_s"] = round(hb, 9)
+        out["detector.timeout_s"] = round(detect + hb / 2.0, 9)
+    latency = None
+    if cal.get("roll_call_s") is not None:
+        latency = max(cal["roll_call_s"] / 2.0, 1e-6)
+        out["network.latency_s"] = round(latency, 9)
+    if cal.get("state_transfer_s"):
+        xfer = max(cal["state_transfer_s"] - (latency or 0.0), 1e-6)
+        out["network.bandwidth_Bps"] = float(f"{cal['model_bytes'] / xfer:.6g}")
+    for key in ("checkpoint_write_s", "checkpoint_read_s", "restart_s"):
+        if cal.get(key) is not None:
+            out[f"strategy.{key}"] = round(cal[key], 9)
+    return out
+
+
+def apply(scenario: Scenario, cal: Mapping[str, Any], target: str = "sim") -> Scenario:
+    """``scenario`` with the calibrated keys set (and its target switched to ``target``)."""
+    data = scenario.to_dict()
+    data["target"] = target
+    for dotted, value in overrides(cal).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return Scenario.model_validate(data)
+
+
+def write_calibration(cal: Mapping[str, Any], path: str | Path) -> Path:
+    """``calibration.yaml``: the measurements and, under ``overrides``, the scenario keys."""
+    path = Path(path)
+    doc = {"measured": dict(cal), "overrides": overrides(cal)}
+    path.write_text(yaml.safe_dump(doc, sort_keys=True), encoding="utf-8")
+    return path
+
+
+def read_calibration(path: str | Path) -> dict[str, Any]:
+    """The ``measured`` part of a ``calibration.yaml`` (feed it to :func:`apply`)."""
+    doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    return dict(doc["measured"])

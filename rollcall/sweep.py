@@ -1,0 +1,220 @@
+"""Sweeps: a scenario over a cartesian grid of keys x both strategies x seeds.
+
+Why a module and not a shell loop: a sweep must be resumable (a 100k-GPU grid
+takes a while, and Ctrl-C must not throw away finished runs), deterministic
+in its directory names (so re-running finds what is done) and tidy in its
+output (``sweep.csv``, one row per run, what the notebooks read).
+
+Layout under ``out``::
+
+    out/<strategy>/<key>=<value>,<key>=<value>/seed<S>/   one run directory per point
+        scenario.yaml history.jsonl summary.json point.json
+    out/sweep.csv                                         every summary key + grid keys
+
+A point is done when its ``summary.json`` exists (drivers write it last and
+atomically); a directory without one is a run cut short and is redone from
+scratch. Each point runs in its own process (``ProcessPoolExecutor``); the
+driver is loaded lazily by target name, as the CLI does, so the core still
+imports no driver.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import importlib
+import itertools
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import pandas as pd
+import yaml
+
+from rollcall.results import SUMMARY_FILE, SUMMARY_KEYS, prepare_out_dir, read_summary
+from rollcall.scenario import load_scenario
+
+__all__ = ["STRATEGIES", "Point", "expand_grid", "parse_grid", "plan", "run_point", "sweep", "write_csv"]
+
+STRATEGIES: tuple[str, ...] = ("checkpoint-restart", "elastic")
+CSV_FILE = "sweep.csv"
+POINT_FILE = "point.json"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.=+,-]")
+
+
+def _yaml_value(text: str) -> Any:
+    """A grid value is YAML, like ``--set`` values: ``3600`` is an int, ``null`` is None."""
+    return yaml.safe_load(text) if text.strip() else text
+
+
+def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
+    """``["cluster.workers=8,64", "failures.worker_mtbf_s=3600,86400"]`` -> ordered dict of lists.
+
+    Raises ValueError (with the item) on a missing ``=``, an empty value list or a
+    key given twice.
+    """
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--grid {item!r}: expected KEY=V1,V2,...")
+        if key in grid:
+            raise ValueError(f"--grid {item!r}: key {key!r} given twice")
+        vals = [_yaml_value(v) for v in values.split(",") if v.strip()]
+        if not vals:
+            raise ValueError(f"--grid {item!r}: no values")
+        grid[key] = vals
+    return grid
+
+
+def expand_grid(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Cartesian product, first key slowest; an empty grid is one empty point."""
+    keys = list(grid)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def _fmt(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return _UNSAFE.sub("_", text)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of a sweep: grid values, strategy and seed; ``rel_dir`` names its directory."""
+
+    grid: dict[str, Any] = field(hash=False)
+    strategy: str
+    seed: int
+
+    @property
+    def rel_dir(self) -> Path:
+        name = ",".join(f"{k}={_fmt(v)}" for k, v in self.grid.items()) or "base"
+        return Path(self.strategy) / name / f"seed{self.seed}"
+
+    def sets(self) -> list[str]:
+        """``--set`` items for the grid values (YAML-encoded, so types survive)."""
+        return [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
+                for k, v in self.grid.items()]
+
+
+def plan(grid: Mapping[str, Sequence[Any]], seeds: Sequence[int],
+         strategies: Sequence[str] = STRATEGIES) -> list[Point]:
+    """Every point in a stable order: grid point, then strategy, then seed."""
+    return [Point(g, s, seed) for g in expand_grid(grid) for s in strategies for seed in seeds]
+
+
+def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str | None,
+              out_root: str) -> dict[str, Any]:
+    """Run one point in this process; returns its summary. Top-level so a process pool can pickle it.
+
+    A leftover directory without ``summary.json`` (a run cut short) is wiped
+    first: history files are appended to, so a half history must not stay.
+    """
+    out = Path(out_root) / point.rel_dir
+    if out.exists():
+        shutil.rmtree(out)
+    sc = load_scenario(scenario_path, list(sets) + point.sets(), seed=point.seed,
+                       target=target, strategy=point.strategy)
+    prepare_out_dir(out, sc)
+    (out / POINT_FILE).write_text(json.dumps(
+        {"grid": point.grid, "strategy": point.strategy, "seed": point.seed}, sort_keys=True) + "\n",
+        encoding="utf-8")
+    driver = importlib.import_module(f"{sc.target}.driver")
+    return driver.run(sc, out)
+
+
+def _row(point: Point, summary: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {k: summary.get(k) for k in SUMMARY_KEYS}
+    row.update({k: v for k, v in summary.items() if k not in row})
+    for k, v in list(row.items()):
+        if isinstance(v, (list, dict)):
+            row[k] = json.dumps(v, sort_keys=True)
+    for k, v in point.grid.items():
+        row[k] = v
+    row["run_dir"] = str(point.rel_dir)
+    return row
+
+
+def write_csv(points: Sequence[Point], out_root: str | Path) -> pd.DataFrame:
+    """Write ``sweep.csv`` from every finished point's ``summary.json``; returns the frame.
+
+    Columns: the SUMMARY_KEYS first, then the drivers' extra keys, then the
+    grid keys and ``run_dir`` (relative to ``out_root``). Unfinished points
+    are left out, so the file is always true to what is on disk.
+    """
+    root = Path(out_root)
+    rows = [_row(p, read_summary(root / p.rel_dir))
+            for p in points if (root / p.rel_dir / SUMMARY_FILE).exists()]
+    df = pd.DataFrame(rows)
+    if df.empty:
+        df = pd.DataFrame(columns=list(SUMMARY_KEYS) + [k for k in (points[0].grid if points else {})] + ["run_dir"])
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{CSV_FILE}.tmp"
+    df.to_csv(tmp, index=False)
+    os.replace(tmp, root / CSV_FILE)
+    return df
+
+
+def _progress(enabled: bool, total: int) -> tuple[Any, Callable[[], None]]:
+    """A rich progress bar (or a no-op) and its advance function."""
+    if not enabled:
+        return None, lambda: None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    task = bar.add_task("runs", total=total)
+    return bar, lambda: bar.advance(task)
+
+
+def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds: int = 1,
+          first_seed: int | None = None, strategies: Sequence[str] = STRATEGIES,
+          target: str | None = None, sets: Sequence[str] = (), out: str | Path,
+          jobs: int = 1, progress: bool = True, limit: int | None = None) -> pd.DataFrame:
+    """Run every point not yet done; write and return ``sweep.csv`` (all finished points).
+
+    ``first_seed`` defaults to the scenario's seed. ``jobs`` > 1 runs points in
+    a process pool; ``jobs == 1`` runs them here (no pool start-up, easier to
+    debug). ``limit`` runs at most that many pending points (an interruption
+    on purpose, for tests and for sampling a grid). On KeyboardInterrupt the
+    pool is cancelled, ``sweep.csv`` is written for the finished runs and the
+    interrupt propagates.
+    """
+    scenario_path = str(scenario_path)
+    base = load_scenario(scenario_path, list(sets), target=target)  # fail fast on a bad file
+    first = base.seed if first_seed is None else first_seed
+    points = plan(grid, list(range(first, first + seeds)), strategies)
+    for p in points[:1] + points[-1:]:  # validate the grid's corners before starting anything
+        load_scenario(scenario_path, list(sets) + p.sets(), seed=p.seed, target=target, strategy=p.strategy)
+    root = Path(out)
+    pending = [p for p in points if not (root / p.rel_dir / SUMMARY_FILE).exists()]
+    if limit is not None:
+        pending = pending[:limit]
+    bar, advance = _progress(progress and bool(pending), len(pending))
+    try:
+        if bar is not None:
+            bar.start()
+        if jobs <= 1:
+            for p in pending:
+                run_point(scenario_path, sets, p, target, str(root))
+                advance()
+        else:
+            pool = cf.ProcessPoolExecutor(max_workers=jobs)
+            try:
+                futures = [pool.submit(run_point, scenario_path, list(sets), p, target, str(root))
+                           for p in pending]
+                for fut in cf.as_completed(futures):
+                    fut.result()
+                    advance()
+            except BaseException:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+            pool.shutdown(wait=True)
+    finally:
+        if bar is not None:
+            bar.stop()
+        df = write_csv(points, root)
+    return df
