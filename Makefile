@@ -27,7 +27,7 @@ quickstart: $(STAMP)
 	$(VENV)/bin/rollcall run scenarios/quickstart.yaml --target sim
 
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n 2 -p no:cacheprovider tests/ $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider tests/ $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .hypothesis

@@ -30,8 +30,13 @@ from rollcall import analysis, calibrate
 from rollcall.results import prepare_out_dir
 from rollcall.scenario import Scenario, parse_scenario
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(os, "pidfd_open"), reason="the real target's launcher needs Linux pidfds")
+pytestmark = [
+    pytest.mark.skipif(not hasattr(os, "pidfd_open"),
+                       reason="the real target's launcher needs Linux pidfds"),
+    # one real run at a time: two would put 8+ torch processes on 2 cores and
+    # starve heartbeats into false evictions (make test uses --dist loadgroup)
+    pytest.mark.xdist_group("real-processes"),
+]
 
 SCENARIO = """
 name: agree-kill-pause

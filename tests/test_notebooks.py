@@ -34,6 +34,7 @@ def test_notebook_has_no_outputs(path: Path) -> None:
 
 
 @pytest.mark.timeout(240)
+@pytest.mark.xdist_group("real-processes")  # the timeline notebook starts a real run
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROLLCALL_RUNS", str(tmp_path))
