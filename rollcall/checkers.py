@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from rollcall.types import Cursor, RunSet
 
@@ -263,7 +263,3 @@ def summarize_report(report: CheckReport) -> dict[str, Any]:
         "restarts": report.restarts,
         "lost_steps": report.lost_steps,
     }
-
-
-def first_violation(report: CheckReport) -> Optional[str]:
-    return report.violations[0] if report.violations else None

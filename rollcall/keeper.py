@@ -158,6 +158,7 @@ class Keeper:
         self.config = config
         self.generation = 0
         self.members: tuple[WorkerId, ...] = ()
+        self._member_set: frozenset[WorkerId] = frozenset()
         self.cursor = Cursor()
         self.source: Optional[WorkerId] = None
         self.stale: tuple[WorkerId, ...] = ()
@@ -179,13 +180,13 @@ class Keeper:
     def receive(self, now: float, message: ToKeeper) -> list[Output]:
         """Handle one message that arrived at ``now``."""
         self._dispatch(now, message)
-        return self._flush(now)
+        return self._flush()
 
     def receive_many(self, now: float, messages: Iterable[ToKeeper]) -> list[Output]:
         """Handle messages that arrived at the same instant, in one call."""
         for message in messages:
             self._dispatch(now, message)
-        return self._flush(now)
+        return self._flush()
 
     def observe_alive(self, now: float, workers: Iterable[WorkerId]) -> None:
         """Mark the heartbeats of ``workers`` as advanced at ``now``.
@@ -202,7 +203,7 @@ class Keeper:
         """The worker's process is known to be gone (its host saw it exit)."""
         if self.incarnation.get(worker) == incarnation and worker in self.advanced_at:
             self._declare_dead(now, worker, "exited")
-        return self._flush(now)
+        return self._flush()
 
     def get_timer(self) -> Optional[float]:
         """The next instant at which :meth:`handle_timer` has work to do."""
@@ -236,7 +237,7 @@ class Keeper:
                                             incarnation=None, reason="never-relaunched")))
             r.expected.clear()
         self._maybe_close(now)
-        return self._flush(now)
+        return self._flush()
 
     def is_member(self, worker: WorkerId, generation: int) -> bool:
         return generation == self.generation and worker in self._member_set
@@ -534,8 +535,6 @@ class Keeper:
                                     incarnation=incarnation, what=what, reason=reason)))
         self._out.append(Send(worker, Refused(worker, incarnation, self.generation, reason)))
 
-    def _flush(self, now: float) -> list[Output]:
+    def _flush(self) -> list[Output]:
         out, self._out = self._out, []
         return out
-
-    _member_set: frozenset[WorkerId] = frozenset()
