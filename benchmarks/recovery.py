@@ -63,6 +63,19 @@ sys.path.insert(0, str(ROOT))
 # --- a plain DDP loop for torchrun (run as: recovery.py --ddp-worker DIR ...) -------------
 
 
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The complete records of a JSON-lines file another process is writing."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # the line being written
+    return out
+
 def ddp_worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
@@ -231,16 +244,7 @@ def run_torchrun(a: argparse.Namespace) -> dict[str, Any]:
                             stderr=subprocess.STDOUT, start_new_session=True)
 
     def steps() -> list[dict]:
-        path = run / "steps.jsonl"
-        if not path.exists():
-            return []
-        out = []
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
-        return out
+        return read_jsonl(run / "steps.jsonl")
 
     t_kill: Optional[float] = None
     killed_at_step = None
@@ -322,16 +326,7 @@ def run_torchft(a: argparse.Namespace, heartbeat_timeout_ms: int,
     t_start = time.monotonic()
 
     def steps(r: int) -> list[dict]:
-        path = run / f"steps-r{r}.jsonl"
-        if not path.exists():
-            return []
-        out = []
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                pass
-        return out
+        return read_jsonl(run / f"steps-r{r}.jsonl")
 
     t_kill = None
     killed_at = None

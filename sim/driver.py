@@ -81,7 +81,7 @@ import numpy as np
 import simpy
 
 from rollcall.agent import Agent, Enter, Log, SendToKeeper, Stop
-from rollcall.checkers import DataSpec, check
+from rollcall.checkers import DataSpec, check, summarize_report
 from rollcall.detector import make_detector
 from rollcall.history import DRIVER, JOB, NEMESIS, commit, rec
 from rollcall.keeper import (
@@ -978,16 +978,9 @@ class Simulation:
             "target": "sim",
             "strategy": sc.strategy.kind,
             "seed": sc.seed,
-            "valid": report.valid,
-            "violations": list(report.violations),
+            **summarize_report(report),
             "completed": self.completed,
             "steps_target": sc.workload.steps,
-            "steps_committed": report.steps_committed,
-            "samples_consumed": report.samples_consumed,
-            "samples_duplicated": report.samples_duplicated,
-            "samples_skipped": report.samples_skipped,
-            "global_batch_min": report.global_batch_min,
-            "global_batch_max": report.global_batch_max,
             "elapsed_s": elapsed,
             "productive_s": productive,
             "ettr": productive / elapsed if elapsed > 0 else 0.0,
@@ -997,14 +990,11 @@ class Simulation:
             "recovery_s": self.acc["recovery"],
             "checkpoint_s": self.acc["checkpoint"],
             "failures": self.counts["failures"],
-            "generations": report.generations,
-            "restarts": report.restarts,
             "wall_s": self.wall_s,
             # extras
             "end_s": self.end_s,
             "end_reason": self.end_reason,
             "ideal_step_s": ideal,
-            "lost_steps": report.lost_steps,
             "checkpoints": self.counts["checkpoints"],
             "detections": self.counts["detections"],
             "evictions": self.counts["evictions"],
