@@ -329,7 +329,7 @@ class Launcher:
         self.sigconts = [(t, p) for t, p in self.sigconts if p.alive]
         batch = self.new_batch()
         for w in relaunch:
-            inc = max(self.incarnation.get(w, 0) + 1, self.keeper.min_incarnation.get(w, 0))
+            inc = max(self.incarnation.get(w, 0) + 1, self.keeper.life_floor(w))
             self.spawn(w, inc, batch=batch)
 
     # --- service I/O ------------------------------------------------------------------
@@ -412,7 +412,7 @@ class Launcher:
                        record: dict) -> None:
         k = self.keeper
         ok = (k.failed is None and k.round is None and k.is_member(w, gen)
-              and k.incarnation.get(w) == inc and self.result is None)
+              and k.incarnation_of(w) == inc and self.result is None)
         if ok and (gen, step) not in self.commits:
             self.commits.add((gen, step))
             r = dict(record)

@@ -18,6 +18,7 @@ from rollcall.messages import (
     Checkpointed, Heartbeat, Join, Leave, Membership, Refused, RollCall,
     StepFailed, ToKeeper, ToWorker,
 )
+from rollcall.placement import RecoveryPlan
 from rollcall.types import Cursor, WorkerId
 
 
@@ -46,6 +47,15 @@ class Enter:
     None) before the first step, then call :meth:`Agent.state_ready`.
     Execute an :class:`Abort` before sending what follows it: a ``Join``
     must carry the cursor of the state the trainer really holds.
+
+    Sharded state only (defaults otherwise), copied from the keeper's
+    :class:`~rollcall.messages.Membership`: ``placement[s]`` is the holder
+    tuple of shard ``s`` (owner first); ``recovery`` the
+    :class:`~rollcall.placement.RecoveryPlan` whose copies and reloads this
+    worker takes part in (as ``src`` or ``dst``) before the first step, even
+    when ``sync`` is false; ``fallback``: a shard was lost, the generation
+    resumes from the checkpoint at ``cursor`` and ``sync`` is true for all.
+    See :mod:`rollcall.keeper` for the exact meaning.
     """
 
     generation: int
@@ -54,6 +64,9 @@ class Enter:
     cursor: Cursor
     source: Optional[WorkerId]
     sync: bool
+    placement: Optional[tuple[tuple[WorkerId, ...], ...]] = None
+    recovery: Optional[RecoveryPlan] = None
+    fallback: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +211,7 @@ class Agent:
         # until the driver says so (state_ready), it claims none at a roll call.
         self.cursor = None if sync else m.cursor
         out.append(Enter(m.generation, m.members, m.members.index(self.worker),
-                         m.cursor, m.source, sync))
+                         m.cursor, m.source, sync, m.placement, m.recovery, m.fallback))
         out.append(Log(rec(now, "ok", "enter", self.worker, gen=m.generation,
                            members=members_field(m.members))))
         return out

@@ -58,6 +58,10 @@ class CheckReport:
     generations: int = 0
     restarts: int = 0
     lost_steps: int = 0
+    # sharded state (``recovery`` records): checkpoint fallbacks, peer bytes
+    fallbacks: int = 0
+    state_bytes_moved: int = 0
+    steps_lost_to_fallback: int = 0
     lineage: list[dict] = field(default_factory=list)
 
     def fail(self, message: str) -> None:
@@ -94,6 +98,8 @@ def check(records: Iterable[dict], spec: DataSpec) -> CheckReport:
             contributions[(r["gen"], r["step"])].append(r)
         elif f == "restart":
             report.restarts += 1
+        elif f == "recovery":
+            _recovery(report, r)
     report.generations = len(order)
     for r in pending_enters:
         _enter(report, gens, entered, r)
@@ -117,6 +123,17 @@ def _generation(report: CheckReport, gens: dict[int, _Gen], order: list[int], r:
         return
     gens[g] = _Gen(members, Cursor.from_json(r["cursor"]))
     order.append(g)
+
+
+def _recovery(report: CheckReport, r: dict) -> None:
+    """Tally a sharded-state recovery; a fallback must not claim peer copies."""
+    report.state_bytes_moved += r["bytes_moved"]
+    if r["fallback"]:
+        report.fallbacks += 1
+        report.steps_lost_to_fallback += r["steps_lost"]
+        if r["copies"] or not r["lost"]:
+            report.fail(f"generation {r['gen']} fell back to the checkpoint with "
+                        f"{r['copies']} peer copies and lost shards {r['lost']}")
 
 
 def _enter(report: CheckReport, gens: dict[int, _Gen], entered: dict[Any, int], r: dict) -> None:
@@ -262,4 +279,7 @@ def summarize_report(report: CheckReport) -> dict[str, Any]:
         "generations": report.generations,
         "restarts": report.restarts,
         "lost_steps": report.lost_steps,
+        "fallbacks": report.fallbacks,
+        "state_bytes_moved": report.state_bytes_moved,
+        "steps_lost_to_fallback": report.steps_lost_to_fallback,
     }

@@ -10,6 +10,15 @@ Records used (``f``, who writes it, fields beyond t/type/f/process):
 - ``round``     keeper  invoke  gen, reason              a roll call opened
 - ``round``     keeper  fail    gen, reason              the job gave up (below minimum)
 - ``generation`` keeper ok      gen, members, cursor, source, reason, stale
+- ``recovery``  keeper  info    gen, initial, fallback, lost, copies, reloads,
+                                 bytes_moved, bytes_reloaded, steps_lost
+                                 sharded state only, right after ``generation``:
+                                 ``initial`` a fresh placement (first generation,
+                                 checkpoint-restart); else the plan's peer copies
+                                 and checkpoint reloads (counts and bytes), the
+                                 lost shards (id runs) and whether it fell back to
+                                 the checkpoint, throwing ``steps_lost`` committed
+                                 steps away
 - ``evict``     keeper  info    worker, incarnation, reason
 - ``refuse``    keeper  info    worker, what, reason      a stale stamp refused
 - ``restart``   keeper  info    gen, reason               whole-job restart ordered
@@ -47,7 +56,8 @@ def rec(t: float, type_: str, f: str, process: Any, **fields: Any) -> dict:
 
 
 def members_field(members: Iterable[WorkerId]) -> list[list[int]]:
-    return to_ranges(members)
+    runs = getattr(members, "runs", None)  # an IdRuns holds them already
+    return runs() if callable(runs) else to_ranges(members)
 
 
 def members_of(record: dict) -> tuple[WorkerId, ...]:

@@ -22,21 +22,50 @@ waits for each of them until it answers or the detector declares it dead,
 so a slow worker is evicted by the detector's timeout, never by the round.
 A round made only of old members closes as soon as they have all answered;
 one with newcomers holds a last-call window for more of them.
+
+Sharded state (``KeeperConfig.sharding``, see :mod:`rollcall.sharding`).
+When a generation forms the keeper also decides where the state shards
+live and how they are recovered; :class:`Formed`, :class:`Membership` and
+the agent's ``Enter`` carry the answer in three fields, all left at their
+defaults (None, None, False) when the state is replicated:
+
+* ``placement``: for each shard ``s`` (index into the tuple), the workers
+  that hold a replica of it in this generation, owner first, then the
+  buddies. Every holder is a member. A holder absent from it drops the
+  replica once the recovery below is done.
+* ``recovery``: a :class:`rollcall.placement.RecoveryPlan` (or None for a
+  fresh placement: the first generation, a checkpoint-restart). Execute it
+  before the first step: every ``Copy(shard, src, dst)`` sends ``src``'s
+  replica of ``shard`` at ``cursor`` to ``dst``; every ``Reload(shard,
+  dst)`` makes ``dst`` load ``shard`` from the checkpoint at ``cursor``.
+  Members that are not stale may take part too (as sources, or as new
+  buddies); ``recovery.placement`` equals ``placement``.
+* ``fallback``: a shard was lost (all its holders died or hold no state at
+  the resume point): the generation resumes from the last checkpoint
+  (``cursor`` is the checkpoint's, or the origin when none was taken),
+  ``source`` is None, every member is stale and ``recovery`` lists only
+  reloads (every holder reloads every shard it holds). Without fallback,
+  ``source`` names the member whose cursor won and whose replicated part of
+  the state (for ZeRO-1: the parameters) stale members copy, as with
+  replicated state; the sharded part moves by ``recovery`` only.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
-from itertools import repeat
-from typing import Iterable, Optional, Union
+from typing import Callable, Iterable, Optional, Sequence, Union
 
 from rollcall.detector import TimeoutDetector
 from rollcall.history import KEEPER, rec
+from rollcall.idset import EMPTY, IdRuns
+from rollcall.lives import LifeTable, Lives
+from rollcall.liveness import Liveness
 from rollcall.messages import (
     Checkpointed, Heartbeat, Join, JoinBatch, Leave, Membership, Refused, RollCall,
     StepFailed, ToKeeper, ToWorker,
 )
+from rollcall.placement import Placement, RecoveryPlan
+from rollcall.sharding import ShardSpec, decide
 from rollcall.types import Cursor, WorkerId, runs_of_sorted
 
 ELASTIC = "elastic"
@@ -54,6 +83,9 @@ class KeeperConfig:
     # How long a restart round waits for a relaunched worker that never
     # joins (its host may be dead too); None: as long as join_timeout_s.
     relaunch_timeout_s: Optional[float] = None
+    # Sharded state: place shards and decide their recovery at every
+    # generation (None: replicated state, nothing to decide).
+    sharding: Optional[ShardSpec] = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_workers <= self.max_workers:
@@ -73,7 +105,7 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Broadcast:
-    to: tuple[WorkerId, ...]
+    to: Sequence[WorkerId]  # an IdRuns: sorted, a few runs at any scale
     message: ToWorker
 
 
@@ -84,14 +116,21 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class Formed:
-    """A generation closed. ``stale`` members must copy state from ``source``."""
+    """A generation closed. ``stale`` members must copy state from ``source``.
+
+    ``placement``, ``recovery``, ``fallback``: sharded state only (see the
+    module docstring).
+    """
 
     generation: int
-    members: tuple[WorkerId, ...]
+    members: IdRuns  # the ordered member list (a read-only sequence of ids)
     cursor: Cursor
     source: Optional[WorkerId]
-    stale: tuple[WorkerId, ...]
+    stale: IdRuns
     reason: str
+    placement: Optional[tuple[tuple[WorkerId, ...], ...]] = None
+    recovery: Optional[RecoveryPlan] = None
+    fallback: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +139,15 @@ class RestartJob:
 
     The keeper expects each relaunched worker (any newer incarnation) in the
     restart round, until it joins or ``join_timeout_s`` passes.
+    ``incarnations`` pairs with ``relaunch``: the life each starts as. A
+    simulator may answer with one ``JoinBatch(relaunch', None, incarnations)``
+    for the subset ``relaunch'`` it relaunched (:meth:`Lives.restricted`).
     """
 
     generation: int
     reason: str
-    relaunch: tuple[WorkerId, ...] = ()
-    incarnations: tuple[int, ...] = ()  # the life each relaunched worker starts as
+    relaunch: IdRuns = EMPTY
+    incarnations: Sequence[int] = ()  # a Lives, paired with relaunch
 
     def relaunches(self) -> dict[WorkerId, int]:
         """Worker -> incarnation to start. Relaunching exactly these makes a
@@ -123,57 +165,90 @@ Output = Union[Send, Broadcast, Record, Formed, RestartJob, JobFailed]
 
 @dataclass
 class Round:
+    """An open roll call.
+
+    Worker sets are :class:`IdRuns`: a round answered by 10^4 survivors is a
+    few runs, and adding or dropping a batch costs its runs, not its ids.
+    """
+
     generation: int
     reason: str
     opened_at: float
-    previous: frozenset[WorkerId]
-    joined: dict[WorkerId, Optional[Cursor]] = field(default_factory=dict)
-    by_cursor: dict[Optional[Cursor], set[WorkerId]] = field(default_factory=dict)
-    expected: set[WorkerId] = field(default_factory=set)
+    previous: IdRuns
+    # who joined, by the cursor of the state they hold (None: no state)
+    by_cursor: dict[Optional[Cursor], IdRuns] = field(default_factory=dict)
+    joined: IdRuns = EMPTY
+    expected: IdRuns = EMPTY
     # the generation whose lineage an individually joining worker's state is of
     state_gen: dict[WorkerId, int] = field(default_factory=dict)
-
-    def add(self, workers: set[WorkerId], cursor: Optional[Cursor]) -> None:
-        """Record that ``workers`` joined holding state at ``cursor``."""
-        for w in workers & self.joined.keys():  # a worker may join twice
-            self.by_cursor[self.joined[w]].discard(w)
-        self.joined.update(dict.fromkeys(workers, cursor))
-        self.by_cursor.setdefault(cursor, set()).update(workers)
-        self.expected.difference_update(workers)
-
-    def drop(self, worker: WorkerId) -> None:
-        if worker in self.joined:
-            self.by_cursor[self.joined.pop(worker)].discard(worker)
-        self.expected.discard(worker)
-        self.state_gen.pop(worker, None)
     last_call_at: Optional[float] = None
     starved_since: Optional[float] = None
     expect_until: Optional[float] = None  # relaunched lives: not heartbeating yet
 
+    def add(self, workers: IdRuns, cursor: Optional[Cursor]) -> None:
+        """Record that ``workers`` joined holding state at ``cursor``."""
+        if not self.joined.isdisjoint(workers):  # a worker may join twice
+            for c, ws in list(self.by_cursor.items()):
+                if c != cursor:
+                    self._set_group(c, ws - workers)
+        self.by_cursor[cursor] = self.by_cursor.get(cursor, EMPTY) | workers
+        self.joined = self.joined | workers
+        self.expected = self.expected - workers
+
+    def drop(self, worker: WorkerId) -> None:
+        if worker in self.joined:
+            self.joined = self.joined - (worker,)
+            for c, ws in list(self.by_cursor.items()):
+                if worker in ws:
+                    self._set_group(c, ws - (worker,))
+        if worker in self.expected:
+            self.expected = self.expected - (worker,)
+        self.state_gen.pop(worker, None)
+
+    def _set_group(self, cursor: Optional[Cursor], ws: IdRuns) -> None:
+        if ws:
+            self.by_cursor[cursor] = ws
+        else:
+            self.by_cursor.pop(cursor, None)
+
 
 class Keeper:
-    """The record-keeper's state machine."""
+    """The record-keeper's state machine.
+
+    Cost model: a generation (or a restart) costs the changes it brings, not
+    the job size. Worker sets are id runs (:mod:`rollcall.idset`), the
+    liveness record keeps one shared instant for the bulk
+    (:mod:`rollcall.liveness`), incarnations are stored sparsely
+    (:mod:`rollcall.lives`), and the member list every worker receives is
+    the same immutable :class:`IdRuns`, never a copied tuple.
+    """
 
     def __init__(self, config: KeeperConfig) -> None:
         self.config = config
         self.generation = 0
-        self.members: tuple[WorkerId, ...] = ()
-        self._member_set: frozenset[WorkerId] = frozenset()
+        self.members: IdRuns = EMPTY
         self.cursor = Cursor()
         self.source: Optional[WorkerId] = None
-        self.stale: tuple[WorkerId, ...] = ()
-        self.incarnations: tuple[int, ...] = ()
+        self.stale: IdRuns = EMPTY
+        self.incarnations: Lives = LifeTable().snapshot(EMPTY)  # paired with members
         self.checkpoint: Optional[Cursor] = None
         self.round: Optional[Round] = None
         self.failed: Optional[str] = None
-        self.incarnation: dict[WorkerId, int] = {}
-        self.min_incarnation: dict[WorkerId, int] = {}
-        self.standby: dict[WorkerId, Optional[Cursor]] = {}
+        # the latest life of each worker; lives a restart ordered that have not
+        # joined yet are ``pending`` (their admitted life is the one before)
+        self.lives = LifeTable()
+        self.pending: IdRuns = EMPTY
+        self._standby: dict[Optional[Cursor], IdRuns] = {}
         self.standby_gen: dict[WorkerId, int] = {}
         self.resumes: list[tuple[int, int]] = []  # (generation, resume step)
-        self.counter: dict[WorkerId, int] = {}
-        self.advanced_at: dict[WorkerId, float] = {}
+        self.counter: dict[WorkerId, int] = {}  # heartbeat counters; absent: -1
+        self.live = Liveness()  # the lives watched, and when each last advanced
         self._out: list[Output] = []
+        # sharded state: the current generation's placement and recovery
+        self.placement: Optional[Placement] = None
+        self.recovery: Optional[RecoveryPlan] = None
+        self.fallback = False
+        self._steps_lost = 0  # committed steps the latest fallback threw away
 
     # --- driver API -----------------------------------------------------------
 
@@ -195,13 +270,19 @@ class Keeper:
         simulate every beat of every healthy node: the effect on the detector
         is the one each worker's next beat would have had.
         """
-        tracked = self.advanced_at
-        ws = workers if isinstance(workers, (set, frozenset)) else set(workers)
-        tracked.update(dict.fromkeys(tracked.keys() & ws, now))
+        self.live.advance(now, IdRuns.of(workers))
+
+    def observe_alive_except(self, now: float, silent: Iterable[WorkerId]) -> None:
+        """:meth:`observe_alive` for every tracked worker but ``silent``.
+
+        What a simulator knows cheaply: the few nodes that stopped beating,
+        not the 10^4 that did not. Costs the silent ones, not the job.
+        """
+        self.live.advance(now, self.live.tracked - IdRuns.of(silent))
 
     def exited(self, now: float, worker: WorkerId, incarnation: int) -> list[Output]:
         """The worker's process is known to be gone (its host saw it exit)."""
-        if self.incarnation.get(worker) == incarnation and worker in self.advanced_at:
+        if self.incarnation_of(worker) == incarnation and worker in self.live:
             self._declare_dead(now, worker, "exited")
         return self._flush()
 
@@ -210,8 +291,9 @@ class Keeper:
         if self.failed is not None:
             return None
         times = []
-        if self.advanced_at:
-            times.append(self.config.detector.expiry(min(self.advanced_at.values())))
+        oldest = self.live.earliest()
+        if oldest is not None:
+            times.append(self.config.detector.expiry(oldest))
         r = self.round
         if r is not None:
             if r.last_call_at is not None:
@@ -226,21 +308,41 @@ class Keeper:
         if self.failed is not None:
             return []
         dead: list[WorkerId] = []
-        if self.advanced_at and self.config.detector.expiry(min(self.advanced_at.values())) <= now:
-            dead = self.config.detector.expired(now, self.advanced_at)
-        for worker in sorted(dead):
+        expiry = self.config.detector.expiry
+        oldest = self.live.earliest()
+        if oldest is not None and expiry(oldest) <= now:
+            dead = self.live.expired(lambda t: expiry(t) <= now)
+        for worker in dead:  # sorted
             self._declare_dead(now, worker, "timeout")
         r = self.round
         if r is not None and r.expect_until is not None and now >= r.expect_until and r.expected:
-            for worker in sorted(r.expected):
+            for worker in r.expected:  # sorted
                 self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=worker,
                                             incarnation=None, reason="never-relaunched")))
-            r.expected.clear()
+            r.expected = EMPTY
         self._maybe_close(now)
         return self._flush()
 
     def is_member(self, worker: WorkerId, generation: int) -> bool:
-        return generation == self.generation and worker in self._member_set
+        return generation == self.generation and worker in self.members
+
+    def incarnation_of(self, worker: WorkerId) -> int:
+        """The life of ``worker`` last admitted (0 for a worker never seen)."""
+        life = self.lives.get(worker)
+        return life - 1 if worker in self.pending else life
+
+    def life_floor(self, worker: WorkerId) -> int:
+        """The oldest life of ``worker`` the keeper still accepts: the admitted
+        one, or the newer one a restart ordered."""
+        return self.lives.get(worker)
+
+    @property
+    def standby(self) -> IdRuns:
+        """Joiners held for the next round (beyond ``max_workers``)."""
+        out = EMPTY
+        for ws in self._standby.values():
+            out = out | ws
+        return out
 
     # --- message handling -----------------------------------------------------
 
@@ -259,7 +361,7 @@ class Keeper:
         elif isinstance(message, StepFailed):
             self._step_failed(now, message)
         elif isinstance(message, Leave):
-            if message.worker in self.advanced_at:
+            if message.worker in self.live:
                 self._declare_dead(now, message.worker, "left")
         elif isinstance(message, Checkpointed):
             self._checkpointed(now, message)
@@ -267,102 +369,119 @@ class Keeper:
             raise TypeError(f"unknown message {message!r}")
 
     def _incarnation_ok(self, now: float, worker: WorkerId, incarnation: int) -> bool:
-        known = max(self.incarnation.get(worker, 0), self.min_incarnation.get(worker, 0))
-        if incarnation >= known:
+        if incarnation >= self.lives.get(worker):
             return True
         self._refuse(now, worker, incarnation, "message", "stale-incarnation")
         return False
 
     def _heartbeat(self, now: float, hb: Heartbeat) -> None:
         w = hb.worker
-        if hb.incarnation != self.incarnation.get(w) or w not in self.advanced_at:
+        if w not in self.live or hb.incarnation != self.incarnation_of(w):
             self._refuse(now, w, hb.incarnation, "heartbeat", "not-member")
             return
         if hb.counter > self.counter.get(w, -1):
             self.counter[w] = hb.counter
-            self.advanced_at[w] = now
+            self.live.set(now, w)
         # Heal lost messages: a member behind the record learns the answer
         # again, an expected member that missed the roll call hears it again.
         r = self.round
         if r is not None and w in r.expected:
             self._out.append(Send(w, RollCall(r.generation, r.reason)))
-        elif hb.generation < self.generation and w in self._member_set:
+        elif hb.generation < self.generation and w in self.members:
             self._out.append(Send(w, self._membership()))
 
     def _join(self, now: float, join: Join) -> None:
         w, inc = join.worker, join.incarnation
-        known = self.incarnation.get(w)
-        if known is not None and inc > known and w in self.advanced_at:
+        tracked = w in self.live
+        known = self.incarnation_of(w)
+        if tracked and inc > known:
             # A new life of a worker we still track: its old life is over.
             self._declare_dead(now, w, "restarted")
-        new_life = known is None or inc > known or w not in self.advanced_at
-        self.incarnation[w] = inc
+            tracked = False
+        new_life = not tracked or inc > known
+        self.lives.set(w, inc)
+        if w in self.pending:
+            self.pending = self.pending - (w,)
         if new_life:
-            self.counter[w] = -1
-        self.advanced_at[w] = now
+            self.counter.pop(w, None)
+        self.live.set(now, w)
+        one = IdRuns.span(w, w)
         r = self.round
         if r is not None:
-            r.add({w}, join.cursor)
+            r.add(one, join.cursor)
             r.state_gen[w] = join.generation
             self._maybe_close(now)
             return
-        if w in self._member_set and not new_life:
+        if w in self.members and not new_life:
             if join.generation < self.generation:
                 self._out.append(Send(w, self._membership()))  # a late duplicate
             else:
                 self._fail_generation(now, "rejoin")  # a member wants a new round
                 if self.round is not None:
-                    self.round.add({w}, join.cursor)
+                    self.round.add(one, join.cursor)
                     self._maybe_close(now)
             return
-        self.standby[w] = join.cursor
+        self._standby_add(one, join.cursor)
         self.standby_gen[w] = join.generation
         if self.generation == 0 or len(self.members) < self.config.max_workers:
             self._open(now, "start" if self.generation == 0 else "growth")
 
     def _join_batch(self, now: float, batch: JoinBatch) -> None:
         r = self.round
-        workers = set(batch.workers)
+        workers = IdRuns.of(batch.workers)
+        claimed: Callable[[WorkerId], int]
         if batch.incarnations is None:
-            incarnation = self.incarnation
-            fast = workers & r.expected if r is not None else set()
+            claimed = self.incarnation_of
+            fast = workers & r.expected if r is not None else EMPTY
         else:
-            incarnation = dict(zip(batch.workers, batch.incarnations))
-            fast = self._new_lives(workers, incarnation) if r is not None else set()
+            lives = batch.incarnations
+            if not isinstance(lives, Lives):
+                lives = dict(zip(batch.workers, lives)).__getitem__  # type: ignore[assignment]
+                claimed = lives  # type: ignore[assignment]
+            else:
+                claimed = lives.of  # type: ignore[assignment]
+            fast = self._new_lives(workers, batch.incarnations, claimed) \
+                if r is not None else EMPTY
         if fast:
-            self.advanced_at.update(dict.fromkeys(fast, now))
+            self.live.track(now, fast)
             r.add(fast, batch.cursor)
-        for w in sorted(workers - fast):
-            if self._incarnation_ok(now, w, incarnation.get(w, 0)):
-                self._join(now, Join(w, incarnation.get(w, 0), batch.cursor))
+        for w in workers - fast:  # in id order
+            inc = claimed(w)
+            if self._incarnation_ok(now, w, inc):
+                self._join(now, Join(w, inc, batch.cursor))
         self._maybe_close(now)
 
-    def _new_lives(self, workers: set[WorkerId], incarnation: dict[WorkerId, int]) -> set[WorkerId]:
+    def _new_lives(self, workers: IdRuns, lives: object,
+                   claimed: Callable[[WorkerId], int]) -> IdRuns:
         """The workers of a relaunch batch that can be admitted wholesale:
-        lives newer than any the keeper knows, whose old life is not tracked."""
-        ws = workers - self.advanced_at.keys()
-        known, minimum = self.incarnation, self.min_incarnation
-        order = sorted(ws)
-        lives = list(map(incarnation.__getitem__, order))
-        if lives == list(map(minimum.get, order, repeat(-1))):
-            fresh = ws  # exactly the lives a RestartJob ordered: all newer than known
-            self.incarnation.update(zip(order, lives))
+        lives newer than any the keeper knows, whose old life is not tracked
+        (a life a restart ordered counts as newer)."""
+        ws = workers - self.live.tracked
+        if not ws:
+            return EMPTY
+        if isinstance(lives, Lives) and ws.issubset(self.pending) \
+                and self.lives.snapshot(ws).same_as(lives.restricted(ws)):
+            fresh = ws  # exactly the lives a RestartJob ordered
         else:
-            fresh = {w for w in ws if incarnation[w] >= minimum.get(w, 0)
-                     and incarnation[w] > known.get(w, -1)}
-            self.incarnation.update((w, incarnation[w]) for w in fresh)
-        self.counter.update(dict.fromkeys(fresh, -1))
+            pending, table = self.pending, self.lives
+            fresh = IdRuns.of(w for w in ws if claimed(w) > table.get(w) - (w in pending))
+            for w in fresh:
+                table.set(w, claimed(w))
+        self.pending = self.pending - fresh
+        counter = self.counter
+        for w in [w for w in counter if w in fresh]:
+            del counter[w]
         return fresh
 
     def _step_failed(self, now: float, msg: StepFailed) -> None:
-        if msg.generation != self.generation or msg.worker not in self._member_set:
+        if msg.generation != self.generation or msg.worker not in self.members:
             self._refuse(now, msg.worker, msg.incarnation, "step-failed", "stale-generation")
             return
         if self.round is None:
             self._fail_generation(now, "step-failed")
 
     def _checkpointed(self, now: float, msg: Checkpointed) -> None:
-        if msg.generation != self.generation or msg.worker not in self._member_set:
+        if msg.generation != self.generation or msg.worker not in self.members:
             self._refuse(now, msg.worker, msg.incarnation, "checkpoint", "stale-generation")
             return
         # The current generation resumed at or after the last checkpoint, so
@@ -372,65 +491,75 @@ class Keeper:
 
     # --- decisions ------------------------------------------------------------
 
+    def _standby_add(self, ws: IdRuns, cursor: Optional[Cursor]) -> None:
+        self._standby_drop(ws)
+        self._standby[cursor] = self._standby.get(cursor, EMPTY) | ws
+
+    def _standby_drop(self, ws: IdRuns) -> None:
+        for c, group in list(self._standby.items()):
+            rest = group - ws
+            if not rest:
+                del self._standby[c]
+            elif rest is not group:
+                self._standby[c] = rest
+
     def _declare_dead(self, now: float, worker: WorkerId, reason: str) -> None:
-        self.advanced_at.pop(worker, None)
+        self.live.drop(worker)
         self.counter.pop(worker, None)
-        self.standby.pop(worker, None)
+        self._standby_drop(IdRuns.span(worker, worker))
         self.standby_gen.pop(worker, None)
         self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=worker,
-                                    incarnation=self.incarnation.get(worker), reason=reason)))
+                                    incarnation=self.incarnation_of(worker), reason=reason)))
         r = self.round
         if r is not None:
             r.drop(worker)
             self._maybe_close(now)
-        elif worker in self._member_set:
+        elif worker in self.members:
             self._fail_generation(now, "leave" if reason == "left" else "failure")
 
     def _fail_generation(self, now: float, reason: str) -> None:
         """A member of the current generation is gone or the step failed."""
         if self.config.strategy == CHECKPOINT_RESTART:
-            # Every current life is over: the driver relaunches the live ones.
+            # Every current life is over: the driver relaunches the live ones,
+            # each as its next life (the only one the keeper accepts now).
             members = self.members
-            relaunch = tuple(sorted(self.advanced_at.keys() & self._member_set))
-            # Element-wise work through map(): a restart of 10^4 members must
-            # not be a Python-level loop per member (see benchmarks/sim_scale.py).
-            self.min_incarnation.update(zip(members, map(
-                int.__add__, map(self.incarnation.get, members, repeat(0)), repeat(1))))
-            deque(map(self.advanced_at.pop, members, repeat(None)), maxlen=0)
-            deque(map(self.counter.pop, members, repeat(None)), maxlen=0)
+            relaunch = members & self.live.tracked
+            self.lives.bump(members)
+            self.pending = self.pending | members
+            self.live.drop_many(members)
+            counter = self.counter
+            for w in [w for w in counter if w in members]:
+                del counter[w]
             self._out.append(Record(rec(now, "info", "restart", KEEPER,
                                         gen=self.generation, reason=reason)))
-            incarnations = tuple(map(self.min_incarnation.__getitem__, relaunch))
+            incarnations = self.lives.snapshot(relaunch)
             self._out.append(RestartJob(self.generation, reason, relaunch, incarnations))
             self._open(now, "restart", expect=False, relaunch=relaunch)
         else:
             self._open(now, reason)
 
     def _open(self, now: float, reason: str, expect: bool = True,
-              relaunch: tuple[WorkerId, ...] = ()) -> None:
+              relaunch: IdRuns = EMPTY) -> None:
         # After a restart nobody carries over: every joiner is a new life.
-        previous = frozenset(self.members) if expect else frozenset()
+        previous = self.members if expect else EMPTY
         r = Round(self.generation + 1, reason, now, previous)
         if expect:
-            r.expected = self.advanced_at.keys() & previous
+            r.expected = self.live.tracked & previous
         else:
-            r.expected = set(relaunch)
+            r.expected = relaunch
             cfg = self.config
             timeout = cfg.relaunch_timeout_s if cfg.relaunch_timeout_s is not None \
                 else cfg.join_timeout_s
             r.expect_until = now + timeout if timeout is not None else None
-        by_cursor: dict[Optional[Cursor], set[WorkerId]] = {}
-        for w, cursor in self.standby.items():
-            by_cursor.setdefault(cursor, set()).add(w)
-        for cursor, ws in by_cursor.items():
+        for cursor, ws in self._standby.items():
             r.add(ws, cursor)
         r.state_gen.update(self.standby_gen)
-        self.standby.clear()
+        self._standby.clear()
         self.standby_gen.clear()
         self.round = r
         self._out.append(Record(rec(now, "invoke", "round", KEEPER, gen=r.generation, reason=reason)))
         if r.expected:
-            self._out.append(Broadcast(tuple(sorted(r.expected)), RollCall(r.generation, reason)))
+            self._out.append(Broadcast(r.expected, RollCall(r.generation, reason)))
         self._maybe_close(now)
 
     def _maybe_close(self, now: float) -> None:
@@ -449,7 +578,7 @@ class Keeper:
         r.starved_since = None
         if r.expected or len(r.joined) < cfg.min_workers:
             return
-        newcomers = not (r.joined.keys() <= r.previous)
+        newcomers = not r.joined.issubset(r.previous)
         if len(r.joined) >= cfg.max_workers or not newcomers:
             self._close(now, r)
             return
@@ -465,50 +594,103 @@ class Keeper:
         self._out.append(JobFailed(self.failed))
 
     def _close(self, now: float, r: Round) -> None:
-        old = sorted(r.joined.keys() & r.previous)
+        old = r.joined & r.previous
         room = self.config.max_workers - len(old)
-        new = sorted(r.joined.keys() - r.previous)
-        for w in new[room:]:
-            self.standby[w] = r.joined[w]
-            self.standby_gen[w] = r.state_gen.get(w, r.generation - 1)
-        members = tuple(sorted(old + new[:room])) if new else tuple(old)
-        cursor, source = self._resume_point(r, old, new[:room], overflow=len(new) > room)
+        new = r.joined - r.previous
+        admitted, overflow = new.head(room), new.tail(room)
+        for held, ws in r.by_cursor.items():  # the overflow waits as standbys
+            over = ws & overflow
+            if over:
+                self._standby_add(over, held)
+                if held is not None:  # a lineage only matters with state
+                    for w in over:
+                        self.standby_gen[w] = r.state_gen.get(w, r.generation - 1)
+        members = old | admitted
+        cursor, source = self._resume_point(r, old, admitted, overflow=bool(overflow))
         if source is None:
-            stale = members if cursor != Cursor() else ()
+            stale = members if cursor != Cursor() else EMPTY
         else:
-            current = r.by_cursor[cursor] & r.previous
-            current.discard(source)
-            stale = tuple(sorted(set(members) - current - {source}))
+            current = (r.by_cursor[cursor] & r.previous) - (source,)
+            stale = members - current - (source,)
+        if self.config.sharding is not None:
+            cursor, source, stale = self._shards(now, r, members, cursor, source, stale)
         self.generation = r.generation
         self.resumes.append((r.generation, cursor.step))
         self.members = members
-        self._member_set = frozenset(members)
-        self.incarnations = tuple(map(self.incarnation.__getitem__, members))
+        self.incarnations = self.lives.snapshot(members)
         self.cursor = cursor
         self.source = source
         self.stale = stale
         self.round = None
         self._out.append(Record(rec(
             now, "ok", "generation", KEEPER, gen=self.generation,
-            members=runs_of_sorted(members), cursor=cursor.to_json(), source=source,
+            members=members.runs(), cursor=cursor.to_json(), source=source,
             reason=r.reason, stale=len(stale))))
-        self._out.append(Formed(self.generation, members, cursor, source, stale, r.reason))
+        if self.config.sharding is None:
+            self._out.append(Formed(self.generation, members, cursor, source, stale, r.reason))
+        else:
+            self._out.append(Record(self._recovery_record(now)))
+            self._out.append(Formed(self.generation, members, cursor, source, stale, r.reason,
+                                    self.placement.shards, self.recovery, self.fallback))
         self._out.append(Broadcast(members, self._membership()))
 
-    def _resume_point(self, r: Round, old: list[WorkerId], new: list[WorkerId],
+    def _shards(self, now: float, r: Round, members: tuple[WorkerId, ...], cursor: Cursor,
+                source: Optional[WorkerId], stale: tuple[WorkerId, ...],
+                ) -> tuple[Cursor, Optional[WorkerId], tuple[WorkerId, ...]]:
+        """Place or replan the state shards; on a lost shard, resume from the checkpoint.
+
+        A holder counts only if it holds the state at the resume cursor: a
+        member that answered without state (still copying) or behind holds
+        nothing the others could use. Checkpoint-restart reloads everything
+        anyway, so it only places the shards anew.
+        """
+        spec = self.config.sharding
+        assert spec is not None
+        holding = (r.by_cursor.get(cursor, set()) & r.previous) if source is not None else set()
+        fresh = self.config.strategy == CHECKPOINT_RESTART and source is None
+        prev = self.recovery
+        # no step committed since the last generation formed: its copies may be unfinished
+        pending = [(c.shard, c.dst) for c in prev.copies] if prev is not None and \
+            cursor == self.cursor else []
+        d = decide(spec, self.placement, members, holding, fresh, pending)
+        self._steps_lost = 0
+        if d.fallback:
+            back = self.checkpoint or Cursor()
+            self._steps_lost = cursor.step - back.step
+            cursor, source, stale = back, None, members
+        self.placement, self.recovery, self.fallback = d.placement, d.recovery, d.fallback
+        return cursor, source, stale
+
+    def _recovery_record(self, now: float) -> dict:
+        """The history's account of this generation's shard recovery (rollcall.history)."""
+        spec = self.config.sharding
+        plan = self.recovery
+        if plan is None:
+            return rec(now, "info", "recovery", KEEPER, gen=self.generation, initial=True,
+                       fallback=False, lost=[], copies=0, reloads=0, bytes_moved=0,
+                       bytes_reloaded=0, steps_lost=0)
+        return rec(now, "info", "recovery", KEEPER, gen=self.generation, initial=False,
+                   fallback=self.fallback, lost=runs_of_sorted(plan.lost),
+                   copies=len(plan.copies), reloads=len(plan.reloads),
+                   bytes_moved=plan.bytes_moved(spec.shard_bytes),
+                   bytes_reloaded=plan.bytes_reloaded(spec.shard_bytes),
+                   steps_lost=self._steps_lost)
+
+    def _resume_point(self, r: Round, old: IdRuns, new: IdRuns,
                       overflow: bool = False) -> tuple[Cursor, Optional[WorkerId]]:
         """The most advanced state among the members wins; ties go to an old
         member, then to the lowest id. With no state at all, the checkpoint."""
-        admitted = set(old).union(new) if overflow else r.joined.keys()
+        admitted = old | new if overflow else r.joined
         held = sorted((c for c, ws in r.by_cursor.items()
                        if c is not None and not ws.isdisjoint(admitted)), reverse=True)
         fallback = self.checkpoint or Cursor()
         for best in held:
             if best < fallback:
                 break
+            holders = r.by_cursor[best]
             for group in (old, new):
-                for w in group:  # sorted: the first match is the lowest id
-                    if r.joined[w] == best and self._on_lineage(best, r.state_gen.get(w)):
+                for w in holders & group:  # sorted: the first match is the lowest id
+                    if self._on_lineage(best, r.state_gen.get(w)):
                         return best, w
         return fallback, None
 
@@ -526,8 +708,12 @@ class Keeper:
         return True
 
     def _membership(self) -> Membership:
+        if self.placement is None:
+            return Membership(self.generation, self.members, self.incarnations, self.cursor,
+                              self.source, self.stale)
         return Membership(self.generation, self.members, self.incarnations, self.cursor,
-                          self.source, self.stale)
+                          self.source, self.stale, self.placement.shards, self.recovery,
+                          self.fallback)
 
     def _refuse(self, now: float, worker: WorkerId, incarnation: int, what: str,
                 reason: str) -> None:

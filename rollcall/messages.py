@@ -9,8 +9,9 @@ refuses anything stale: generations and incarnations are fencing tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
+from rollcall.placement import RecoveryPlan
 from rollcall.types import Cursor, WorkerId
 
 # --- worker -> record-keeper -------------------------------------------------
@@ -40,12 +41,18 @@ class JoinBatch:
     message: a simulator feeds simultaneous arrivals to the keeper in one
     call. Without ``incarnations`` the workers are the lives the keeper
     knows (members answering a roll call); with them, new lives (a job
-    relaunched after a restart), paired with ``workers``.
+    relaunched after a restart), paired with ``workers`` in order.
+
+    At scale ``workers`` is an :class:`rollcall.idset.IdRuns` (for a roll
+    call: "every member of the generation but these few", a few runs) and
+    ``incarnations`` a :class:`rollcall.lives.Lives` (for a relaunch: the
+    keeper's own ``RestartJob.incarnations`` restricted to the relaunched),
+    so the message and its handling cost runs, not workers.
     """
 
-    workers: tuple[WorkerId, ...]
+    workers: Sequence[WorkerId]
     cursor: Optional[Cursor]
-    incarnations: Optional[tuple[int, ...]] = None
+    incarnations: Optional[Sequence[int]] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,20 +120,30 @@ class Membership:
     members whose state must be replaced before the first step.
     ``incarnations`` pairs with ``members``: a later life of a worker id must
     not mistake an answer meant for an earlier one for its own.
+
+    Sharded state only (defaults otherwise; exact meaning in
+    :mod:`rollcall.keeper`): ``placement`` holds, per shard, its holders
+    (owner first); ``recovery`` the copies and reloads to do before the first
+    step; ``fallback`` says a shard was lost and the generation resumes from
+    the checkpoint at ``cursor``.
     """
 
     generation: int
-    members: tuple[WorkerId, ...]
-    incarnations: tuple[int, ...]
+    members: Sequence[WorkerId]  # from the keeper: an IdRuns (sorted ids)
+    incarnations: Sequence[int]  # from the keeper: a Lives, paired with members
     cursor: Cursor
     source: Optional[WorkerId]
-    stale: tuple[WorkerId, ...] = ()
+    stale: Sequence[WorkerId] = ()
+    placement: Optional[tuple[tuple[WorkerId, ...], ...]] = None
+    recovery: Optional[RecoveryPlan] = None
+    fallback: bool = False
 
     def admits(self, worker: WorkerId, incarnation: int) -> bool:
-        for w, inc in zip(self.members, self.incarnations):
-            if w == worker:
-                return inc == incarnation
-        return False
+        try:
+            rank = self.members.index(worker)
+        except ValueError:
+            return False
+        return self.incarnations[rank] == incarnation
 
 
 @dataclass(frozen=True, slots=True)

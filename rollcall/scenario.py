@@ -43,6 +43,7 @@ __all__ = [
     "Rendezvous",
     "Scenario",
     "ScenarioError",
+    "State",
     "Strategy",
     "Workload",
     "load_scenario",
@@ -87,12 +88,19 @@ class _Section(BaseModel):
 
 
 class Cluster(_Section):
-    """Machines: initial members, idle spares that can join, repair time."""
+    """Machines: initial members, idle spares that can join, repair time.
+
+    ``rack_size`` names failure domains: worker id ``w`` lives in rack
+    ``w // rack_size`` (spares and joined workers too, by their ids); None
+    means no domains. Sharded state spreads a shard's replicas over racks,
+    and ``kill_rack`` faults take a whole rack down at once.
+    """
 
     workers: PosInt = 4
     gpus_per_worker: PosInt = 1
     spares: NonNegInt = 0
     repair_s: PosFloat | None = None
+    rack_size: PosInt | None = None
 
 
 class Workload(_Section):
@@ -137,13 +145,16 @@ class Fault(_Section):
 
     Triggers: ``at_s`` (simulated/elapsed seconds) or ``at_step`` (when the
     job reaches that committed step). Actions: ``kill`` (ids, or "random"),
-    ``pause`` (one id or "random", for ``for_s`` seconds), ``join`` (count of
+    ``kill_rack`` (a rack index, or "random": every live worker of that rack
+    at once, a correlated failure; needs ``cluster.rack_size``), ``pause``
+    (one id or "random", for ``for_s`` seconds), ``join`` (count of
     newcomers, which take the next unused ids).
     """
 
     at_s: NonNegFloat | None = None
     at_step: NonNegInt | None = None
     kill: WorkerTargets | None = None
+    kill_rack: Union[int, Literal["random"], None] = None
     pause: Union[int, Literal["random"], None] = None
     for_s: PosFloat | None = None
     join: PosInt | None = None
@@ -170,6 +181,22 @@ class Fault(_Section):
             {"got": _show(value)},
         )
 
+    @field_validator("kill_rack", mode="before")
+    @classmethod
+    def _check_kill_rack(cls, value: Any) -> Any:
+        if value is None or value == "random":
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 0:
+                raise PydanticCustomError(
+                    "rollcall_rack", "rack indices are >= 0, got {got}", {"got": _show(value)}
+                )
+            return value
+        raise PydanticCustomError(
+            "rollcall_rack", "expected a rack index (integer >= 0) or 'random', got {got}",
+            {"got": _show(value)},
+        )
+
     @field_validator("pause", mode="before")
     @classmethod
     def _check_pause(cls, value: Any) -> Any:
@@ -188,9 +215,9 @@ class Fault(_Section):
             raise _Problem((), "a fault needs exactly one trigger: at_s or at_step")
         if len(triggers) > 1:
             raise _Problem(("at_step",), "a fault has exactly one trigger, got both at_s and at_step")
-        actions = [k for k in ("kill", "pause", "join") if getattr(self, k) is not None]
+        actions = [k for k in ("kill", "kill_rack", "pause", "join") if getattr(self, k) is not None]
         if not actions:
-            raise _Problem((), "a fault needs exactly one action: kill, pause or join")
+            raise _Problem((), "a fault needs exactly one action: kill, kill_rack, pause or join")
         if len(actions) > 1:
             raise _Problem(
                 (actions[1],), f"a fault has exactly one action, got {' and '.join(actions)}"
@@ -216,14 +243,22 @@ class Fault(_Section):
         return self.at_s if self.at_s is not None else self.at_step  # type: ignore[return-value]
 
     @property
-    def action(self) -> Literal["kill", "pause", "join"]:
+    def action(self) -> Literal["kill", "kill_rack", "pause", "join"]:
         if self.kill is not None:
             return "kill"
+        if self.kill_rack is not None:
+            return "kill_rack"
         return "pause" if self.pause is not None else "join"
 
     @property
     def targets(self) -> tuple[int, ...] | Literal["random"]:
-        """Worker ids hit by a kill/pause (``"random"`` stays a string); () for join."""
+        """Worker ids hit by a kill/pause (``"random"`` stays a string); () for join.
+
+        For ``kill_rack`` the rack index or ``"random"`` is :attr:`rack`; the
+        workers it hits are those of the rack alive when it fires
+        (:meth:`Scenario.rack_workers` lists the rack's ids), so ``targets``
+        is ``()`` there, as for a join.
+        """
         value = self.kill if self.kill is not None else self.pause
         if value is None:
             return ()
@@ -232,10 +267,17 @@ class Fault(_Section):
         return value if isinstance(value, tuple) else (value,)  # type: ignore[return-value]
 
     @property
+    def rack(self) -> int | Literal["random"] | None:
+        """The rack a ``kill_rack`` takes down (an index or ``"random"``); None otherwise."""
+        return self.kill_rack
+
+    @property
     def count(self) -> int:
-        """How many workers the fault affects (newcomers for a join)."""
+        """How many workers the fault affects (newcomers for a join; racks, 1, for kill_rack)."""
         if self.join is not None:
             return self.join
+        if self.kill_rack is not None:
+            return 1
         targets = self.targets
         return 1 if targets == "random" else len(targets)
 
@@ -296,6 +338,22 @@ class Network(_Section):
     bandwidth_Bps: PosFloat = 1.25e9
 
 
+class State(_Section):
+    """How the training state (parameters + optimizer state) is held.
+
+    ``replicated``: every worker holds all of it (plain data parallel), so a
+    survivor can always hand it on. ``sharded``: the state is cut into
+    ``shards`` pieces (default ``cluster.workers``), each held by ``replicas``
+    distinct workers (the owner plus ``replicas - 1`` buddies, spread over
+    racks when ``cluster.rack_size`` is set); a shard whose holders all die
+    forces a fallback to the last checkpoint. See :mod:`rollcall.placement`.
+    """
+
+    sharding: Literal["replicated", "sharded"] = "replicated"
+    replicas: PosInt = 2
+    shards: PosInt | None = None
+
+
 class Strategy(_Section):
     """Recovery strategy and batch policy (``lr_scaling`` applies to shrink)."""
 
@@ -323,6 +381,7 @@ class Scenario(_Section):
     rendezvous: Rendezvous = Field(default_factory=Rendezvous)
     network: Network = Field(default_factory=Network)
     strategy: Strategy = Field(default_factory=Strategy)
+    state: State = Field(default_factory=State)
 
     @model_validator(mode="before")
     @classmethod
@@ -367,6 +426,9 @@ class Scenario(_Section):
         limit = self.worker_id_limit
         joined = limit - c.workers - c.spares
         for i, fault in enumerate(self.failures.schedule):
+            if fault.kill_rack is not None:
+                self._check_rack(i, fault.kill_rack)
+                continue
             targets = fault.targets
             if targets == "random":
                 continue
@@ -380,7 +442,43 @@ class Scenario(_Section):
                 )
         return self
 
+    def _check_rack(self, i: int, rack: int | str) -> None:
+        where = ("failures", "schedule", i, "kill_rack")
+        size = self.cluster.rack_size
+        if size is None:
+            raise _Problem(where, "needs cluster.rack_size (workers per rack), which is not set")
+        if rack != "random" and not 0 <= int(rack) < self.n_racks:
+            limit = self.worker_id_limit
+            raise _Problem(
+                where,
+                f"rack {rack} does not exist (racks are 0..{self.n_racks - 1}: worker ids"
+                f" 0..{limit - 1} in racks of cluster.rack_size={size})",
+            )
+
     # -- derived values ------------------------------------------------------
+
+    @property
+    def n_racks(self) -> int:
+        """Racks that can ever hold a worker (0 without ``cluster.rack_size``)."""
+        size = self.cluster.rack_size
+        return 0 if size is None else -(-self.worker_id_limit // size)
+
+    def rack_of(self, worker: int) -> int | None:
+        """The rack of worker id ``worker`` (None without ``cluster.rack_size``)."""
+        size = self.cluster.rack_size
+        return None if size is None else worker // size
+
+    def rack_workers(self, rack: int) -> tuple[int, ...]:
+        """Every worker id that can ever live in ``rack`` (alive or not)."""
+        size = self.cluster.rack_size
+        if size is None:
+            return ()
+        return tuple(range(rack * size, min((rack + 1) * size, self.worker_id_limit)))
+
+    @property
+    def state_shards(self) -> int:
+        """Number of state shards under ``sharding: sharded`` (default ``cluster.workers``)."""
+        return self.state.shards if self.state.shards is not None else self.cluster.workers
 
     @property
     def shards_per_step(self) -> int:

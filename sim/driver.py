@@ -56,6 +56,16 @@ What is simulated, and where the core decides
   strategies write a checkpoint every ``checkpoint_interval_steps``
   (``checkpoint_write_s``); a checkpoint is durable only if no member failed
   while it was written.
+* **Sharded state** (``state.sharding: sharded``): the keeper places the
+  shards and, at every generation, either lists the peer copies that
+  restore the dead workers' replicas or falls back on the checkpoint (a
+  shard lost: ``Formed.fallback``). The driver prices what it is told
+  (:mod:`sim.sharded`): copies take the busiest link's bytes over
+  ``bandwidth_Bps``; a fallback is a checkpoint resume like any other
+  (``checkpoint_read_s``, steps since the checkpoint redone). Replicated
+  state (the default) takes none of these paths.
+* **Rack failures** (``kill_rack``): every node of the rack whose hardware
+  is up goes down at once (one ``fault`` record, ``kind: kill_rack``).
 * **Spares** are idle nodes that join at the start: the keeper holds joiners
   beyond ``max_workers`` as standbys and admits them in the next round, so a
   failure is replaced at the roll call (or the restart) that follows it.
@@ -91,9 +101,13 @@ from rollcall.messages import Checkpointed, Join, JoinBatch, Membership, RollCal
 from rollcall.reshard import describe_assignment, rank_range, step_batch
 from rollcall.results import SUMMARY_KEYS, HistoryWriter, read_history, write_summary
 from rollcall.scenario import Scenario
+from rollcall.idset import IdRuns
+from rollcall.lives import Lives
+from rollcall.sharding import ShardSpec
 from rollcall.types import Cursor
 
 from sim.rng import lifetimes, stream
+from sim.sharded import copy_time, rack_victims, racks_with
 
 __all__ = ["run", "Simulation"]
 
@@ -122,7 +136,8 @@ class Simulation:
             min_workers=r.min_workers, max_workers=r.max_workers, last_call_s=r.last_call_s,
             detector=self.detector, join_timeout_s=r.join_timeout_s, strategy=sc.strategy.kind,
             relaunch_timeout_s=(relaunch_timeout_s if relaunch_timeout_s is not None
-                                else sc.strategy.restart_s + d.timeout_s)))
+                                else sc.strategy.restart_s + d.timeout_s),
+            sharding=ShardSpec.from_scenario(sc)))
         w = sc.workload
         self.W = sc.cluster.workers
         self.n_nodes = sc.worker_id_limit
@@ -180,9 +195,10 @@ class Simulation:
         self.mark = 0.0
         self.acc = dict(lost=0.0, stall=0.0, recovery=0.0, checkpoint=0.0)
         self.segments: list[list[float]] = []  # [first, last, step_s] finally-committed runs
+        self.ordered_lives: object = None  # the lives the latest RestartJob ordered
         self.counts = dict(failures=0, crashes=0, kills=0, pauses=0, joins=0, repairs=0,
                            detections=0, evictions=0, checkpoints=0, restarts=0, rounds=0,
-                           keeper_calls=0)
+                           keeper_calls=0, rack_kills=0)
         self.elapsed_s = 0.0
         self.end_s = 0.0
         self.completed = False
@@ -298,6 +314,7 @@ class Simulation:
             elif isinstance(out, Send):
                 self._send_agent(now, out.to, out.message)
             elif isinstance(out, RestartJob):
+                self.ordered_lives = out.incarnations
                 self._restart(now)
             elif isinstance(out, JobFailed):
                 self._finish(now, False, f"job failed: {out.reason}")
@@ -416,12 +433,13 @@ class Simulation:
             if self.silent_members == 1:
                 self._stall(now)
 
-    def _node_down(self, now: float, w: int, kind: str) -> None:
+    def _node_down(self, now: float, w: int, kind: str, record: bool = True) -> None:
         if not self.hw[w]:
             return
         self.counts["failures"] += 1
         self.counts["crashes" if kind == "crash" else "kills"] += 1
-        self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
+        if record:
+            self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
         self.hw[w] = False
         self.life[w] += 1
         if self.proc[w]:
@@ -520,12 +538,33 @@ class Simulation:
             return []
         return [pool[int(self.schedule_rng.integers(len(pool)))]]
 
+    def _kill_rack(self, now: float, rack: Any) -> None:
+        """A correlated failure: every node of the rack whose hardware is up, at once.
+
+        ``"random"`` draws among the racks holding a live member (as a random
+        kill draws among live members), from the ``schedule`` stream.
+        """
+        size = self.sc.cluster.rack_size
+        if rack == "random":
+            pool = racks_with((w for w in self.members if self._alive(w)), size)
+            if not pool:
+                return
+            rack = pool[int(self.schedule_rng.integers(len(pool)))]
+        victims = rack_victims(int(rack), size, self.hw)
+        self.counts["rack_kills"] += 1
+        self._write(rec(now, "info", "fault", NEMESIS, kind="kill_rack", rack=int(rack),
+                        workers=victims))
+        for w in victims:
+            self._node_down(now, w, "kill", record=False)
+
     def _fault(self, now: float, f: Any) -> None:
         action = f.action
         if action == "kill":
             for w in self._pick(f.targets):
                 if self.hw[w]:
                     self._node_down(now, w, "kill")
+        elif action == "kill_rack":
+            self._kill_rack(now, f.rack)
         elif action == "pause":
             for w in self._pick(f.targets):
                 self._pause(now, w, float(f.for_s))
@@ -716,6 +755,9 @@ class Simulation:
                         step_s=round(self.step_s, 9), **assignment))
         if f.source is None and f.cursor != Cursor():
             cost = self.sc.strategy.checkpoint_read_s
+        elif f.recovery is not None:  # sharded: only the plan's peer copies move
+            spec = self.keeper.config.sharding
+            cost = copy_time(f.recovery, spec.shard_bytes, self.sc.network.bandwidth_Bps, self.lat)
         elif f.source is not None and f.stale:
             cost = self.transfer_s
         else:
@@ -898,7 +940,15 @@ class Simulation:
         # what each relaunched agent sends first, Join(w, new incarnation, no
         # state), as one batch of new lives
         if len(idx):
-            batch = JoinBatch(tuple(idx.tolist()), None, tuple(self.inc[idx].tolist()))
+            ids = IdRuns.of(idx.tolist())
+            ordered = self.ordered_lives
+            # The lives the keeper ordered, as the keeper's own sparse table:
+            # a relaunch of 10^4 workers is then admitted in O(changes). The
+            # driver's counters move in step (the keeper orders life + 1).
+            lives = ordered.restricted(ids) \
+                if isinstance(ordered, Lives) and ids <= ordered.members \
+                else tuple(self.inc[idx].tolist())
+            batch = JoinBatch(ids, None, lives)
             self._at(now + self.lat, self._kreceive_at, [batch])
 
     def _finish(self, now: float, completed: bool, reason: str) -> None:
@@ -1000,6 +1050,7 @@ class Simulation:
             "evictions": self.counts["evictions"],
             "crashes": self.counts["crashes"],
             "kills": self.counts["kills"],
+            "rack_kills": self.counts["rack_kills"],
             "pauses": self.counts["pauses"],
             "joins": self.counts["joins"],
             "repairs": self.counts["repairs"],

@@ -71,7 +71,7 @@ def test_to_dict_has_every_key_resolved() -> None:
     d = parse_scenario(MINIMAL).to_dict()
     assert set(d) == {
         "name", "description", "seed", "target", "cluster", "workload", "failures",
-        "detector", "rendezvous", "network", "strategy",
+        "detector", "rendezvous", "network", "strategy", "state",
     }
     assert d["rendezvous"]["max_workers"] == 4
     assert d["failures"]["schedule"] == []
@@ -264,3 +264,39 @@ def test_any_valid_scenario_round_trips(s: Scenario) -> None:
 def test_fault_model_used_directly() -> None:
     f = Fault(at_step=3, kill=[1, 2])
     assert f.targets == (1, 2) and f.action == "kill" and f.when == 3
+
+
+SHARDED = """
+name: sharded
+cluster: {workers: 6, spares: 1, rack_size: 4}
+state: {sharding: sharded, replicas: 3, shards: 12}
+failures:
+  schedule:
+    - {at_s: 1.0, kill_rack: 1}
+    - {at_step: 5, kill_rack: random}
+    - {at_s: 2.0, join: 2}
+"""
+
+
+def test_state_defaults_are_replicated_two_replicas_one_shard_per_worker() -> None:
+    s = parse_scenario(MINIMAL)
+    assert (s.state.sharding, s.state.replicas, s.state.shards) == ("replicated", 2, None)
+    assert s.state_shards == s.cluster.workers
+    assert s.cluster.rack_size is None and s.n_racks == 0
+    assert s.rack_of(3) is None and s.rack_workers(0) == ()
+
+
+def test_sharded_state_racks_and_kill_rack() -> None:
+    s = parse_scenario(SHARDED)
+    assert (s.state.sharding, s.state.replicas, s.state_shards) == ("sharded", 3, 12)
+    # ids 0..8 (6 workers, 1 spare, 2 joined) in racks of 4: racks 0, 1, 2
+    assert s.worker_id_limit == 9 and s.n_racks == 3
+    assert [s.rack_of(w) for w in (0, 3, 4, 8)] == [0, 0, 1, 2]
+    assert s.rack_workers(1) == (4, 5, 6, 7) and s.rack_workers(2) == (8,)
+    f = s.failures.schedule
+    assert (f[0].action, f[0].rack, f[0].targets, f[0].count) == ("kill_rack", 1, (), 1)
+    assert (f[1].trigger, f[1].rack) == ("at_step", "random")
+    assert f[2].rack is None
+    again = parse_scenario(s.to_yaml())
+    assert again == s
+    assert s.to_dict()["failures"]["schedule"][0] == {"at_s": 1.0, "kill_rack": 1}

@@ -23,7 +23,8 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "wrong_type_workers.yaml": ("cluster.workers", 4, "expected an integer, got 'four'"),
     "unknown_top_key.yaml": ("seeed", 2, "unknown key (expected one of: name,"),
     "unknown_nested_key.yaml": (
-        "cluster.wrokers", 4, "unknown key (expected one of: workers, gpus_per_worker, spares, repair_s)"
+        "cluster.wrokers", 4,
+        "unknown key (expected one of: workers, gpus_per_worker, spares, repair_s, rack_size)"
     ),
     "negative_time.yaml": ("strategy.restart_s", 4, "must be >= 0, got -30"),
     "negative_latency.yaml": ("network.latency_s", 3, "must be >= 0"),
@@ -64,6 +65,17 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "join_zero.yaml": ("failures.schedule.0.join", 5, "must be >= 1, got 0"),
     "kill_empty_list.yaml": ("failures.schedule.0.kill", 5, "at least one worker id"),
     "zero_workers.yaml": ("cluster.workers", 3, "must be >= 1, got 0"),
+    # sharded state and failure domains
+    "kill_rack_without_rack_size.yaml": ("failures.schedule.0.kill_rack", 7, "needs cluster.rack_size"),
+    "kill_rack_unknown_rack.yaml": (
+        "failures.schedule.1.kill_rack", 11, "rack 3 does not exist (racks are 0..2: worker ids 0..9"
+    ),
+    "kill_rack_negative.yaml": ("failures.schedule.0.kill_rack", 8, "rack indices are >= 0, got -1"),
+    "kill_rack_list.yaml": ("failures.schedule.0.kill_rack", 8, "expected a rack index"),
+    "unknown_sharding.yaml": ("state.sharding", 3, "expected 'replicated' or 'sharded', got 'zero3'"),
+    "zero_replicas.yaml": ("state.replicas", 6, "must be >= 1, got 0"),
+    "zero_rack_size.yaml": ("cluster.rack_size", 4, "must be >= 1, got 0"),
+    "state_unknown_key.yaml": ("state.replica", 4, "unknown key (expected one of: sharding, replicas, shards)"),
 }
 
 SUBPROCESS_CASES = [

@@ -1,0 +1,303 @@
+"""Worker-id sets kept as sorted runs: the member list of a 10^4-node job.
+
+A generation's member list is the sorted ids of its members. At scale it is
+thousands of ids with a few holes (failed workers under repair) and a few
+strays (spares that took their place), so it is a few dozen inclusive runs
+``[lo, hi]``. :class:`IdRuns` keeps exactly that and is, at once:
+
+* the ordered member list every worker sees (a read-only sequence: ``len``,
+  indexing, ``.index()``, iteration in rank order, equality with a tuple of
+  the same ids), so ``Formed.members`` and ``Membership.members`` keep their
+  meaning; and
+* a set with ``&``, ``|``, ``-``, ``in``, ``<=`` whose cost grows with the
+  number of runs, never with the number of ids.
+
+That is what lets the record-keeper handle a generation in O(changes): "every
+member of generation g except these" is ``members - these``, a few runs, not
+one tuple of 10^4 ids. Immutable and hashable, so a snapshot is shared, never
+copied.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from itertools import accumulate, chain
+from typing import Iterable, Iterator, Optional, Sequence, Union, overload
+
+Ids = Union["IdRuns", Iterable[int]]
+
+
+class IdRuns(Sequence[int]):
+    """An immutable sorted set of ints stored as disjoint, non-adjacent runs."""
+
+    __slots__ = ("_lo", "_hi", "_cum", "_hash")
+
+    def __init__(self, runs: Iterable[Sequence[int]] = ()) -> None:
+        """From inclusive ``[lo, hi]`` runs in increasing order (checked)."""
+        lo: list[int] = []
+        hi: list[int] = []
+        for a, b in runs:
+            a, b = int(a), int(b)
+            if b < a:
+                raise ValueError(f"empty run [{a}, {b}]")
+            if hi and a <= hi[-1] + 1:
+                if a <= hi[-1]:
+                    raise ValueError("runs must be increasing and disjoint")
+                hi[-1] = b  # adjacent: one run
+            else:
+                lo.append(a)
+                hi.append(b)
+        self._set(lo, hi)
+
+    def _set(self, lo: list[int], hi: list[int]) -> None:
+        self._lo = lo
+        self._hi = hi
+        # _cum[i]: ids before run i; _cum[-1]: the size
+        self._cum = list(accumulate(map(int.__sub__, map((1).__add__, hi), lo), initial=0))
+        self._hash: Optional[int] = None
+
+    @classmethod
+    def _raw(cls, lo: list[int], hi: list[int]) -> "IdRuns":
+        """From already normalised run bounds (no checks): internal."""
+        out = cls.__new__(cls)
+        out._set(lo, hi)
+        return out
+
+    @classmethod
+    def of(cls, ids: Ids) -> "IdRuns":
+        """Any iterable of ints (in any order, repeats allowed)."""
+        if isinstance(ids, IdRuns):
+            return ids
+        if isinstance(ids, range) and ids.step == 1:
+            return cls._raw([ids.start], [ids.stop - 1]) if len(ids) else EMPTY
+        lo: list[int] = []
+        hi: list[int] = []
+        for i in sorted(set(ids)):
+            if hi and hi[-1] == i - 1:
+                hi[-1] = i
+            else:
+                lo.append(i)
+                hi.append(i)
+        return cls._raw(lo, hi)
+
+    @classmethod
+    def span(cls, lo: int, hi: int) -> "IdRuns":
+        """The ids ``lo..hi`` inclusive (empty when hi < lo)."""
+        return cls._raw([lo], [hi]) if hi >= lo else EMPTY
+
+    # --- runs -----------------------------------------------------------------
+
+    def runs(self) -> list[list[int]]:
+        """Inclusive ``[lo, hi]`` runs, the history's member-list format."""
+        return [[a, b] for a, b in zip(self._lo, self._hi)]
+
+    @property
+    def n_runs(self) -> int:
+        return len(self._lo)
+
+    # --- sequence -------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._cum[-1]
+
+    def __bool__(self) -> bool:
+        return bool(self._lo)
+
+    def __iter__(self) -> Iterator[int]:
+        return chain.from_iterable(map(range, self._lo, map((1).__add__, self._hi)))
+
+    def __reversed__(self) -> Iterator[int]:
+        return reversed(tuple(self))
+
+    @overload
+    def __getitem__(self, k: int) -> int: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> tuple[int, ...]: ...
+
+    def __getitem__(self, k):
+        if isinstance(k, slice):
+            return tuple(self)[k]
+        n = self._cum[-1]
+        if k < 0:
+            k += n
+        if not 0 <= k < n:
+            raise IndexError("IdRuns index out of range")
+        i = bisect_right(self._cum, k) - 1
+        return self._lo[i] + k - self._cum[i]
+
+    def index(self, x: object, start: int = 0, stop: Optional[int] = None) -> int:
+        """Rank of ``x`` (its position in the sorted list)."""
+        i = self._run_of(x)
+        if i < 0:
+            raise ValueError(f"{x!r} is not in the list")
+        k = self._cum[i] + x - self._lo[i]  # type: ignore[operator]
+        if k < start or (stop is not None and k >= stop):
+            raise ValueError(f"{x!r} is not in the list")
+        return k
+
+    def count(self, x: object) -> int:
+        return 1 if x in self else 0
+
+    def _run_of(self, x: object) -> int:
+        if not isinstance(x, int) or isinstance(x, bool):
+            return -1
+        i = bisect_right(self._lo, x) - 1
+        return i if i >= 0 and x <= self._hi[i] else -1
+
+    def __contains__(self, x: object) -> bool:
+        return self._run_of(x) >= 0
+
+    def head(self, k: int) -> "IdRuns":
+        """The ``k`` lowest ids."""
+        if k >= len(self):
+            return self
+        if k <= 0:
+            return EMPTY
+        i = bisect_right(self._cum, k - 1) - 1
+        lo, hi = self._lo[:i + 1], self._hi[:i + 1]
+        hi[-1] = lo[-1] + k - 1 - self._cum[i]
+        return IdRuns._raw(lo, hi)
+
+    def tail(self, k: int) -> "IdRuns":
+        """Every id but the ``k`` lowest."""
+        if k <= 0:
+            return self
+        if k >= len(self):
+            return EMPTY
+        i = bisect_right(self._cum, k) - 1
+        lo, hi = self._lo[i:], self._hi[i:]
+        lo[0] = self._lo[i] + k - self._cum[i]
+        return IdRuns._raw(lo, hi)
+
+    # --- comparison -----------------------------------------------------------
+
+    def __eq__(self, other: object) -> bool:
+        """Same ids. Against a tuple or list: the same ordered list; against
+        a set: the same set (an IdRuns is both)."""
+        if isinstance(other, IdRuns):
+            return self._lo == other._lo and self._hi == other._hi
+        if isinstance(other, (tuple, list)):
+            return len(other) == len(self) and tuple(other) == tuple(self)
+        if isinstance(other, (set, frozenset)):
+            return len(other) == len(self) and all(map(other.__contains__, self))
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        """The hash of the equal tuple, so either may key a dict (O(n) once)."""
+        if self._hash is None:
+            self._hash = hash(tuple(self))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"IdRuns({self.runs()!r})"
+
+    def __reduce__(self):
+        return (IdRuns, (self.runs(),))
+
+    # --- set algebra ----------------------------------------------------------
+
+    def isdisjoint(self, other: Ids) -> bool:
+        if not isinstance(other, IdRuns):
+            return not any(map(self.__contains__, other))
+        return not (self & other)
+
+    def issubset(self, other: Ids) -> bool:
+        o = IdRuns.of(other)
+        return len(self & o) == len(self)
+
+    __le__ = issubset
+
+    def __and__(self, other: Ids) -> "IdRuns":
+        o = IdRuns.of(other)
+        if not self or not o:
+            return EMPTY
+        alo, ahi, blo, bhi = self._lo, self._hi, o._lo, o._hi
+        if len(blo) < len(alo):
+            alo, ahi, blo, bhi = blo, bhi, alo, ahi
+        lo: list[int] = []
+        hi: list[int] = []
+        nb = len(blo)
+        for a, b in zip(alo, ahi):
+            # the runs of the other set that overlap [a, b]
+            j = max(bisect_right(blo, a) - 1, 0)
+            while j < nb and blo[j] <= b:
+                x, y = max(a, blo[j]), min(b, bhi[j])
+                if x <= y:
+                    lo.append(x)
+                    hi.append(y)
+                j += 1
+        return IdRuns._raw(lo, hi)
+
+    intersection = __and__
+    __rand__ = __and__
+
+    def __or__(self, other: Ids) -> "IdRuns":
+        o = IdRuns.of(other)
+        if not o:
+            return self
+        if not self:
+            return o
+        pairs = sorted(chain(zip(self._lo, self._hi), zip(o._lo, o._hi)))
+        lo: list[int] = []
+        hi: list[int] = []
+        for a, b in pairs:
+            if hi and a <= hi[-1] + 1:
+                if b > hi[-1]:
+                    hi[-1] = b
+            else:
+                lo.append(a)
+                hi.append(b)
+        return IdRuns._raw(lo, hi)
+
+    union = __or__
+    __ror__ = __or__
+
+    def __sub__(self, other: Ids) -> "IdRuns":
+        o = IdRuns.of(other)
+        if not self or not o:
+            return self
+        blo, bhi = o._lo, o._hi
+        nb = len(blo)
+        lo: list[int] = []
+        hi: list[int] = []
+        changed = False
+        for a, b in zip(self._lo, self._hi):
+            j = max(bisect_right(blo, a) - 1, 0)
+            while j < nb and blo[j] <= b:
+                x, y = blo[j], bhi[j]
+                if y >= a:  # [x, y] cuts [a, b]
+                    changed = True
+                    if x > a:
+                        lo.append(a)
+                        hi.append(x - 1)
+                    a = y + 1
+                    if a > b:
+                        break
+                j += 1
+            if a <= b:
+                lo.append(a)
+                hi.append(b)
+        return IdRuns._raw(lo, hi) if changed else self
+
+    difference = __sub__
+
+    def __rsub__(self, other: Ids) -> "IdRuns":
+        return IdRuns.of(other) - self
+
+    def first(self) -> int:
+        if not self._lo:
+            raise ValueError("empty IdRuns")
+        return self._lo[0]
+
+
+EMPTY = IdRuns()
+
+
+def id_runs(ids: Ids) -> IdRuns:
+    """``ids`` as an :class:`IdRuns` (itself when it already is one)."""
+    return IdRuns.of(ids)
