@@ -402,6 +402,9 @@ class Launcher:
             self.write(frame[1])
         elif kind == "commit":
             self.commit_request(conn, now, *frame[1:])
+        elif kind == "fatal":  # e.g. training diverged: no retry can help
+            _, w, reason = frame
+            self.finish("failed", f"worker {w}: {reason}")
         elif kind == "final":
             _, w, inc, cursor, sha = frame
             self.finals[w] = (cursor, sha)

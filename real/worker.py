@@ -43,7 +43,7 @@ from rollcall.reshard import lr_scale, plan_step, sample_ids
 from rollcall.scenario import Scenario
 from rollcall.types import Cursor
 
-from real import wire
+from real import reduce, wire
 
 
 class Aborted(Exception):
@@ -285,6 +285,19 @@ class Worker:
             return
         self.wait_work(pg.allreduce([tensor]), gen)
 
+    def exact_reduce(self, pg, grads: list, losses: list[float], n_shards: int,
+                     gen: int):
+        """Order-free reduction (see :mod:`real.reduce`): scalar MAX, then a SUM of fixed-point integers."""
+        top = reduce.local_max(grads, losses)
+        if pg is not None:
+            opts = self.dist.AllreduceOptions()
+            opts.reduceOp = self.dist.ReduceOp.MAX
+            self.wait_work(pg.allreduce([top], opts), gen)
+        exps = (reduce.scale_exp(float(top[0]), n_shards), reduce.scale_exp(float(top[1]), n_shards))
+        total = reduce.exact_payload(grads, losses, exps, self.wl.n)
+        self.allreduce(pg, total, gen)
+        return reduce.exact_result(total, exps, n_shards)
+
     def hold(self, enter: Enter, load) -> None:
         """Adopt the state at ``enter.cursor`` if the generation is still ours."""
         with self.lock:
@@ -361,27 +374,40 @@ class Worker:
             t0 = self.now()
             self.wl.zero_grad()
             ids_all: list[int] = []
-            shards = plan.shards_of(self.worker)
-            rows = torch.zeros(plan.n_shards, self.wl.n) if exact else None
-            for j in shards:
+            grads: list = []
+            losses: list[float] = []
+            for j in plan.shards_of(self.worker):
                 self.check(gen)
                 offs = plan.shard_offsets(j)
                 ids = sample_ids(sc.seed, wl.dataset_samples, offs.start, offs.stop)
-                self.wl.accumulate(ids)
+                losses.append(self.wl.accumulate(ids))
                 ids_all.extend(ids)
-                if exact:
-                    rows[j] = self.wl.flat_grad()
+                if exact:  # each shard's gradient on its own, never float-added to another
+                    grads.append(self.wl.flat_grad())
                     self.wl.zero_grad()
             if ids_all:  # the ledger leaves before the exchange: a kill cannot lose it
                 self.record(rec(self.now(), "ok", "contribute", self.worker, gen=gen,
                                 step=cursor.step, samples=ids_all))
-            grad = rows if exact else self.wl.flat_grad()
             self.check(gen)
-            self.allreduce(pg, grad, gen)
+            if exact:
+                try:
+                    grad, loss = self.exact_reduce(pg, grads, losses, plan.n_shards, gen)
+                except FloatingPointError as exc:
+                    # Diverged: every retry would fail the same way, so end the
+                    # run with the reason rather than roll-call forever.
+                    self.send(("fatal", self.worker, f"step {cursor.step}: {exc}"))
+                    with self.cond:
+                        while not self.stopped:
+                            self.cond.wait(0.5)
+                    raise Aborted() from exc
+            else:
+                total = reduce.fast_payload(self.wl.flat_grad(), losses)
+                self.allreduce(pg, total, gen)
+                grad, loss = reduce.fast_result(total, plan.n_shards)
             nxt = plan.next_cursor()
             commit = rec(0.0, "ok", "commit", self.worker, gen=gen, step=cursor.step,
                          last=cursor.step, sample=cursor.sample, stop=nxt.sample,
-                         batch=plan.global_batch, t0=round(t0, 9))
+                         batch=plan.global_batch, t0=round(t0, 9), loss=loss)
             with self.cond:
                 self.check(gen)
                 if self.agent.phase is not Phase.ACTIVE or self.agent.generation != gen:
@@ -393,9 +419,7 @@ class Worker:
                 ok = self.acks.pop((gen, cursor.step), False)
             if not ok:
                 raise Aborted()
-            g = grad.sum(0) if exact else grad
-            g = g / plan.n_shards
-            self.wl.apply(g, lr_scale(sc.strategy.batch, sc.strategy.lr_scaling,
+            self.wl.apply(grad, lr_scale(sc.strategy.batch, sc.strategy.lr_scaling,
                                       plan.global_batch, wl.global_batch))
             with self.lock:
                 self.cursor = nxt

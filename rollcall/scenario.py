@@ -491,6 +491,22 @@ class Scenario(_Section):
         per_worker = math.ceil(self.shards_per_step / self.cluster.workers)
         return per_worker * self.workload.micro_batch_s + self.workload.allreduce_s
 
+    def exchange_s(self, workers: int) -> float:
+        """Sim time of one step's gradient exchange among ``workers``.
+
+        ``fast``: ``workload.allreduce_s`` (float32 gradients). ``exact``
+        (see ``real/reduce.py``) first agrees on a shared scale with a scalar
+        MAX allreduce, latency-bound: a tree of ``2 * ceil(log2(workers))``
+        hops of ``network.latency_s``; then sums int64 fixed-point values,
+        twice float32's bytes, so a bandwidth-bound exchange takes twice as
+        long. ``ideal_step_s`` keeps the fast exchange, so exact mode's cost
+        shows as lost goodput.
+        """
+        if self.strategy.reduction == "fast":
+            return self.workload.allreduce_s
+        hops = 2 * math.ceil(math.log2(workers)) if workers > 1 else 0
+        return 2 * self.workload.allreduce_s + hops * self.network.latency_s
+
     @property
     def worker_id_limit(self) -> int:
         """One past the largest worker id that can ever exist (workers + spares + joins)."""

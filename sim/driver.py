@@ -39,7 +39,8 @@ What is simulated, and where the core decides
   (``not-member``), the agent is fenced and rejoins as a newcomer, which
   opens a growth round.
 * **Steps** are simulated at job level in ranges: a generation's step time is
-  ``max micro-batches per member * micro_batch_s + allreduce_s`` with the
+  ``max micro-batches per member * micro_batch_s + exchange_s`` (the
+  reduction's exchange, ``Scenario.exchange_s``: exact mode costs more) with the
   shard split and the batch of :mod:`rollcall.reshard` (``step_batch``,
   ``rank_range``). A contiguous run of steps inside a generation is one
   ``commit`` record, closed at checkpoints, interruptions, scripted
@@ -747,7 +748,7 @@ class Simulation:
             batch = step_batch(self.sc.strategy.batch, w.global_batch, w.micro_batch, n, self.W)
             shards = batch // w.micro_batch
             lo, hi = rank_range(shards, n, 0)  # rank 0 carries the most micro-batches
-            step_s = (hi - lo) * w.micro_batch_s + w.allreduce_s
+            step_s = (hi - lo) * w.micro_batch_s + self.sc.exchange_s(n)
             assignment = describe_assignment(SimpleNamespace(members=f.members, n_shards=shards))
             plan = self._plans[n] = (batch, step_s, assignment)
         self.batch, self.step_s, assignment = plan

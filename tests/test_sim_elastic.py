@@ -112,3 +112,31 @@ def test_long_pause_under_checkpoint_restart_relaunches_the_paused_worker(tmp_pa
     t_restart = next(r["t"] for r in recs if r["f"] == "restart")
     g2 = next(r for r in recs if r["f"] == "generation" and r["gen"] == 2)
     assert g2["t"] == pytest.approx(t_restart + sc.strategy.restart_s + sc.network.latency_s)
+
+
+def test_exact_reduction_costs_its_extra_exchange_and_nothing_else(tmp_path: Path) -> None:
+    """``reduction: exact`` sends int64 (twice the bytes) after a scalar MAX
+    allreduce: steps take ``exchange_s`` longer, the trace and the accounting
+    are otherwise the same, and goodput drops by exactly the extra time."""
+    fast = load_scenario(KPJ)
+    exact = load_scenario(KPJ, ["strategy.reduction=exact"])
+    sf = run(fast, tmp_path / "fast")
+    se = run(exact, tmp_path / "exact")
+    for n in (1, 2, 4, 1000):
+        hops = 2 * math.ceil(math.log2(n)) if n > 1 else 0
+        assert exact.exchange_s(n) == pytest.approx(
+            2 * exact.workload.allreduce_s + hops * exact.network.latency_s)
+        assert fast.exchange_s(n) == fast.workload.allreduce_s
+    assert sf["valid"] and se["valid"]
+    assert se["steps_committed"] == sf["steps_committed"]
+    assert se["samples_consumed"] == sf["samples_consumed"]
+    assert se["elapsed_s"] > sf["elapsed_s"]
+    assert se["goodput"] < sf["goodput"]
+    gens = {r["gen"]: len(members_of(r)) for r in _records(tmp_path / "exact")
+            if r["f"] == "generation"}
+    for r in _records(tmp_path / "exact"):
+        if r["f"] == "commit":
+            n = r["last"] - r["step"] + 1
+            want = (math.ceil(exact.shards_per_step / gens[r["gen"]]) * exact.workload.micro_batch_s
+                    + exact.exchange_s(gens[r["gen"]]))
+            assert (r["t"] - r["t0"]) / n == pytest.approx(want, abs=1e-6)
