@@ -18,8 +18,8 @@ from rollcall.scenario import Scenario
 
 @dataclass(frozen=True)
 class Due:
-    kind: str                      # kill | pause | join
-    targets: object                # tuple of ids, "random", or a count for join
+    kind: str                      # kill | kill_rack | pause | join
+    targets: object                # tuple of ids, "random", a count for join, a rack for kill_rack
     for_s: Optional[float] = None
     origin: str = "schedule"       # schedule | mtbf
     index: int = -1
@@ -40,6 +40,8 @@ class FaultPlan:
     def _due(self, i: int, f) -> Due:
         if f.action == "join":
             return Due("join", f.join, index=i)
+        if f.action == "kill_rack":
+            return Due("kill_rack", f.kill_rack, index=i)
         return Due(f.action, f.targets, f.for_s, index=i)
 
     def draw_lifetime(self) -> Optional[float]:

@@ -43,6 +43,7 @@ from rollcall.keeper import (
 from rollcall.messages import Refused
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
+from rollcall.sharding import ShardSpec
 
 from real import wire
 from real.faults import Due, FaultPlan
@@ -117,7 +118,8 @@ class Launcher:
         self.keeper = Keeper(KeeperConfig(
             min_workers=r.min_workers, max_workers=r.max_workers, last_call_s=r.last_call_s,
             detector=make_detector(d.kind, d.heartbeat_s, d.timeout_s),
-            join_timeout_s=r.join_timeout_s, strategy=s.kind))
+            join_timeout_s=r.join_timeout_s, strategy=s.kind,
+            sharding=ShardSpec.from_scenario(scenario)))
         self.faults = FaultPlan(scenario)
         self.sel = selectors.DefaultSelector()
         self.procs: list[Proc] = []
@@ -461,7 +463,16 @@ class Launcher:
             rec_ = rec(now, "info", "fault", NEMESIS, kind="join", workers=joined, **fields)
         else:
             targets = due.targets
-            if targets == "random":
+            if due.kind == "kill_rack":  # every live worker of the rack, at once
+                size = self.sc.cluster.rack_size
+                rack = targets
+                if rack == "random":
+                    rack = self.faults.pick(sorted({w // size for w in self.candidates()}))
+                targets = () if rack is None else tuple(
+                    p.worker for p in self.procs
+                    if p.alive and p.activated and p.worker // size == rack)
+                fields["rack"] = rack
+            elif targets == "random":
                 w = self.faults.pick(self.candidates())
                 targets = () if w is None else (w,)
             hit = []
@@ -470,7 +481,7 @@ class Launcher:
                 if p is None or not p.activated:
                     continue
                 hit.append(w)
-                if due.kind == "kill":
+                if due.kind in ("kill", "kill_rack"):
                     p.fault = "kill"
                     if p.paused:
                         p.paused = False

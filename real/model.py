@@ -83,9 +83,12 @@ class Workload:
 
     def apply(self, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
         """SGD with momentum on the flat state: ``grad`` is the global mean gradient."""
+        # Separate multiply and subtract (no fused ``alpha``): one rounding per
+        # operation and element, so a slice of the vector gets the same bits
+        # as the whole (real.zero updates slices).
         with torch.no_grad():
             self.momentum.mul_(MOMENTUM).add_(grad)
-            self.flat.add_(self.momentum, alpha=-self.lr * lr_scale)
+            self.flat.sub_(self.momentum.mul(self.lr * lr_scale))
 
     # --- state --------------------------------------------------------------
 

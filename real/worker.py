@@ -216,6 +216,10 @@ class Worker:
 
         sc = self.scenario
         self.wl = Workload(sc.seed, sc.workload.model_params, sc.workload.lr)
+        self.zero = None
+        if sc.state.sharding == "sharded":
+            from real.zero import ZeroState
+            self.zero = ZeroState(self.worker, self.wl, sc.state_shards)
         self.cursor = Cursor()  # position of the state held
         self.holds_state = False
         self.ready = True
@@ -318,35 +322,67 @@ class Worker:
             raise RuntimeError(f"no checkpoint at {cursor}")
         return ck["state"]
 
+    def settle(self, pg, enter: Enter, load, reloaded: bool = False,
+               replaced: bool = False) -> None:
+        """Adopt the generation's state: ``load`` it, and under ZeRO-1 carry out
+        the keeper's shard copies (one gather every member joins) first."""
+        z = self.zero
+        if z is None or enter.placement is None:
+            self.hold(enter, load)
+            return
+        buf = z.copy_buffer(enter.recovery)
+        if buf is not None:
+            self.allreduce(pg, buf, enter.generation)
+
+        def adopt() -> None:
+            load()
+            z.adopt(enter.placement, enter.recovery, buf, reloaded, replaced)
+
+        self.hold(enter, adopt)
+
     def sync_state(self, pg, enter: Enter) -> None:
         torch = self.torch
         gen = enter.generation
+        sharded = self.zero is not None
         if enter.source is None:
             state = self.local_state(enter.cursor)
-            self.hold(enter, lambda: self.wl.load_state(state))
+            self.settle(pg, enter, lambda: self.wl.load_state(state), reloaded=True)
             return
         is_source = enter.source == self.worker
         mine = self.holds_state and self.cursor == enter.cursor
+        reloaded = False
         if is_source and not mine:
             # Only a claim the trainer cannot back: the origin or a checkpoint can.
             state = self.local_state(enter.cursor)
             self.wl.load_state(state)
             self.cursor, self.holds_state = enter.cursor, True
-            mine = True
+            mine = reloaded = True
         need = enter.sync or not mine
         flag = torch.tensor([1 if need else 0], dtype=torch.int64)
         self.allreduce(pg, flag, gen)
         if int(flag.item()) == 0:
-            self.hold(enter, lambda: None)
+            self.settle(pg, enter, lambda: None, reloaded=reloaded)
             return
         root = enter.members.index(enter.source)
-        buf = self.wl.state() if is_source else torch.empty(2 * self.wl.n)
+        # Under ZeRO-1 only the parameters are replicated; shards move by copies.
+        size = self.wl.n if sharded else 2 * self.wl.n
+        if is_source:
+            buf = self.wl.flat.clone() if sharded else self.wl.state()
+        else:
+            buf = torch.empty(size)
         if pg is not None:
             self.wait_work(pg.broadcast(buf, root), gen)
+
+        def load() -> None:
+            if sharded:
+                self.wl.flat.copy_(buf)
+            else:
+                self.wl.load_state(buf)
+
         if need:
-            self.hold(enter, lambda: self.wl.load_state(buf))
+            self.settle(pg, enter, load, reloaded=reloaded, replaced=True)
         else:
-            self.hold(enter, lambda: None)
+            self.settle(pg, enter, lambda: None, reloaded=reloaded)
 
     def run_generation(self, enter: Enter) -> None:
         torch = self.torch
@@ -404,6 +440,11 @@ class Worker:
                 total = reduce.fast_payload(self.wl.flat_grad(), losses)
                 self.allreduce(pg, total, gen)
                 grad, loss = reduce.fast_result(total, plan.n_shards)
+            scale = lr_scale(sc.strategy.batch, sc.strategy.lr_scaling,
+                             plan.global_batch, wl.global_batch)
+            if self.zero is not None:  # ZeRO-1: update held slices, gather the parameters
+                moms, params = self.zero.step(grad, scale)
+                self.allreduce(pg, params, gen)
             nxt = plan.next_cursor()
             commit = rec(0.0, "ok", "commit", self.worker, gen=gen, step=cursor.step,
                          last=cursor.step, sample=cursor.sample, stop=nxt.sample,
@@ -419,14 +460,24 @@ class Worker:
                 ok = self.acks.pop((gen, cursor.step), False)
             if not ok:
                 raise Aborted()
-            self.wl.apply(grad, lr_scale(sc.strategy.batch, sc.strategy.lr_scaling,
-                                      plan.global_batch, wl.global_batch))
+            if self.zero is not None:
+                self.zero.commit(moms, params)
+            else:
+                self.wl.apply(grad, scale)
             with self.lock:
                 self.cursor = nxt
-            if restart and nxt.step % ckpt_every == 0 and nxt.step < wl.steps \
-                    and enter.rank == 0:
+            # Checkpoint-restart checkpoints; so does sharded elastic, whose
+            # fallback when a shard is lost is the checkpoint.
+            due = nxt.step % ckpt_every == 0 and nxt.step < wl.steps
+            state = None
+            if due and self.zero is not None:
+                momentum = self.zero.momentum_buffer()
+                self.allreduce(pg, momentum, gen)
+                state = torch.cat([self.wl.flat, momentum])
+            if due and (restart or self.zero is not None) and enter.rank == 0:
                 from real.model import save_checkpoint
-                save_checkpoint(self.run_dir, nxt.step, nxt.sample, self.wl.state())
+                save_checkpoint(self.run_dir, nxt.step, nxt.sample,
+                                self.wl.state() if state is None else state)
                 with self.lock:
                     if self.agent.generation == gen:
                         self.record(rec(self.now(), "ok", "checkpoint", self.worker,
