@@ -275,9 +275,11 @@ class Simulation:
         if self.state == DONE or (not detection and self.keeper.round is None):
             return  # a round timer outlived its round: the keeper has nothing due
         self.counts["keeper_calls"] += 1
-        live = self.live
+        # Every tracked worker but the silent ones beat just now: name the
+        # few silent nodes (down, or paused), not the 10^4 live ones.
+        silent = _runs_of_sorted_array(np.flatnonzero(~(self.proc & ~self.paused)))
         t = _perf()
-        self.keeper.observe_alive(now, live)
+        self.keeper.observe_alive_except(now, silent)
         out = self.keeper.handle_timer(now)
         self.keeper_s += _perf() - t
         self._apply(now, out)
@@ -843,15 +845,15 @@ class Simulation:
         else:
             self._start_segment(now)
 
-    def _roll_call(self, to: tuple[int, ...], call: RollCall) -> None:
+    def _roll_call(self, to: IdRuns, call: RollCall) -> None:
         """A roll call reaches the members it was sent to."""
         now = self.env.now
         if self.state == DONE:
             return
+        to = IdRuns.of(to)
         if self.agents:
-            to_set = set(to)
             for w, a in list(self.agents.items()):
-                if w not in to_set:
+                if w not in to:
                     continue
                 if self.paused[w]:
                     self.held.setdefault(w, []).append(call)
@@ -863,10 +865,10 @@ class Simulation:
             return  # an old round; the members already answered
         # Whatever the reason, a member abandons the step in flight (or the
         # state copy, or the checkpoint write) and joins (rollcall.messages.RollCall).
-        bulk = tuple(w for w in to if w not in self.agents) if self.agents else to
+        bulk = to - IdRuns.of(self.agents) if self.agents else to
         self._answer(now, bulk)
 
-    def _answer(self, now: float, to: tuple[int, ...]) -> None:
+    def _answer(self, now: float, to: IdRuns) -> None:
         """The live members answer the roll call with the cursor their agents hold."""
         self.answered = self.gen + 1
         synced = self.state in (RUN, CKPT)  # the stale members finished the copy / load
@@ -874,20 +876,17 @@ class Simulation:
         # ``to`` are members of the current generation (the round is for gen+1)
         idx = self.member_idx
         quiet = idx[~(self.proc[idx] & ~self.paused[idx])]
-        gone = set(quiet.tolist()).intersection(to) if len(quiet) else ()
-        if len(gone) >= len(to):  # e.g. the old lives a restart round names
-            workers = ()
-        elif gone:  # rare: a paused or dead member the round still expects
-            workers = tuple(w for w in to if w not in gone)
-        else:
-            workers = tuple(to)
+        # Id runs throughout: the answer of 10^4 members costs their holes.
+        workers = IdRuns.of(to)
+        if len(quiet):  # rare: a paused or dead member the round still expects
+            workers = workers - _runs_of_sorted_array(quiet)
         batches = []
         if self.stale and not synced:
             # a stale member holds no state until its copy or load is done
             # (Agent.state_ready): it answers without a cursor
-            empty = tuple(w for w in workers if w in self.stale)
+            empty = workers & IdRuns.of(self.stale)
             if empty:
-                workers = tuple(w for w in workers if w not in self.stale)
+                workers = workers - empty
                 batches.append(JoinBatch(empty, None))
         if workers:
             batches.insert(0, JoinBatch(workers, self.cursor))
@@ -941,7 +940,7 @@ class Simulation:
         # what each relaunched agent sends first, Join(w, new incarnation, no
         # state), as one batch of new lives
         if len(idx):
-            ids = IdRuns.of(idx.tolist())
+            ids = _runs_of_sorted_array(idx)
             ordered = self.ordered_lives
             # The lives the keeper ordered, as the keeper's own sparse table:
             # a relaunch of 10^4 workers is then admitted in O(changes). The
@@ -1066,6 +1065,16 @@ class Simulation:
         missing = set(SUMMARY_KEYS) - out.keys()
         assert not missing, missing
         return out
+
+
+def _runs_of_sorted_array(ids: np.ndarray) -> IdRuns:
+    """Ascending distinct ids as id runs, cut where a gap is (numpy, not a Python loop)."""
+    if not len(ids):
+        return IdRuns.of(())
+    cut = np.flatnonzero(np.diff(ids) != 1)
+    lo = ids[np.concatenate(([0], cut + 1))].tolist()
+    hi = ids[np.concatenate((cut, [len(ids) - 1]))].tolist()
+    return IdRuns(list(zip(lo, hi)))
 
 
 def run(scenario: Scenario, out_dir: str | Path) -> dict:
