@@ -1,0 +1,134 @@
+"""The keeper's compact bookkeeping against plain models (hypothesis).
+
+``IdRuns`` (member lists as runs), ``Liveness`` (heartbeat instants as a base
+plus exceptions) and ``LifeTable``/``Lives`` (sparse incarnations) exist only
+to make a 10^4-member generation cheap; each must answer exactly what a
+sorted tuple / a dict would.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from rollcall.idset import IdRuns
+from rollcall.lives import LifeTable
+from rollcall.liveness import Liveness
+
+ids = st.lists(st.integers(0, 60), max_size=40)
+
+
+@given(ids, ids, st.integers(0, 60))
+def test_id_runs_behave_as_a_sorted_tuple_and_a_set(a: list[int], b: list[int], x: int) -> None:
+    ra, rb = IdRuns.of(a), IdRuns.of(b)
+    sa, sb = sorted(set(a)), sorted(set(b))
+    assert list(ra) == sa and len(ra) == len(sa) and tuple(ra) == tuple(sa)
+    assert ra == tuple(sa) and (ra == rb) == (sa == sb)
+    assert [ra[i] for i in range(len(sa))] == sa
+    assert [ra[-i - 1] for i in range(len(sa))] == sa[::-1]
+    assert (x in ra) == (x in sa)
+    if x in sa:
+        assert ra.index(x) == sa.index(x)
+    assert list(ra & rb) == sorted(set(a) & set(b))
+    assert list(ra | rb) == sorted(set(a) | set(b))
+    assert list(ra - rb) == sorted(set(a) - set(b))
+    assert ra.issubset(rb) == set(a).issubset(b)
+    assert ra.isdisjoint(rb) == set(a).isdisjoint(b)
+    # runs are maximal: no two touch
+    runs = ra.runs()
+    assert all(hi + 1 < lo for (_, hi), (lo, _) in zip(runs, runs[1:]))
+    assert IdRuns(runs) == ra and hash(IdRuns(runs)) == hash(ra)
+
+
+class LivenessModel(RuleBasedStateMachine):
+    """Liveness vs a dict worker -> last advance instant."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = Liveness()
+        self.model: dict[int, float] = {}
+        self.now = 0.0
+
+    @rule(dt=st.floats(0.0, 5.0))
+    def tick(self, dt: float) -> None:
+        self.now += dt
+
+    @rule(w=st.integers(0, 30))
+    def set_one(self, w: int) -> None:
+        self.live.set(self.now, w)
+        self.model[w] = self.now
+
+    @rule(ws=ids)
+    def track(self, ws: list[int]) -> None:
+        self.live.track(self.now, IdRuns.of(ws))
+        self.model.update({w: self.now for w in ws})
+
+    @rule(ws=ids)
+    def advance(self, ws: list[int]) -> None:
+        self.live.advance(self.now, IdRuns.of(ws))
+        self.model.update({w: self.now for w in ws if w in self.model})
+
+    @rule(w=st.integers(0, 30))
+    def drop(self, w: int) -> None:
+        self.live.drop(w)
+        self.model.pop(w, None)
+
+    @rule(ws=ids)
+    def drop_many(self, ws: list[int]) -> None:
+        self.live.drop_many(IdRuns.of(ws))
+        for w in ws:
+            self.model.pop(w, None)
+
+    @rule(age=st.floats(0.0, 10.0))
+    def expired(self, age: float) -> None:
+        cut = self.now - age
+        assert self.live.expired(lambda t: t <= cut) == sorted(
+            w for w, t in self.model.items() if t <= cut)
+
+    @invariant()
+    def same(self) -> None:
+        assert list(self.live.tracked) == sorted(self.model)
+        for w in range(32):
+            assert self.live.at(w) == self.model.get(w)
+        assert self.live.earliest() == (min(self.model.values()) if self.model else None)
+
+
+class LifeTableModel(RuleBasedStateMachine):
+    """LifeTable and its snapshots vs a dict worker -> life."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = LifeTable()
+        self.model: dict[int, int] = {}
+        self.snaps: list[tuple[object, dict[int, int]]] = []
+
+    @rule(w=st.integers(0, 30), life=st.integers(0, 5))
+    def set_life(self, w: int, life: int) -> None:
+        self.table.set(w, life)
+        self.model[w] = life
+
+    @rule(ws=ids)
+    def bump(self, ws: list[int]) -> None:
+        self.table.bump(IdRuns.of(ws))
+        for w in set(ws):
+            self.model[w] = self.model.get(w, 0) + 1
+
+    @rule(ws=ids)
+    def snapshot(self, ws: list[int]) -> None:
+        members = IdRuns.of(ws)
+        snap = self.table.snapshot(members)
+        want = {w: self.model.get(w, 0) for w in members}
+        assert list(snap) == [want[w] for w in members]
+        self.snaps.append((snap, want))
+
+    @invariant()
+    def same(self) -> None:
+        for w in range(32):
+            assert self.table.get(w) == self.model.get(w, 0)
+        for snap, want in self.snaps:  # a snapshot never changes afterwards
+            assert {w: snap.of(w) for w in want} == want
+            assert snap.same_as(snap.restricted(IdRuns.of(want)))
+
+
+TestLiveness = LivenessModel.TestCase
+TestLifeTable = LifeTableModel.TestCase
