@@ -48,6 +48,15 @@ class Workload:
             p.data = self.flat[off:off + k].view_as(p)
             off += k
         self.params = params
+        # Gradients live in one flat buffer too (each .grad a view into it):
+        # backward accumulates in place, with no per-step allocation and no
+        # concatenation to hand the gradient to a collective.
+        self.grad_buf = torch.zeros(self.n)
+        off = 0
+        for p in params:
+            k = p.numel()
+            p.grad = self.grad_buf[off:off + k].view_as(p)
+            off += k
         self.momentum = torch.zeros(self.n)
         g = torch.Generator().manual_seed(seed * 7919 + 1)
         self.teacher = torch.randn(IN_DIM, OUT_DIM, generator=g) / IN_DIM ** 0.5
@@ -65,8 +74,7 @@ class Workload:
     # --- compute ------------------------------------------------------------
 
     def zero_grad(self) -> None:
-        for p in self.params:
-            p.grad = None
+        self.grad_buf.zero_()
 
     def accumulate(self, ids: Sequence[int]) -> float:
         """Forward/backward one micro-batch (mean loss); gradients add up."""
@@ -77,9 +85,7 @@ class Workload:
 
     def flat_grad(self) -> torch.Tensor:
         """A fresh tensor (never reused: an abandoned collective may still write into an old one)."""
-        grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
-                 for p in self.params]
-        return torch.cat(grads)
+        return self.grad_buf.clone()
 
     def apply(self, grad: torch.Tensor, lr_scale: float = 1.0) -> None:
         """SGD with momentum on the flat state: ``grad`` is the global mean gradient."""

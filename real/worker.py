@@ -437,7 +437,7 @@ class Worker:
                             self.cond.wait(0.5)
                     raise Aborted() from exc
             else:
-                total = reduce.fast_payload(self.wl.flat_grad(), losses)
+                total = reduce.fast_payload(self.wl.grad_buf, losses)
                 self.allreduce(pg, total, gen)
                 grad, loss = reduce.fast_result(total, plan.n_shards)
             scale = lr_scale(sc.strategy.batch, sc.strategy.lr_scaling,
