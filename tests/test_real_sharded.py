@@ -7,6 +7,8 @@ that was not really restored poisons the weights. In exact mode the final
 weights do not depend on membership, so both fault cases must end with the
 same bits as a replicated run that lost nobody:
 
+- worker 1 dies: the two slices it held are copied from their other
+  holders, no step is lost;
 - a whole rack (workers 0 and 1, racks of two) dies: the keeper spread each
   slice's two holders over both racks, so buddies in rack 1 send the slices,
   no step is lost;
@@ -65,6 +67,19 @@ def reference(tmp_path_factory) -> str:
     s = driver.run(scenario("four", "exact"), tmp_path_factory.mktemp("replicated"))
     assert s["completed"] is True
     return s["final_weights_sha256"]
+
+
+@pytest.mark.timeout(300)
+def test_one_lost_worker_is_restored_from_its_buddies_with_no_lost_step(
+        reference: str, tmp_path: Path) -> None:
+    s, recovery = run(sharded("sharded-one", [{"at_step": 15, "kill": 1}]), tmp_path)
+    after = recovery[-1]
+    placement = initial_placement(4, range(4), 2)
+    held = [sh for sh in range(4) if 1 in placement.holders(sh)]
+    assert after["fallback"] is False and after["lost"] == []
+    assert after["copies"] == len(held)  # one new replica per slice worker 1 held
+    assert s["fallbacks"] == 0 and s["steps_lost_to_fallback"] == 0
+    assert s["final_weights_sha256"] == reference
 
 
 @pytest.mark.timeout(300)
