@@ -416,7 +416,11 @@ class Launcher:
     def commit_request(self, conn: Conn, now: float, w: int, inc: int, gen: int, step: int,
                        record: dict) -> None:
         k = self.keeper
-        ok = (k.failed is None and k.round is None and k.is_member(w, gen)
+        # A step another member already committed may still be applied by
+        # this one after a roll call opened: it is the lineage's state, and a
+        # survivor left a step behind would hold replicas nobody can use.
+        done = (gen, step) in self.commits
+        ok = (k.failed is None and (k.round is None or done) and k.is_member(w, gen)
               and k.incarnation_of(w) == inc and self.result is None)
         if ok and (gen, step) not in self.commits:
             self.commits.add((gen, step))

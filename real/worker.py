@@ -81,6 +81,7 @@ class Worker:
         self.store_port: Optional[int] = None
         self.acks: dict[tuple[int, int], bool] = {}
         self.pending: Optional[tuple[int, int, Cursor]] = None
+        self.deferred: list = []  # keeper messages held while a commit is in flight
         self.started = False
         self.wake = threading.Event()
         self.groups: list[dict] = []  # every process group ever built, kept alive
@@ -163,7 +164,12 @@ class Worker:
         kind = frame[0]
         with self.lock:
             if kind == "msg":
-                if self.started:
+                if self.pending is not None:
+                    # A commit of ours is in flight and its answer is on its
+                    # way: hear it first, so that a roll call is answered
+                    # with the state this worker really ends up holding.
+                    self.deferred.append(frame[1])
+                elif self.started:
                     self.apply(self.agent.receive(self.now(), frame[1]))
             elif kind == "ack":
                 _, gen, step, ok = frame
@@ -173,6 +179,10 @@ class Worker:
                     self.held = p[2]
                     self.apply(self.agent.step_committed(self.now(), p[2]))
                 self.pending = None
+                deferred, self.deferred = self.deferred, []
+                if self.started:
+                    for message in deferred:
+                        self.apply(self.agent.receive(self.now(), message))
                 self.cond.notify_all()
             elif kind == "welcome":
                 self.store_port = frame[1]
