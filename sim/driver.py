@@ -18,11 +18,12 @@ What is simulated, and where the core decides
   silent (crash or pause) the driver tells the keeper when its last beat
   arrived (``observe_alive`` at that instant) and schedules a keeper tick at
   ``detector.detection_time`` (the core's policy). At every tick the keeper
-  is first told that all running nodes are alive (``observe_alive(now,
-  live)``), then ``handle_timer(now)`` gives the verdict. While a round is
-  open its own deadlines are followed too (last call, join timeout,
-  relaunch timeout: the round fields behind ``Keeper.get_timer``, without
-  the expiry of healthy workers whose beats are not simulated).
+  is first told that every tracked node but the silent ones is alive
+  (``observe_alive_except(now, silent)``), then ``handle_timer(now)`` gives
+  the verdict. While a round is open its own deadlines are followed too
+  (last call, join timeout, relaunch timeout: the round fields behind
+  ``Keeper.get_timer``, without the expiry of healthy workers whose beats
+  are not simulated).
 * **Roll calls** are answered in batches: the live members a ``RollCall``
   reaches abandon the step in flight (whatever the reason, as the core
   prescribes) and answer with one :class:`JoinBatch` carrying the cursor
@@ -156,7 +157,6 @@ class Simulation:
         self.member_idx = np.zeros(0, np.int64)
         self._gen_runs: dict[int, list] = {}
         self._plans: dict[int, tuple[int, float, dict]] = {}  # members -> batch, step time, shards
-        self.live_set: set[int] = set()  # == set(flatnonzero(proc & ~paused))
         # exceptional nodes driven through a real core Agent (paused / fenced)
         self.agents: dict[int, Agent] = {}
         self.held: dict[int, list[Any]] = {}
@@ -245,16 +245,6 @@ class Simulation:
         if g is None:
             g = self._node_rngs[w] = stream(self.seed, f"node/{w}")
         return g
-
-    @property
-    def live(self) -> set[int]:
-        """The nodes whose process runs and beats (not paused).
-
-        Kept as a set, updated where ``proc``/``paused`` change, so a keeper
-        tick costs no O(nodes) rebuild on the driver's side (the keeper
-        intersects it with the workers it tracks).
-        """
-        return self.live_set
 
     def _alive(self, w: int) -> bool:
         return bool(self.proc[w] and not self.paused[w])
@@ -380,7 +370,6 @@ class Simulation:
                 self._write(act.record)
             elif isinstance(act, Stop):
                 self.proc[w] = False
-                self.live_set.discard(w)
                 self.agents.pop(w, None)
             elif isinstance(act, Enter):
                 pass  # the job follows the keeper's Formed output
@@ -401,7 +390,6 @@ class Simulation:
         self.phase[w] = now
         self.agents.pop(w, None)
         self.held.pop(w, None)
-        self.live_set.add(w)
         return Join(w, int(self.inc[w]), None)
 
     def _arrive(self, now: float, w: int, lifetime: Optional[float]) -> None:
@@ -447,7 +435,6 @@ class Simulation:
         self.life[w] += 1
         if self.proc[w]:
             self.proc[w] = False
-            self.live_set.discard(w)
             if self.paused[w]:
                 self.paused[w] = False  # already silent; its verdict is scheduled
                 self.pause_epoch[w] += 1
@@ -476,7 +463,6 @@ class Simulation:
         self._agent_for(now, w)  # the paused process keeps its agent's state
         self.paused[w] = True
         self.pause_epoch[w] += 1
-        self.live_set.discard(w)
         self._go_silent(now, w)
         self._at(now + for_s, self._resume, w, int(self.pause_epoch[w]))
 
@@ -486,7 +472,6 @@ class Simulation:
         now = self.env.now
         self._write(rec(now, "info", "fault", NEMESIS, kind="resume", workers=[w]))
         self.paused[w] = False
-        self.live_set.add(w)
         a = self._agent_for(now, w)
         actions: list = []
         for msg in self.held.pop(w, []):
@@ -914,7 +899,6 @@ class Simulation:
         for w in [w for w in self.agents if self.is_member[w]]:
             self.agents.pop(w, None)
             self.held.pop(w, None)
-        self.live_set.difference_update(idx.tolist())
         self.is_member[:] = False
         self.silent_members = 0
         self.state = IDLE
@@ -936,7 +920,6 @@ class Simulation:
             for w in [w for w in self.agents if w in fresh]:
                 self.agents.pop(w, None)
                 self.held.pop(w, None)
-        self.live_set.update(idx.tolist())
         # what each relaunched agent sends first, Join(w, new incarnation, no
         # state), as one batch of new lives
         if len(idx):
@@ -990,7 +973,6 @@ class Simulation:
             self.fail_heap = [(float(t), w, 1) for w, t in enumerate(first.tolist())]
             heapq.heapify(self.fail_heap)
         self.proc[:n0] = True
-        self.live_set = set(range(n0))
         self._write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
                         strategy=sc.strategy.kind, workers=self.W, spares=sc.cluster.spares))
         # every agent's first message: Join(w, 0, None), fed as one batch
