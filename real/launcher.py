@@ -468,13 +468,10 @@ class Launcher:
         else:
             targets = due.targets
             if due.kind == "kill_rack":  # every live worker of the rack, at once
-                size = self.sc.cluster.rack_size
                 rack = targets
                 if rack == "random":
-                    rack = self.faults.pick(sorted({w // size for w in self.candidates()}))
-                targets = () if rack is None else tuple(
-                    p.worker for p in self.procs
-                    if p.alive and p.activated and p.worker // size == rack)
+                    rack = self.faults.pick(sorted({self.sc.rack_of(w) for w in self.candidates()}))
+                targets = () if rack is None else self.sc.rack_workers(rack)
                 fields["rack"] = rack
             elif targets == "random":
                 w = self.faults.pick(self.candidates())

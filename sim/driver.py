@@ -109,7 +109,7 @@ from rollcall.sharding import ShardSpec
 from rollcall.types import Cursor
 
 from sim.rng import lifetimes, stream
-from sim.sharded import copy_time, rack_victims, racks_with
+from sim.sharded import copy_time
 
 __all__ = ["run", "Simulation"]
 
@@ -532,13 +532,13 @@ class Simulation:
         ``"random"`` draws among the racks holding a live member (as a random
         kill draws among live members), from the ``schedule`` stream.
         """
-        size = self.sc.cluster.rack_size
+        sc = self.sc
         if rack == "random":
-            pool = racks_with((w for w in self.members if self._alive(w)), size)
+            pool = sorted({sc.rack_of(w) for w in self.members if self._alive(w)})
             if not pool:
                 return
             rack = pool[int(self.schedule_rng.integers(len(pool)))]
-        victims = rack_victims(int(rack), size, self.hw)
+        victims = [w for w in sc.rack_workers(int(rack)) if self.hw[w]]
         self.counts["rack_kills"] += 1
         self._write(rec(now, "info", "fault", NEMESIS, kind="kill_rack", rack=int(rack),
                         workers=victims))

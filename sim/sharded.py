@@ -1,9 +1,9 @@
-"""Sim cost model of sharded state and rack failures.
+"""Sim cost model of sharded state.
 
 The keeper decides (``rollcall.sharding``): which shards are copied from whom
 to whom, or that the job falls back on the checkpoint. This module only
-prices those decisions and finds who a rack failure hits; it decides nothing
-about membership.
+prices those decisions; it decides nothing about membership (who a rack
+failure hits is ``Scenario.rack_workers``).
 
 Recovery time of a plan without fallback. Copies run in parallel over a
 non-blocking fabric where each worker has one full-duplex link of
@@ -25,11 +25,11 @@ lost worker's slice costs ``1/shards`` of a full copy to restore.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from rollcall.placement import RecoveryPlan
 
-__all__ = ["copy_time", "rack_victims", "racks_with"]
+__all__ = ["copy_time"]
 
 
 def copy_time(plan: RecoveryPlan, shard_bytes: Sequence[int], bandwidth_Bps: float,
@@ -43,14 +43,3 @@ def copy_time(plan: RecoveryPlan, shard_bytes: Sequence[int], bandwidth_Bps: flo
         load[("out", c.src)] += size
         load[("in", c.dst)] += size
     return max(load.values()) / bandwidth_Bps + latency_s
-
-
-def rack_victims(rack: int, rack_size: int, up: Sequence[bool]) -> list[int]:
-    """Ids of ``rack`` whose hardware is up (``up[w]``), ascending: a rack failure takes them all."""
-    lo, hi = rack * rack_size, min((rack + 1) * rack_size, len(up))
-    return [w for w in range(lo, hi) if up[w]]
-
-
-def racks_with(workers: Iterable[int], rack_size: int) -> list[int]:
-    """The racks holding at least one of ``workers``, ascending (where a random rack failure may hit)."""
-    return sorted({w // rack_size for w in workers})
