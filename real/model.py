@@ -29,6 +29,16 @@ def hidden_for(params: int) -> int:
     return max(1, (params - OUT_DIM) // (IN_DIM + 1 + OUT_DIM))
 
 
+def _views(flat: torch.Tensor, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Consecutive views of ``flat`` shaped like ``params``, in order."""
+    out, off = [], 0
+    for p in params:
+        k = p.numel()
+        out.append(flat[off:off + k].view_as(p))
+        off += k
+    return out
+
+
 class Workload:
     """Model, data and optimizer state of one worker."""
 
@@ -42,21 +52,14 @@ class Workload:
         self.n = sum(p.numel() for p in params)
         self.flat = torch.cat([p.detach().reshape(-1) for p in params]).clone()
         self.initial = self.flat.clone()
-        off = 0
-        for p in params:
-            k = p.numel()
-            p.data = self.flat[off:off + k].view_as(p)
-            off += k
-        self.params = params
         # Gradients live in one flat buffer too (each .grad a view into it):
         # backward accumulates in place, with no per-step allocation and no
         # concatenation to hand the gradient to a collective.
         self.grad_buf = torch.zeros(self.n)
-        off = 0
-        for p in params:
-            k = p.numel()
-            p.grad = self.grad_buf[off:off + k].view_as(p)
-            off += k
+        for p, data, grad in zip(params, _views(self.flat, params), _views(self.grad_buf, params)):
+            p.data = data
+            p.grad = grad
+        self.params = params
         self.momentum = torch.zeros(self.n)
         g = torch.Generator().manual_seed(seed * 7919 + 1)
         self.teacher = torch.randn(IN_DIM, OUT_DIM, generator=g) / IN_DIM ** 0.5

@@ -375,19 +375,13 @@ class Worker:
             return
         root = enter.members.index(enter.source)
         # Under ZeRO-1 only the parameters are replicated; shards move by copies.
-        size = self.wl.n if sharded else 2 * self.wl.n
         if is_source:
             buf = self.wl.flat.clone() if sharded else self.wl.state()
         else:
-            buf = torch.empty(size)
+            buf = torch.empty(self.wl.n if sharded else 2 * self.wl.n)
         if pg is not None:
             self.wait_work(pg.broadcast(buf, root), gen)
-
-        def load() -> None:
-            if sharded:
-                self.wl.flat.copy_(buf)
-            else:
-                self.wl.load_state(buf)
+        load = (lambda: self.wl.flat.copy_(buf)) if sharded else (lambda: self.wl.load_state(buf))
 
         if need:
             self.settle(pg, enter, load, reloaded=reloaded, replaced=True)

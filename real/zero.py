@@ -22,22 +22,21 @@ the checkpoint. Nothing here decides who holds what.
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Optional, Sequence
 
 import torch
+
+from rollcall.sharding import split_bytes
 
 from real.model import MOMENTUM
 
 
 def bounds(n: int, n_shards: int) -> list[tuple[int, int]]:
-    """Even contiguous slices of ``n`` elements; the first ``n % n_shards`` one longer."""
-    base, extra = divmod(n, n_shards)
-    out, lo = [], 0
-    for s in range(n_shards):
-        hi = lo + base + (1 if s < extra else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
+    """Contiguous slices of ``n`` elements, cut as the keeper sizes shards
+    (:func:`rollcall.sharding.split_bytes`: the first ``n % n_shards`` one longer)."""
+    ends = list(accumulate(split_bytes(n, n_shards), initial=0))
+    return list(zip(ends, ends[1:]))
 
 
 def gather_buffer(n: int) -> torch.Tensor:
