@@ -40,12 +40,13 @@ import math
 
 import torch
 
+
 def scale_exp(max_abs: float, n_shards: int) -> int:
     """Exponent ``e`` such that ``n_shards`` values of magnitude <= ``max_abs``,
     each rounded to ``round(x * 2**e)``, sum to at most ``2**52`` (exact in float64)."""
-    if not max_abs > 0.0 or not math.isfinite(max_abs):
-        if not math.isfinite(max_abs):
-            raise FloatingPointError(f"non-finite gradient (max |g| = {max_abs})")
+    if not math.isfinite(max_abs):
+        raise FloatingPointError(f"non-finite gradient (max |g| = {max_abs})")
+    if max_abs <= 0.0:
         return 0
     _, top = math.frexp(max_abs)  # max_abs < 2**top
     return 52 - top - max(0, math.ceil(math.log2(n_shards)))
@@ -83,9 +84,8 @@ def local_max(grads: list[torch.Tensor], losses: list[float]) -> torch.Tensor:
 def exact_payload(grads: list[torch.Tensor], losses: list[float], exps: tuple[int, int],
                   n: int) -> torch.Tensor:
     """This worker's contribution: its shards' fixed-point gradients plus losses."""
-    out = torch.empty(n + 1, dtype=torch.float64)
+    out = torch.zeros(n + 1, dtype=torch.float64)
     body = out[:n]
-    body.zero_()
     for g in grads:  # widen first: a same-dtype add is several times faster than a mixed one
         body.add_(encode(g, exps[0]).to(torch.float64))
     out[n] = float(sum(round(math.ldexp(loss, exps[1])) for loss in losses))

@@ -70,14 +70,11 @@ class ZeroState:
         src: dict[int, int] = {}
         for c in recovery.copies:
             src[c.shard] = min(src.get(c.shard, c.src), c.src)
-        buf = gather_buffer(self.wl.n)
-        for shard, w in src.items():
-            if w == self.worker:
-                if shard not in self.held:
-                    raise RuntimeError(f"told to send shard {shard} that this worker does not hold")
-                sl = self._sl(shard)
-                buf[sl] = self.wl.momentum[sl]
-        return buf
+        sends = [shard for shard, w in src.items() if w == self.worker]
+        if not self.held.issuperset(sends):
+            raise RuntimeError(f"told to send shards {sorted(set(sends) - self.held)}"
+                               " that this worker does not hold")
+        return self._momentum_of(sends)
 
     def adopt(self, placement: Sequence[Sequence[int]], recovery, copied: Optional[torch.Tensor],
               reloaded: bool, replaced: bool) -> None:
@@ -134,8 +131,12 @@ class ZeroState:
 
     def momentum_buffer(self) -> torch.Tensor:
         """This worker's part of a momentum gather (for a checkpoint): its owned slices."""
+        return self._momentum_of(self.owned)
+
+    def _momentum_of(self, shards) -> torch.Tensor:
+        """A gather buffer holding this worker's momentum of ``shards``, ``-0.0`` elsewhere."""
         buf = gather_buffer(self.wl.n)
-        for s in self.owned:
+        for s in shards:
             sl = self._sl(s)
             buf[sl] = self.wl.momentum[sl]
         return buf
