@@ -62,20 +62,6 @@ sys.path.insert(0, str(ROOT))
 
 # --- a plain DDP loop for torchrun (run as: recovery.py --ddp-worker DIR ...) -------------
 
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The complete records of a JSON-lines file another process is writing."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # the line being written
-    return out
-
 def ddp_worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
@@ -243,8 +229,10 @@ def run_torchrun(a: argparse.Namespace) -> dict[str, Any]:
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=open(run / "torchrun.log", "wb"),
                             stderr=subprocess.STDOUT, start_new_session=True)
 
+    from rollcall.results import read_jsonl_so_far  # here: the DDP workers never load it
+
     def steps() -> list[dict]:
-        return read_jsonl(run / "steps.jsonl")
+        return read_jsonl_so_far(run / "steps.jsonl")
 
     t_kill: Optional[float] = None
     killed_at_step = None
@@ -325,8 +313,10 @@ def run_torchft(a: argparse.Namespace, heartbeat_timeout_ms: int,
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     t_start = time.monotonic()
 
+    from rollcall.results import read_jsonl_so_far
+
     def steps(r: int) -> list[dict]:
-        return read_jsonl(run / f"steps-r{r}.jsonl")
+        return read_jsonl_so_far(run / f"steps-r{r}.jsonl")
 
     t_kill = None
     killed_at = None

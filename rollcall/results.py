@@ -127,6 +127,21 @@ def read_history(out_dir: str | Path) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
+def read_jsonl_so_far(path: str | Path) -> list[dict[str, Any]]:
+    """The complete records of a JSON-lines file another process may still be
+    writing: a missing file is empty, a torn last line is skipped."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            pass  # the line being written
+    return out
+
+
 class HistoryWriter:
     """Appends one compact, key-sorted JSON object per line to ``history.jsonl``.
 

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import psutil
 import pytest
 
-from rollcall.results import SUMMARY_KEYS, read_history, read_summary
+from rollcall.results import SUMMARY_KEYS, read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -116,16 +116,8 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str, every: float = 
 
 
 def history_lines(out: Path) -> list[dict]:
-    path = out / "history.jsonl"
-    if not path.exists():
-        return []
-    out_ = []
-    for line in path.read_text().splitlines():
-        try:
-            out_.append(json.loads(line))
-        except json.JSONDecodeError:
-            pass  # a line being written
-    return out_
+    """The records written so far by a run still going."""
+    return read_jsonl_so_far(out / "history.jsonl")
 
 
 def worker_pid(worker: int, incarnation: int = 0, root: int | None = None) -> int | None:

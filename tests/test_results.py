@@ -110,3 +110,12 @@ def test_history_survives_a_crash_without_close(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], timeout=60)
     assert proc.returncode == 9
     assert [r["n"] for r in read_history(tmp_path)] == [1, 2]
+
+
+def test_read_jsonl_so_far_skips_a_torn_last_line_and_a_missing_file(tmp_path) -> None:
+    from rollcall.results import read_jsonl_so_far
+
+    path = tmp_path / "live.jsonl"
+    assert read_jsonl_so_far(path) == []
+    path.write_text('{"a": 1}\n{"b": 2}\n{"c": ')
+    assert read_jsonl_so_far(path) == [{"a": 1}, {"b": 2}]
