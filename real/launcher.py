@@ -134,6 +134,7 @@ class Launcher:
         self.committed = 0                       # highest committed cursor step
         self.committed_cursor = [0, 0]
         self.commits: set[tuple[int, int]] = set()
+        self.acked: dict[tuple[int, int], set[int]] = {}  # members told a step committed
         self.finals: dict[int, tuple[list, str]] = {}
         self.done_at: Optional[float] = None
         self.result: Optional[str] = None        # completed | failed | interrupted | error
@@ -432,8 +433,15 @@ class Launcher:
                 self.committed_cursor = [self.committed, record["stop"]]
         self.queue(conn, ("ack", gen, step, ok))
         if ok:
-            for due in self.faults.due_by_step(self.committed):
-                self.inject(due)
+            # A scripted ``at_step`` fault fires once every member holds the
+            # step, not while some still wait for their answer: a survivor
+            # left a step behind would make the run's outcome a race.
+            acked = self.acked.setdefault((gen, step), set())
+            acked.add(w)
+            if len(acked) >= len(k.members):
+                del self.acked[(gen, step)]
+                for due in self.faults.due_by_step(self.committed):
+                    self.inject(due)
 
     # --- faults ------------------------------------------------------------------------
 
