@@ -30,7 +30,7 @@ Ids = Union["IdRuns", Iterable[int]]
 class IdRuns(Sequence[int]):
     """An immutable sorted set of ints stored as disjoint, non-adjacent runs."""
 
-    __slots__ = ("_lo", "_hi", "_cum", "_hash")
+    __slots__ = ("_lo", "_hi", "_cum_", "_hash")
 
     def __init__(self, runs: Iterable[Sequence[int]] = ()) -> None:
         """From inclusive ``[lo, hi]`` runs in increasing order (checked)."""
@@ -52,9 +52,17 @@ class IdRuns(Sequence[int]):
     def _set(self, lo: list[int], hi: list[int]) -> None:
         self._lo = lo
         self._hi = hi
-        # _cum[i]: ids before run i; _cum[-1]: the size
-        self._cum = list(accumulate(map(int.__sub__, map((1).__add__, hi), lo), initial=0))
+        self._cum_: Optional[list[int]] = None
         self._hash: Optional[int] = None
+
+    @property
+    def _cum(self) -> list[int]:
+        """``_cum[i]``: ids before run i; ``_cum[-1]``: the size (computed
+        on first use: most sets of the keeper are only intersected)."""
+        if self._cum_ is None:
+            hi, lo = self._hi, self._lo
+            self._cum_ = list(accumulate(map(int.__sub__, map((1).__add__, hi), lo), initial=0))
+        return self._cum_
 
     @classmethod
     def _raw(cls, lo: list[int], hi: list[int]) -> "IdRuns":
@@ -216,7 +224,15 @@ class IdRuns(Sequence[int]):
         o = IdRuns.of(other)
         if not self or not o:
             return EMPTY
+        if self is o:
+            return self
         alo, ahi, blo, bhi = self._lo, self._hi, o._lo, o._hi
+        common = _common_runs(alo, ahi, blo, bhi)
+        if common is not None:
+            if len(common[0]) == len(alo):
+                return self  # every run of self is a run of other
+            # runs in both are kept whole; only the others need clipping
+            alo, ahi, blo, bhi = _without(alo, ahi, common[1]) + _without(blo, bhi, common[1])
         if len(blo) < len(alo):
             alo, ahi, blo, bhi = blo, bhi, alo, ahi
         lo: list[int] = []
@@ -224,13 +240,21 @@ class IdRuns(Sequence[int]):
         nb = len(blo)
         for a, b in zip(alo, ahi):
             # the runs of the other set that overlap [a, b]
-            j = max(bisect_right(blo, a) - 1, 0)
+            j = bisect_right(blo, a) - 1
+            if j < 0:
+                j = 0
             while j < nb and blo[j] <= b:
-                x, y = max(a, blo[j]), min(b, bhi[j])
+                x, y = blo[j], bhi[j]
+                if x < a:
+                    x = a
+                if y > b:
+                    y = b
                 if x <= y:
                     lo.append(x)
                     hi.append(y)
                 j += 1
+        if common is not None:
+            return _merged(common[0], lo, hi)
         return IdRuns._raw(lo, hi)
 
     intersection = __and__
@@ -238,20 +262,29 @@ class IdRuns(Sequence[int]):
 
     def __or__(self, other: Ids) -> "IdRuns":
         o = IdRuns.of(other)
-        if not o:
+        if not o or self is o:
             return self
         if not self:
             return o
+        if len(o._lo) < len(self._lo):
+            a, b = self, o
+        else:
+            a, b = o, self
+        if len(b._lo) <= _SPLICE_MAX_RUNS < len(a._lo):
+            lo, hi = a._lo, a._hi
+            for x, y in zip(b._lo, b._hi):
+                lo, hi = _splice_in(lo, hi, x, y)
+            return a if lo is a._lo else IdRuns._raw(lo, hi)
         pairs = sorted(chain(zip(self._lo, self._hi), zip(o._lo, o._hi)))
-        lo: list[int] = []
-        hi: list[int] = []
-        for a, b in pairs:
-            if hi and a <= hi[-1] + 1:
-                if b > hi[-1]:
-                    hi[-1] = b
+        lo = []
+        hi = []
+        for x, y in pairs:
+            if hi and x <= hi[-1] + 1:
+                if y > hi[-1]:
+                    hi[-1] = y
             else:
-                lo.append(a)
-                hi.append(b)
+                lo.append(x)
+                hi.append(y)
         return IdRuns._raw(lo, hi)
 
     union = __or__
@@ -261,13 +294,27 @@ class IdRuns(Sequence[int]):
         o = IdRuns.of(other)
         if not self or not o:
             return self
-        blo, bhi = o._lo, o._hi
+        if self is o:
+            return EMPTY
+        alo, ahi, blo, bhi = self._lo, self._hi, o._lo, o._hi
+        if len(blo) <= _SPLICE_MAX_RUNS < len(alo):
+            for x, y in zip(blo, bhi):
+                alo, ahi = _splice_out(alo, ahi, x, y)
+            return self if alo is self._lo else IdRuns._raw(alo, ahi)
+        common = _common_runs(alo, ahi, blo, bhi)
+        if common is not None:
+            # a run in both is gone whole and cuts nothing else
+            alo, ahi, blo, bhi = _without(alo, ahi, common[1]) + _without(blo, bhi, common[1])
+            if not alo:
+                return EMPTY
         nb = len(blo)
         lo: list[int] = []
         hi: list[int] = []
-        changed = False
-        for a, b in zip(self._lo, self._hi):
-            j = max(bisect_right(blo, a) - 1, 0)
+        changed = common is not None
+        for a, b in zip(alo, ahi):
+            j = bisect_right(blo, a) - 1
+            if j < 0:
+                j = 0
             while j < nb and blo[j] <= b:
                 x, y = blo[j], bhi[j]
                 if y >= a:  # [x, y] cuts [a, b]
@@ -296,6 +343,68 @@ class IdRuns(Sequence[int]):
 
 
 EMPTY = IdRuns()
+
+# Adding or removing a few runs (one worker joined, one died) to a set of
+# many: splice the lists around them (bisect and slice), O(log n) in Python.
+_SPLICE_MAX_RUNS = 4
+
+
+def _splice_out(lo: list[int], hi: list[int], x: int, y: int) -> tuple[list[int], list[int]]:
+    """``lo, hi`` without ``[x, y]``; the same lists when nothing changes."""
+    i = bisect_right(hi, x - 1)  # first run that ends at x or later
+    j = bisect_right(lo, y)      # first run that starts after y
+    if i >= j:
+        return lo, hi
+    mid_lo: list[int] = []
+    mid_hi: list[int] = []
+    if lo[i] < x:
+        mid_lo.append(lo[i])
+        mid_hi.append(x - 1)
+    if hi[j - 1] > y:
+        mid_lo.append(y + 1)
+        mid_hi.append(hi[j - 1])
+    return lo[:i] + mid_lo + lo[j:], hi[:i] + mid_hi + hi[j:]
+
+
+def _splice_in(lo: list[int], hi: list[int], x: int, y: int) -> tuple[list[int], list[int]]:
+    """``lo, hi`` with ``[x, y]``; the same lists when nothing changes."""
+    i = bisect_right(hi, x - 2)  # first run that ends at x - 1 or later (touches)
+    j = bisect_right(lo, y + 1)  # first run that starts after y + 1
+    if i < j:
+        if lo[i] <= x and hi[j - 1] >= y and j == i + 1:
+            return lo, hi  # already inside one run
+        x, y = min(x, lo[i]), max(y, hi[j - 1])
+    return lo[:i] + [x] + lo[j:], hi[:i] + [y] + hi[j:]
+
+
+# Two sets of the keeper are mostly the same runs (the members and the
+# tracked workers differ by a few holes). Runs present in both are found with
+# C-level set operations and set aside whole, so the Python loops above only
+# walk the runs that differ.
+_COMMON_MIN_RUNS = 16
+
+
+def _common_runs(alo: list[int], ahi: list[int], blo: list[int],
+                 bhi: list[int]) -> Optional[tuple[list[tuple[int, int]], set]]:
+    """The runs of both (sorted, and as a set); None when not worth it."""
+    if len(alo) < _COMMON_MIN_RUNS or len(blo) < _COMMON_MIN_RUNS:
+        return None
+    both = set(zip(alo, ahi)).intersection(zip(blo, bhi))
+    if not both:
+        return None
+    return sorted(both), both
+
+
+def _without(lo: list[int], hi: list[int], drop: set) -> tuple[list[int], list[int]]:
+    keep = [p for p in zip(lo, hi) if p not in drop]
+    return [p[0] for p in keep], [p[1] for p in keep]
+
+
+def _merged(runs: list[tuple[int, int]], lo: list[int], hi: list[int]) -> IdRuns:
+    """Disjoint, non-adjacent runs from two sorted groups, as one set."""
+    if lo:
+        runs = sorted(chain(runs, zip(lo, hi)))
+    return IdRuns._raw([p[0] for p in runs], [p[1] for p in runs])
 
 
 def id_runs(ids: Ids) -> IdRuns:

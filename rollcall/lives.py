@@ -8,7 +8,9 @@ workers outside the *cohort* (the members the latest restart moved), and a
 cohort member's life is ``base + delta`` with ``delta`` stored only where it
 is not 0. A restart of 10^4 members costs the changes since the previous
 restart (who joined or left the cohort), not 10^4 updates; a generation's
-snapshot (:class:`Lives`) copies two small dicts.
+snapshot (:class:`Lives`) shares the table's dicts until the table next
+changes (copy on write), so a snapshot costs nothing and two snapshots with
+no change between them compare in O(1).
 """
 
 from __future__ import annotations
@@ -21,13 +23,20 @@ from rollcall.idset import EMPTY, IdRuns
 class LifeTable:
     """worker -> latest life the keeper knows of (0 for a worker never seen)."""
 
-    __slots__ = ("_own", "_cohort", "_base", "_delta")
+    __slots__ = ("_own", "_cohort", "_base", "_delta", "_shared")
 
     def __init__(self) -> None:
         self._own: dict[int, int] = {}
         self._cohort: IdRuns = EMPTY
         self._base = 0
         self._delta: dict[int, int] = {}
+        self._shared = False  # a snapshot holds the dicts: copy before writing
+
+    def _write(self) -> None:
+        if self._shared:
+            self._own = dict(self._own)
+            self._delta = dict(self._delta)
+            self._shared = False
 
     def get(self, w: int) -> int:
         if w in self._cohort:
@@ -35,6 +44,9 @@ class LifeTable:
         return self._own.get(w, 0)
 
     def set(self, w: int, life: int) -> None:
+        if life == self.get(w):
+            return
+        self._write()
         if w in self._cohort:
             d = life - self._base
             if d:
@@ -53,6 +65,7 @@ class LifeTable:
 
     def bump(self, ws: IdRuns) -> None:
         """Every worker of ``ws`` moves to its next life; ``ws`` becomes the cohort."""
+        self._write()
         cohort, base, delta, own = self._cohort, self._base, self._delta, self._own
         for w in cohort - ws:  # leaving the cohort: their life becomes explicit
             life = base + delta.pop(w, 0)
@@ -76,7 +89,8 @@ class LifeTable:
 
     def snapshot(self, members: IdRuns) -> "Lives":
         """The lives of ``members`` now, as an immutable sequence paired with them."""
-        return Lives(members, dict(self._own), self._cohort, self._base, dict(self._delta))
+        self._shared = True
+        return Lives(members, self._own, self._cohort, self._base, self._delta)
 
 
 class Lives(Sequence[int]):
@@ -118,6 +132,9 @@ class Lives(Sequence[int]):
         ws = self.members
         if ws != other.members:
             return False
+        if self._own is other._own and self._delta is other._delta \
+                and self._base == other._base and self._cohort == other._cohort:
+            return True  # snapshots of one table with no change between them
         both = ws & self._cohort & other._cohort
         if both and self._base == other._base:
             mine, theirs = self._delta, other._delta

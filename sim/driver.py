@@ -103,7 +103,7 @@ from rollcall.messages import Checkpointed, Join, JoinBatch, Membership, RollCal
 from rollcall.reshard import describe_assignment, rank_range, step_batch
 from rollcall.results import SUMMARY_KEYS, HistoryWriter, read_history, write_summary
 from rollcall.scenario import Scenario
-from rollcall.idset import IdRuns
+from rollcall.idset import EMPTY, IdRuns
 from rollcall.lives import Lives
 from rollcall.sharding import ShardSpec
 from rollcall.types import Cursor
@@ -181,7 +181,7 @@ class Simulation:
         self.stall_remaining = 0.0
         self.carry = 0.0
         self.silent_members = 0
-        self.stale: frozenset[int] = frozenset()  # members copying / loading the state
+        self.stale: IdRuns = EMPTY  # members copying / loading the state
         self.answered = 0  # the latest round the members answered
         self.finishing = False
         self.target = w.steps
@@ -750,7 +750,7 @@ class Simulation:
             cost = self.transfer_s
         else:
             cost = 0.0
-        self.stale = frozenset(f.stale)
+        self.stale = IdRuns.of(f.stale)
         self.silent_members = self._count_silent()
         self._at(now + self.lat, self._enter, f.generation, cost)
 
@@ -869,7 +869,7 @@ class Simulation:
         if self.stale and not synced:
             # a stale member holds no state until its copy or load is done
             # (Agent.state_ready): it answers without a cursor
-            empty = workers & IdRuns.of(self.stale)
+            empty = workers & self.stale
             if empty:
                 workers = workers - empty
                 batches.append(JoinBatch(empty, None))

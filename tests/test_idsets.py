@@ -40,6 +40,28 @@ def test_id_runs_behave_as_a_sorted_tuple_and_a_set(a: list[int], b: list[int], 
     assert IdRuns(runs) == ra and hash(IdRuns(runs)) == hash(ra)
 
 
+@given(st.lists(st.integers(0, 400), min_size=60, max_size=200),
+       st.lists(st.integers(0, 400), max_size=12), st.lists(st.integers(0, 400), max_size=12),
+       st.lists(st.integers(0, 400), max_size=12))
+def test_set_algebra_on_many_shared_runs(base: list[int], a_out: list[int], b_out: list[int],
+                                         extra: list[int]) -> None:
+    """Two sets of dozens of runs that share most of them (members vs tracked
+    workers): the shortcut that sets shared runs aside must agree with sets."""
+    a = set(base) - set(a_out)
+    b = (set(base) - set(b_out)) | set(extra)
+    ra, rb = IdRuns.of(a), IdRuns.of(b)
+    assert list(ra & rb) == sorted(a & b) and list(rb & ra) == sorted(a & b)
+    assert list(ra - rb) == sorted(a - b) and list(rb - ra) == sorted(b - a)
+    assert list(ra | rb) == sorted(a | b)
+    few = IdRuns.of(extra[:3])  # a few runs spliced in or out of many
+    assert list(ra - few) == sorted(a - set(few)) and list(ra | few) == sorted(a | set(few))
+    assert list(few | ra) == sorted(a | set(few)) and list(ra & few) == sorted(a & set(few))
+    for r in (ra & rb, ra - rb, rb - ra, ra | rb, ra - few, ra | few):
+        runs = r.runs()
+        assert all(hi + 1 < lo for (_, hi), (lo, _) in zip(runs, runs[1:]))
+        assert len(r) == len(list(r))
+
+
 class LivenessModel(RuleBasedStateMachine):
     """Liveness vs a dict worker -> last advance instant."""
 
