@@ -30,7 +30,7 @@ Ids = Union["IdRuns", Iterable[int]]
 class IdRuns(Sequence[int]):
     """An immutable sorted set of ints stored as disjoint, non-adjacent runs."""
 
-    __slots__ = ("_lo", "_hi", "_cum_", "_hash")
+    __slots__ = ("_lo", "_hi", "_cum_", "_n", "_pairs_", "_hash")
 
     def __init__(self, runs: Iterable[Sequence[int]] = ()) -> None:
         """From inclusive ``[lo, hi]`` runs in increasing order (checked)."""
@@ -53,6 +53,8 @@ class IdRuns(Sequence[int]):
         self._lo = lo
         self._hi = hi
         self._cum_: Optional[list[int]] = None
+        self._n = sum(hi) - sum(lo) + len(lo)
+        self._pairs_: Optional[frozenset] = None
         self._hash: Optional[int] = None
 
     @property
@@ -70,6 +72,13 @@ class IdRuns(Sequence[int]):
         out = cls.__new__(cls)
         out._set(lo, hi)
         return out
+
+    @classmethod
+    def from_bounds(cls, lo: list[int], hi: list[int]) -> "IdRuns":
+        """From the run bounds of an already normalised set: ascending,
+        disjoint, non-adjacent (a driver that cut its sorted ids at the gaps
+        with numpy). Trusted, not checked: O(1) in Python."""
+        return cls._raw(lo, hi) if lo else EMPTY
 
     @classmethod
     def of(cls, ids: Ids) -> "IdRuns":
@@ -97,7 +106,7 @@ class IdRuns(Sequence[int]):
 
     def runs(self) -> list[list[int]]:
         """Inclusive ``[lo, hi]`` runs, the history's member-list format."""
-        return [[a, b] for a, b in zip(self._lo, self._hi)]
+        return list(map(list, zip(self._lo, self._hi)))
 
     @property
     def n_runs(self) -> int:
@@ -106,7 +115,7 @@ class IdRuns(Sequence[int]):
     # --- sequence -------------------------------------------------------------
 
     def __len__(self) -> int:
-        return self._cum[-1]
+        return self._n
 
     def __bool__(self) -> bool:
         return bool(self._lo)
@@ -215,80 +224,16 @@ class IdRuns(Sequence[int]):
         return not (self & other)
 
     def issubset(self, other: Ids) -> bool:
-        o = IdRuns.of(other)
-        return len(self & o) == len(self)
+        return not (self - IdRuns.of(other))
 
     __le__ = issubset
 
-    def __and__(self, other: Ids) -> "IdRuns":
-        o = IdRuns.of(other)
-        if not self or not o:
-            return EMPTY
-        if self is o:
-            return self
-        alo, ahi, blo, bhi = self._lo, self._hi, o._lo, o._hi
-        common = _common_runs(alo, ahi, blo, bhi)
-        if common is not None:
-            if len(common[0]) == len(alo):
-                return self  # every run of self is a run of other
-            # runs in both are kept whole; only the others need clipping
-            alo, ahi, blo, bhi = _without(alo, ahi, common[1]) + _without(blo, bhi, common[1])
-        if len(blo) < len(alo):
-            alo, ahi, blo, bhi = blo, bhi, alo, ahi
-        lo: list[int] = []
-        hi: list[int] = []
-        nb = len(blo)
-        for a, b in zip(alo, ahi):
-            # the runs of the other set that overlap [a, b]
-            j = bisect_right(blo, a) - 1
-            if j < 0:
-                j = 0
-            while j < nb and blo[j] <= b:
-                x, y = blo[j], bhi[j]
-                if x < a:
-                    x = a
-                if y > b:
-                    y = b
-                if x <= y:
-                    lo.append(x)
-                    hi.append(y)
-                j += 1
-        if common is not None:
-            return _merged(common[0], lo, hi)
-        return IdRuns._raw(lo, hi)
-
-    intersection = __and__
-    __rand__ = __and__
-
-    def __or__(self, other: Ids) -> "IdRuns":
-        o = IdRuns.of(other)
-        if not o or self is o:
-            return self
-        if not self:
-            return o
-        if len(o._lo) < len(self._lo):
-            a, b = self, o
-        else:
-            a, b = o, self
-        if len(b._lo) <= _SPLICE_MAX_RUNS < len(a._lo):
-            lo, hi = a._lo, a._hi
-            for x, y in zip(b._lo, b._hi):
-                lo, hi = _splice_in(lo, hi, x, y)
-            return a if lo is a._lo else IdRuns._raw(lo, hi)
-        pairs = sorted(chain(zip(self._lo, self._hi), zip(o._lo, o._hi)))
-        lo = []
-        hi = []
-        for x, y in pairs:
-            if hi and x <= hi[-1] + 1:
-                if y > hi[-1]:
-                    hi[-1] = y
-            else:
-                lo.append(x)
-                hi.append(y)
-        return IdRuns._raw(lo, hi)
-
-    union = __or__
-    __ror__ = __or__
+    def _pairs(self) -> frozenset:
+        """The runs as a set of ``(lo, hi)`` (cached: the keeper's long-lived
+        sets, members and tracked workers, meet many others)."""
+        if self._pairs_ is None:
+            self._pairs_ = frozenset(zip(self._lo, self._hi))
+        return self._pairs_
 
     def __sub__(self, other: Ids) -> "IdRuns":
         o = IdRuns.of(other)
@@ -301,40 +246,78 @@ class IdRuns(Sequence[int]):
             for x, y in zip(blo, bhi):
                 alo, ahi = _splice_out(alo, ahi, x, y)
             return self if alo is self._lo else IdRuns._raw(alo, ahi)
-        common = _common_runs(alo, ahi, blo, bhi)
-        if common is not None:
-            # a run in both is gone whole and cuts nothing else
-            alo, ahi, blo, bhi = _without(alo, ahi, common[1]) + _without(blo, bhi, common[1])
-            if not alo:
+        if len(alo) >= _COMMON_MIN_RUNS and len(blo) >= _COMMON_MIN_RUNS:
+            # a run in both is gone whole and cuts nothing else: only the
+            # runs that differ need the walk below
+            mine = self._pairs() - o._pairs()
+            if not mine:
                 return EMPTY
-        nb = len(blo)
-        lo: list[int] = []
-        hi: list[int] = []
-        changed = common is not None
-        for a, b in zip(alo, ahi):
-            j = bisect_right(blo, a) - 1
-            if j < 0:
-                j = 0
-            while j < nb and blo[j] <= b:
-                x, y = blo[j], bhi[j]
-                if y >= a:  # [x, y] cuts [a, b]
-                    changed = True
-                    if x > a:
-                        lo.append(a)
-                        hi.append(x - 1)
-                    a = y + 1
-                    if a > b:
-                        break
-                j += 1
-            if a <= b:
-                lo.append(a)
-                hi.append(b)
-        return IdRuns._raw(lo, hi) if changed else self
+            if len(mine) < len(alo):
+                alo, ahi = _unzip(sorted(mine))
+                blo, bhi = _unzip(sorted(o._pairs() - self._pairs()))
+                lo, hi = _cut(alo, ahi, blo, bhi)
+                return IdRuns._raw(lo, hi)
+        lo, hi = _cut(alo, ahi, blo, bhi)
+        return self if len(lo) == len(alo) and lo == alo and hi == ahi else IdRuns._raw(lo, hi)
 
     difference = __sub__
 
     def __rsub__(self, other: Ids) -> "IdRuns":
         return IdRuns.of(other) - self
+
+    def __and__(self, other: Ids) -> "IdRuns":
+        o = IdRuns.of(other)
+        if not self or not o:
+            return EMPTY
+        if self is o:
+            return self
+        if len(o._lo) < len(self._lo):
+            a, b = o, self
+        else:
+            a, b = self, o
+        if len(a._lo) <= _SPLICE_MAX_RUNS or len(a._lo) * 8 < len(b._lo):
+            # few runs against many: clip each against the runs it meets
+            lo, hi = _clip(a._lo, a._hi, b._lo, b._hi)
+            return IdRuns._raw(lo, hi)
+        gone = a - b  # a & b = a - (a - b); near-equal sets differ by little
+        if not gone:
+            return a
+        if gone is a:
+            return EMPTY
+        return a - gone
+
+    intersection = __and__
+    __rand__ = __and__
+
+    def __or__(self, other: Ids) -> "IdRuns":
+        o = IdRuns.of(other)
+        if not o or self is o:
+            return self
+        if not self:
+            return o
+        a, b = (self, o) if len(o._lo) <= len(self._lo) else (o, self)
+        if len(b._lo) >= _COMMON_MIN_RUNS:
+            b = b - a  # only what is new needs merging in
+            if not b:
+                return a
+        if len(b._lo) <= _SPLICE_MAX_RUNS < len(a._lo):
+            lo, hi = a._lo, a._hi
+            for x, y in zip(b._lo, b._hi):
+                lo, hi = _splice_in(lo, hi, x, y)
+            return a if lo is a._lo else IdRuns._raw(lo, hi)
+        lo = []
+        hi = []
+        for x, y in sorted(chain(zip(a._lo, a._hi), zip(b._lo, b._hi))):
+            if hi and x <= hi[-1] + 1:
+                if y > hi[-1]:
+                    hi[-1] = y
+            else:
+                lo.append(x)
+                hi.append(y)
+        return IdRuns._raw(lo, hi)
+
+    union = __or__
+    __ror__ = __or__
 
     def first(self) -> int:
         if not self._lo:
@@ -377,36 +360,61 @@ def _splice_in(lo: list[int], hi: list[int], x: int, y: int) -> tuple[list[int],
     return lo[:i] + [x] + lo[j:], hi[:i] + [y] + hi[j:]
 
 
-# Two sets of the keeper are mostly the same runs (the members and the
-# tracked workers differ by a few holes). Runs present in both are found with
-# C-level set operations and set aside whole, so the Python loops above only
-# walk the runs that differ.
+# Sets of at least this many runs are compared run by run first (as sets of
+# ``(lo, hi)`` pairs, in C): the keeper's sets are mostly the same runs (the
+# members and the tracked workers differ by a few holes), and the Python
+# walks below then only see the runs that differ.
 _COMMON_MIN_RUNS = 16
 
 
-def _common_runs(alo: list[int], ahi: list[int], blo: list[int],
-                 bhi: list[int]) -> Optional[tuple[list[tuple[int, int]], set]]:
-    """The runs of both (sorted, and as a set); None when not worth it."""
-    if len(alo) < _COMMON_MIN_RUNS or len(blo) < _COMMON_MIN_RUNS:
-        return None
-    both = set(zip(alo, ahi)).intersection(zip(blo, bhi))
-    if not both:
-        return None
-    return sorted(both), both
+def _unzip(pairs: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def _without(lo: list[int], hi: list[int], drop: set) -> tuple[list[int], list[int]]:
-    keep = [p for p in zip(lo, hi) if p not in drop]
-    return [p[0] for p in keep], [p[1] for p in keep]
+def _cut(alo: list[int], ahi: list[int], blo: list[int],
+         bhi: list[int]) -> tuple[list[int], list[int]]:
+    """The runs of ``a`` minus those of ``b`` (both sorted, normalised)."""
+    nb = len(blo)
+    lo: list[int] = []
+    hi: list[int] = []
+    j = 0
+    for a, b in zip(alo, ahi):
+        while j < nb and bhi[j] < a:  # b runs wholly before [a, b]
+            j += 1
+        k = j
+        while k < nb and blo[k] <= b:
+            x, y = blo[k], bhi[k]
+            if x > a:
+                lo.append(a)
+                hi.append(x - 1)
+            a = y + 1
+            if a > b:
+                break
+            k += 1
+        if a <= b:
+            lo.append(a)
+            hi.append(b)
+    return lo, hi
 
 
-def _merged(runs: list[tuple[int, int]], lo: list[int], hi: list[int]) -> IdRuns:
-    """Disjoint, non-adjacent runs from two sorted groups, as one set."""
-    if lo:
-        runs = sorted(chain(runs, zip(lo, hi)))
-    return IdRuns._raw([p[0] for p in runs], [p[1] for p in runs])
-
-
-def id_runs(ids: Ids) -> IdRuns:
-    """``ids`` as an :class:`IdRuns` (itself when it already is one)."""
-    return IdRuns.of(ids)
+def _clip(alo: list[int], ahi: list[int], blo: list[int],
+          bhi: list[int]) -> tuple[list[int], list[int]]:
+    """The runs of ``a`` intersected with ``b``; ``a`` the one with fewer runs."""
+    nb = len(blo)
+    lo: list[int] = []
+    hi: list[int] = []
+    for a, b in zip(alo, ahi):
+        j = bisect_right(blo, a) - 1
+        if j < 0:
+            j = 0
+        while j < nb and blo[j] <= b:
+            x, y = blo[j], bhi[j]
+            if x < a:
+                x = a
+            if y > b:
+                y = b
+            if x <= y:
+                lo.append(x)
+                hi.append(y)
+            j += 1
+    return lo, hi

@@ -1056,7 +1056,7 @@ def _runs_of_sorted_array(ids: np.ndarray) -> IdRuns:
     cut = np.flatnonzero(np.diff(ids) != 1)
     lo = ids[np.concatenate(([0], cut + 1))].tolist()
     hi = ids[np.concatenate((cut, [len(ids) - 1]))].tolist()
-    return IdRuns(list(zip(lo, hi)))
+    return IdRuns.from_bounds(lo, hi)
 
 
 def run(scenario: Scenario, out_dir: str | Path) -> dict:
