@@ -86,6 +86,22 @@ class Workload:
         loss.backward()
         return float(loss.detach())
 
+    def shard_gradient(self, ids: Sequence[int]) -> tuple[list[torch.Tensor], float]:
+        """One micro-batch's gradient on its own (exact mode), one fresh tensor
+        per parameter in order, and its loss. Backward writes fresh gradients
+        instead of adding into the zeroed flat buffer: no zeroing pass and no
+        read of the old values, the cheaper way to get a gradient by itself."""
+        params = self.params
+        for p in params:
+            p.grad = None
+        x, y = self.batch(ids)
+        loss = nn.functional.mse_loss(self.model(x), y)
+        loss.backward()
+        grads = [p.grad for p in params]
+        for p in params:
+            p.grad = None
+        return grads, float(loss.detach())
+
     def flat_grad(self) -> torch.Tensor:
         """A fresh tensor (never reused: an abandoned collective may still write into an old one)."""
         return self.grad_buf.clone()

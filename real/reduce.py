@@ -10,95 +10,195 @@ an elastic run that shrank and grew ends a few ulps away from a fixed-size run.
 1. every virtual shard's gradient is computed on its own (never accumulated
    in float with another shard), so it does not depend on which worker
    computed it (one thread, same kernels, data keyed by sample index);
-2. a scalar MAX collective gives every worker the largest magnitude ``m`` of
-   any shard's gradient this step (max is exact and order-free);
-3. each shard's gradient is converted to fixed point, ``round(g * 2**e)``,
-   with one exponent ``e`` derived from ``m`` and the number of shards so
-   that every partial sum of the step's shards stays below ``2**53``;
-4. those integers are summed locally and by a float64 allreduce. Integers
-   below ``2**53`` are exact in float64 and so is every sum of them, so the
-   addition is associative: any grouping, order and number of contributors
-   gives the same bits. The sum is converted back once.
+2. each shard's gradient is converted to fixed point, ``round(g * 2**e)``,
+   int32, with one exponent ``e`` shared by the whole step and chosen so that
+   the sum of every shard stays below ``2**30``;
+3. those integers are summed locally and by an int32 allreduce. Integer
+   addition is associative, so any grouping, order and number of
+   contributors gives the same integers; they are converted back once.
 
-(Integers held in float64 rather than int64: the same 8 bytes on the wire,
-but no integer conversion passes, which cost more than the collective on a
-CPU.) Cost: one extra scalar collective per step (latency), a payload twice
-the bytes of float32, a separate gradient per micro-batch and a few passes
-over it. Precision: the sum keeps ``52 - ceil(log2 n_shards)`` bits below
-the step's largest component, far finer than float32's 24; components more
-than ~2**28 times smaller than the largest entry lose relative precision.
+The exponent needs a bound on the step's largest gradient entry that every
+worker agrees on before any of them has seen the others' gradients. It comes
+from the state they share: the SGD momentum, a decaying sum of the recent
+gradients, bounds where this step's gradient will most likely be (``top``:
+four times its largest entry). Each shard checks the guess; the payload
+counts the shards that broke it, and if any did (a gradient spike, the first
+step, whose momentum is zero) every worker learns so from the same sum and
+the step is reduced again with an exponent from a scalar MAX collective of
+the true largest entries (:class:`ExactPart`, ``top=None``). Every choice
+depends only on the shared state and on sums, never on who computed what, so
+the result is the same bits whatever the membership. (With ZeRO-1 the
+momentum is sliced among workers: a scalar MAX of the owners' slice maxima
+gives the same guess, so a sharded run keeps the replicated run's bits.)
 
-The step's loss travels in the same vector (last element), so the loss curve
-comes for free; in exact mode with its own exponent, from the same MAX
-collective. A non-finite gradient or loss (a diverged run) has no fixed-point
-form: :func:`scale_exp` raises ``FloatingPointError``.
+Cost against ``fast``: the same bytes on the wire (int32 for float32); per
+micro-batch one pass to find its largest entry and three to encode and add
+it; one pass to decode; a second exchange only when the guess fails.
+Precision: ``30 - ceil(log2 n_shards)`` bits below the bound, so about 24
+bits below the step's largest entry (float32 has 24 in each entry); entries
+far smaller than the largest are quantised. Exactness costs accuracy only
+there, and the loss curve tracks ``fast`` (tests/test_exact.py).
+
+The step's loss travels in the same payload, each shard's float64 loss in two
+int32 slots of its own (one writer per slot, so the sum is that value), and
+is averaged in shard order. A non-finite gradient or loss (a diverged run)
+has no fixed-point form: :meth:`ExactPart.result` and :func:`top_of` raise
+``FloatingPointError``.
 """
 
 from __future__ import annotations
 
 import math
+import struct
+from typing import Optional, Sequence
 
 import torch
 
+SUM_BITS = 30          # every partial sum of the step stays below 2**30 < 2**31
+HINT_HEADROOM_BITS = 2  # the momentum's largest entry, times 4, bounds the guess
 
-def scale_exp(max_abs: float, n_shards: int) -> int:
-    """Exponent ``e`` such that ``n_shards`` values of magnitude <= ``max_abs``,
-    each rounded to ``round(x * 2**e)``, sum to at most ``2**52`` (exact in float64)."""
+
+def top_of(max_abs: float) -> int:
+    """``t`` with ``max_abs < 2**t``: the bound behind the exponent."""
     if not math.isfinite(max_abs):
         raise FloatingPointError(f"non-finite gradient (max |g| = {max_abs})")
     if max_abs <= 0.0:
+        return -1000  # all zero: any exponent encodes it exactly
+    return math.frexp(max_abs)[1]
+
+
+def scale_exp(top: int, n_shards: int) -> int:
+    """Exponent ``e``: ``n_shards`` values below ``2**top``, each rounded to
+    ``round(x * 2**e)``, sum to at most ``2**SUM_BITS``."""
+    if top <= -1000:
         return 0
-    _, top = math.frexp(max_abs)  # max_abs < 2**top
-    return 52 - top - max(0, math.ceil(math.log2(n_shards)))
+    return SUM_BITS - top - max(0, math.ceil(math.log2(n_shards)))
+
+
+def max_abs(t: torch.Tensor) -> float:
+    """Largest magnitude of ``t`` (one pass); inf when any entry is not finite."""
+    if not t.numel():
+        return 0.0
+    lo, hi = torch.aminmax(t)
+    m = max(-float(lo), float(hi))
+    return m if math.isfinite(m) else math.inf  # NaN as inf: the MAX collective spreads it
+
+
+def hint_top(momentum: torch.Tensor) -> Optional[int]:
+    """The guessed bound from the shared momentum; None when it says nothing
+    (zero: the first step, or not finite)."""
+    return hint_from_max(max_abs(momentum))
+
+
+def hint_from_max(m: float) -> Optional[int]:
+    """:func:`hint_top` from the momentum's largest magnitude (ZeRO-1: the
+    MAX over the slices' owners)."""
+    if m == 0.0 or not math.isfinite(m):
+        return None
+    return math.frexp(m)[1] + HINT_HEADROOM_BITS
+
+
+def _scale(values: torch.Tensor, exp: int, out: Optional[torch.Tensor]) -> torch.Tensor:
+    if not -120 <= exp <= 120:  # 2**exp is not a float32 scalar: scale in float64
+        return torch.mul(values.double(), math.ldexp(1.0, exp))
+    return torch.mul(values, math.ldexp(1.0, exp), out=out)
 
 
 def encode(values: torch.Tensor, exp: int) -> torch.Tensor:
-    """Fixed point: ``round(values * 2**exp)``, integers in the dtype of ``values``.
+    """Fixed point: ``round(values * 2**exp)`` as int32 (scaling by a power of
+    two and rounding to an integer are both exact while below ``2**31``)."""
+    return _scale(values, exp, None).round_().to(torch.int32)
 
-    Scaling by a power of two only moves the exponent, so it is exact in
-    float32 too while the result stays below float32's maximum (it does:
-    below ``2**53``), and rounding a float32 to an integer is exact. The
-    integers then widen to float64 without loss where they are summed.
+
+def _loss_words(loss: float) -> tuple[int, int]:
+    return struct.unpack("<ii", struct.pack("<d", loss))
+
+
+def _loss_of(words: list[int]) -> float:
+    return struct.unpack("<d", struct.pack("<ii", *words))[0]
+
+
+class ExactPart:
+    """One worker's contribution to an exact step, built shard by shard.
+
+    ``top``: the agreed bound (``2**top`` above every entry), or None when
+    there is none yet; then the shards' gradients are kept for a second pass
+    once the MAX collective has given it (:meth:`again`).
+
+    Payload (int32): ``[fixed-point gradient sum (n) | shards over the bound
+    (1) | each shard's loss as two words (2 * n_shards)]``. Fresh per step: an
+    abandoned collective may still write into an old one.
     """
-    if not -120 <= exp <= 120:  # 2**exp itself is not a float32: scale in float64
-        values = values.to(torch.float64)
-    return torch.mul(values, math.ldexp(1.0, exp)).round_()
 
+    def __init__(self, n: int, n_shards: int, top: Optional[int],
+                 scratch: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> None:
+        """``scratch``: a float32 and an int32 buffer of ``n`` entries to encode
+        in, kept by the caller from step to step (never sent on the wire);
+        fresh 4 MB tensors per micro-batch cost more than the arithmetic."""
+        self.n, self.n_shards, self.top = n, n_shards, top
+        self.exp = None if top is None else scale_exp(top, n_shards)
+        self.payload = torch.zeros(n + 1 + 2 * n_shards, dtype=torch.int32)
+        self.kept: dict[int, tuple[torch.Tensor, float]] = {}
+        self.max_abs = 0.0  # largest entry of this worker's shards
+        self.scratch = scratch
 
-def decode(total: torch.Tensor, exp: int, divisor: int) -> torch.Tensor:
-    """The float32 mean of a fixed-point sum over ``divisor`` shards."""
-    return total.mul_(math.ldexp(1.0, -exp)).div_(divisor).float()
+    def add(self, shard: int, grad: "torch.Tensor | Sequence[torch.Tensor]", loss: float) -> None:
+        """Shard ``shard`` (its index in the step) gave ``grad`` and ``loss``.
+        ``grad``: the flat gradient, or its consecutive pieces (one tensor per
+        parameter, as backward leaves them); read now, free to reuse after."""
+        pieces = [grad] if isinstance(grad, torch.Tensor) else list(grad)
+        m = max(map(max_abs, pieces), default=0.0)
+        self.max_abs = max(self.max_abs, m)
+        n = self.n
+        self.payload[n + 1 + 2 * shard: n + 3 + 2 * shard] = torch.tensor(
+            _loss_words(loss), dtype=torch.int32)
+        if self.exp is None:
+            self.kept[shard] = (torch.cat([p.reshape(-1) for p in pieces]), loss)
+        elif not math.isfinite(m) or top_of(m) > self.top:  # type: ignore[operator]
+            self.payload[n] += 1  # over the bound: this step is redone
+        else:
+            if self.scratch is None:
+                self.scratch = (torch.empty(n), torch.empty(n, dtype=torch.int32))
+            f32, i32 = self.scratch
+            off = 0
+            for p in pieces:
+                k = p.numel()
+                fixed = _scale(p.reshape(-1), self.exp, f32[off:off + k]).round_()
+                self.payload[off:off + k].add_(i32[off:off + k].copy_(fixed))
+                off += k
+            if off != n:
+                raise ValueError(f"gradient of {off} entries, expected {n}")
 
+    def result(self, total: torch.Tensor) -> Optional[tuple[torch.Tensor, float]]:
+        """Mean gradient (float32) and mean loss from the reduced payload;
+        None when some shard broke the bound (then: MAX, :meth:`again`)."""
+        n, k = self.n, self.n_shards
+        if self.exp is None or int(total[n]) > 0:
+            return None
+        words = total[n + 1:].tolist()
+        losses = [_loss_of(words[2 * j: 2 * j + 2]) for j in range(k)]
+        loss = math.fsum(losses) / k
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss ({loss})")
+        body = total[:n]
+        # divide, then scale by a power of two (exact unless the mean itself
+        # leaves float32); far from 1 the scaling is done in float64
+        if -90 <= self.exp <= 90:
+            grad = body.float().div_(k).mul_(math.ldexp(1.0, -self.exp))
+        else:
+            grad = body.double().div_(k).mul_(math.ldexp(1.0, -self.exp)).float()
+        return grad, loss
 
-def local_max(grads: list[torch.Tensor], losses: list[float]) -> torch.Tensor:
-    """This worker's ``[max |gradient entry|, max |loss|]``, for the MAX collective."""
-    def top(values: list[float]) -> float:
-        # NaN compares false both ways, so max() could skip it: make it inf,
-        # which the MAX collective spreads to every worker.
-        return math.inf if not all(map(math.isfinite, values)) else max(values, default=0.0)
-
-    g = top([float(x.abs().max()) for x in grads])
-    return torch.tensor([g, top([abs(x) for x in losses])], dtype=torch.float64)
-
-
-def exact_payload(grads: list[torch.Tensor], losses: list[float], exps: tuple[int, int],
-                  n: int) -> torch.Tensor:
-    """This worker's contribution: its shards' fixed-point gradients plus losses."""
-    out = torch.zeros(n + 1, dtype=torch.float64)
-    body = out[:n]
-    for g in grads:  # widen first: a same-dtype add is several times faster than a mixed one
-        body.add_(encode(g, exps[0]).to(torch.float64))
-    out[n] = float(sum(round(math.ldexp(loss, exps[1])) for loss in losses))
-    return out
-
-
-def exact_result(total: torch.Tensor, exps: tuple[int, int],
-                 n_shards: int) -> tuple[torch.Tensor, float]:
-    """Mean gradient (float32) and mean loss from the reduced payload."""
-    n = total.numel() - 1
-    grad = decode(total[:n], exps[0], n_shards)
-    loss = math.ldexp(float(total[n]), -exps[1]) / n_shards
-    return grad, loss
+    def again(self, top: int, shards: "list[tuple[int, torch.Tensor, float]]") -> "ExactPart":
+        """The same shards encoded under the agreed ``top`` (from the MAX
+        collective). ``shards``: ``(index, grad, loss)`` recomputed by the
+        caller for those not kept."""
+        part = ExactPart(self.n, self.n_shards, top, self.scratch)
+        for j, (g, loss) in sorted(self.kept.items()):
+            part.add(j, g, loss)
+        for j, g, loss in shards:
+            part.add(j, g, loss)
+        return part
 
 
 def fast_payload(grad: torch.Tensor, losses: list[float]) -> torch.Tensor:

@@ -226,6 +226,7 @@ class Worker:
 
         sc = self.scenario
         self.wl = Workload(sc.seed, sc.workload.model_params, sc.workload.lr)
+        self.scratch = None  # exact mode's encoding buffers (real.reduce.ExactPart)
         self.zero = None
         if sc.state.sharding == "sharded":
             from real.zero import ZeroState
@@ -299,18 +300,32 @@ class Worker:
             return
         self.wait_work(pg.allreduce([tensor]), gen)
 
-    def exact_reduce(self, pg, grads: list, losses: list[float], n_shards: int,
-                     gen: int):
-        """Order-free reduction (see :mod:`real.reduce`): scalar MAX, then a SUM of fixed-point integers."""
-        top = reduce.local_max(grads, losses)
+    def exact_reduce(self, pg, part, recompute, gen: int):
+        """Order-free reduction (see :mod:`real.reduce`): a SUM of fixed-point
+        integers under the guessed bound; when there is no guess or a shard
+        broke it, a scalar MAX for the true bound and the SUM again."""
+        if part.exp is not None:
+            self.allreduce(pg, part.payload, gen)
+            out = part.result(part.payload)
+            if out is not None:
+                return out
+        top = self.max_over(pg, part.max_abs, gen)
+        again = part.again(reduce.top_of(top), recompute(part.kept))
+        self.allreduce(pg, again.payload, gen)
+        return again.result(again.payload)
+
+    def max_over(self, pg, value: float, gen: int) -> float:
+        """``value``'s maximum over the generation (a scalar MAX collective)."""
+        t = self.torch.tensor([value], dtype=self.torch.float64)
         if pg is not None:
             opts = self.dist.AllreduceOptions()
             opts.reduceOp = self.dist.ReduceOp.MAX
-            self.wait_work(pg.allreduce([top], opts), gen)
-        exps = (reduce.scale_exp(float(top[0]), n_shards), reduce.scale_exp(float(top[1]), n_shards))
-        total = reduce.exact_payload(grads, losses, exps, self.wl.n)
-        self.allreduce(pg, total, gen)
-        return reduce.exact_result(total, exps, n_shards)
+            self.wait_work(pg.allreduce([t], opts), gen)
+        return float(t[0])
+
+    def shard_ids(self, plan, j: int) -> list[int]:
+        offs = plan.shard_offsets(j)
+        return sample_ids(self.scenario.seed, self.scenario.workload.dataset_samples, offs.start, offs.stop)
 
     def hold(self, enter: Enter, load) -> None:
         """Adopt the state at ``enter.cursor`` if the generation is still ours."""
@@ -414,24 +429,43 @@ class Worker:
             t0 = self.now()
             self.wl.zero_grad()
             ids_all: list[int] = []
-            grads: list = []
             losses: list[float] = []
-            for j in plan.shards_of(self.worker):
+            part = None
+            if exact:  # the guess comes from the shared momentum
+                if self.zero is None:
+                    hint = reduce.hint_top(self.wl.momentum)
+                else:  # sliced: the owners' maxima, MAX-reduced
+                    hint = reduce.hint_from_max(self.max_over(pg, self.zero.momentum_max(), gen))
+                if self.scratch is None:
+                    t = self.torch
+                    self.scratch = (t.empty(self.wl.n), t.empty(self.wl.n, dtype=t.int32))
+                part = reduce.ExactPart(self.wl.n, plan.n_shards, hint, self.scratch)
+            mine = plan.shards_of(self.worker)
+            for j in mine:
                 self.check(gen)
-                offs = plan.shard_offsets(j)
-                ids = sample_ids(sc.seed, wl.dataset_samples, offs.start, offs.stop)
-                losses.append(self.wl.accumulate(ids))
+                ids = self.shard_ids(plan, j)
                 ids_all.extend(ids)
-                if exact:  # each shard's gradient on its own, never float-added to another
-                    grads.append(self.wl.flat_grad())
-                    self.wl.zero_grad()
+                if part is None:
+                    losses.append(self.wl.accumulate(ids))
+                else:  # each shard's gradient on its own, never float-added to another
+                    grads, loss = self.wl.shard_gradient(ids)
+                    part.add(j, grads, loss)
             if ids_all:  # the ledger leaves before the exchange: a kill cannot lose it
                 self.record(rec(self.now(), "ok", "contribute", self.worker, gen=gen,
                                 step=cursor.step, samples=ids_all))
             self.check(gen)
-            if exact:
+            if part is not None:
+                def recompute(kept, plan=plan, mine=mine) -> list:
+                    """The shards not kept, computed again (same data, same bits)."""
+                    out = []
+                    for j in mine:
+                        if j not in kept:
+                            self.check(gen)
+                            out.append((j, *self.wl.shard_gradient(self.shard_ids(plan, j))))
+                    return out
+
                 try:
-                    grad, loss = self.exact_reduce(pg, grads, losses, plan.n_shards, gen)
+                    grad, loss = self.exact_reduce(pg, part, recompute, gen)
                 except FloatingPointError as exc:
                     # Diverged: every retry would fail the same way, so end the
                     # run with the reason rather than roll-call forever.

@@ -57,6 +57,13 @@ class ZeroState:
         lo, hi = self.bounds[s]
         return slice(lo, hi)
 
+    def momentum_max(self) -> float:
+        """Largest momentum magnitude over the slices this worker owns (a
+        MAX over all owners gives the whole vector's, as replicated)."""
+        from real.reduce import max_abs
+        mom = self.wl.momentum
+        return max((max_abs(mom[self._sl(s)]) for s in self.owned), default=0.0)
+
     # --- recovery ----------------------------------------------------------------
 
     def copy_buffer(self, recovery) -> Optional[torch.Tensor]:

@@ -495,17 +495,20 @@ class Scenario(_Section):
         """Sim time of one step's gradient exchange among ``workers``.
 
         ``fast``: ``workload.allreduce_s`` (float32 gradients). ``exact``
-        (see ``real/reduce.py``) first agrees on a shared scale with a scalar
-        MAX allreduce, latency-bound: a tree of ``2 * ceil(log2(workers))``
-        hops of ``network.latency_s``; then sums int64 fixed-point values,
-        twice float32's bytes, so a bandwidth-bound exchange takes twice as
-        long. ``ideal_step_s`` keeps the fast exchange, so exact mode's cost
-        shows as lost goodput.
+        (see ``real/reduce.py``) sums int32 fixed-point values, the same
+        bytes, under a scale guessed from the shared momentum, so with
+        replicated state it costs the same exchange (the scalar MAX that
+        fixes the scale on the first step, or after a gradient spike, is
+        left out: rare). With ``state.sharding: sharded`` the momentum is
+        sliced and every step first takes a scalar MAX of the owners'
+        maxima: latency-bound, a tree of ``2 * ceil(log2(workers))`` hops
+        of ``network.latency_s``. The per-micro-batch encoding is compute,
+        not priced here (``benchmarks/exact_overhead.py`` measures it).
         """
-        if self.strategy.reduction == "fast":
+        if self.strategy.reduction == "fast" or self.state.sharding != "sharded":
             return self.workload.allreduce_s
         hops = 2 * math.ceil(math.log2(workers)) if workers > 1 else 0
-        return 2 * self.workload.allreduce_s + hops * self.network.latency_s
+        return self.workload.allreduce_s + hops * self.network.latency_s
 
     @property
     def worker_id_limit(self) -> int:

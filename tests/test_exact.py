@@ -158,7 +158,7 @@ def test_a_diverging_exact_run_ends_with_the_reason(tmp_path: Path) -> None:
 
     sc = scenario("three", "exact").model_copy(update={"name": "exact-diverges"})
     raw = sc.to_dict()
-    raw["workload"]["lr"] = 50.0
+    raw["workload"]["lr"] = 500.0
     raw["workload"]["steps"] = 100
     s = driver.run(parse_scenario(yaml.safe_dump(raw), "<diverges>"), tmp_path)
     assert s["completed"] is False

@@ -115,18 +115,23 @@ def test_long_pause_under_checkpoint_restart_relaunches_the_paused_worker(tmp_pa
 
 
 def test_exact_reduction_costs_its_extra_exchange_and_nothing_else(tmp_path: Path) -> None:
-    """``reduction: exact`` sends int64 (twice the bytes) after a scalar MAX
-    allreduce: steps take ``exchange_s`` longer, the trace and the accounting
-    are otherwise the same, and goodput drops by exactly the extra time."""
-    fast = load_scenario(KPJ)
-    exact = load_scenario(KPJ, ["strategy.reduction=exact"])
+    """``reduction: exact`` sends int32 (float32's bytes); with sharded
+    state every step first takes a scalar MAX (the momentum's owners agree
+    on the scale): steps take ``exchange_s`` longer, the trace and the
+    accounting are otherwise the same, and goodput drops by exactly the
+    extra time. With replicated state the exchange costs what fast's does."""
+    sharded = ["state.sharding=sharded", "state.replicas=2"]
+    fast = load_scenario(KPJ, sharded)
+    exact = load_scenario(KPJ, sharded + ["strategy.reduction=exact"])
+    replicated = load_scenario(KPJ, ["strategy.reduction=exact"])
     sf = run(fast, tmp_path / "fast")
     se = run(exact, tmp_path / "exact")
     for n in (1, 2, 4, 1000):
         hops = 2 * math.ceil(math.log2(n)) if n > 1 else 0
         assert exact.exchange_s(n) == pytest.approx(
-            2 * exact.workload.allreduce_s + hops * exact.network.latency_s)
+            exact.workload.allreduce_s + hops * exact.network.latency_s)
         assert fast.exchange_s(n) == fast.workload.allreduce_s
+        assert replicated.exchange_s(n) == replicated.workload.allreduce_s
     assert sf["valid"] and se["valid"]
     assert se["steps_committed"] == sf["steps_committed"]
     assert se["samples_consumed"] == sf["samples_consumed"]
