@@ -40,7 +40,7 @@ from rollcall.history import DRIVER, NEMESIS, rec
 from rollcall.keeper import (
     Broadcast, Formed, JobFailed, Keeper, KeeperConfig, Record, RestartJob, Send,
 )
-from rollcall.messages import Refused
+from rollcall.messages import Join, Refused
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
 from rollcall.sharding import ShardSpec
@@ -49,6 +49,9 @@ from real import wire
 from real.faults import Due, FaultPlan
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Scripted joins whose processes are started (idle) at launch; more are
+# started when their join fires.
+PREWARM_MAX = 8
 
 # Every launcher in this interpreter, so atexit can clean up after any of them.
 _LIVE: set["Launcher"] = set()
@@ -81,6 +84,7 @@ class Proc:
     returncode: Optional[int] = None
     fault: Optional[str] = None     # what we did to it: kill | pause | restart
     paused: bool = False
+    join_sent: bool = False         # its first Join reached the launcher
 
     @property
     def pid(self) -> int:
@@ -128,6 +132,8 @@ class Launcher:
         self.latest_conn: dict[int, Conn] = {}
         self.incarnation: dict[int, int] = {}
         self.next_id = scenario.cluster.workers + scenario.cluster.spares
+        self.held_joins: dict[int, list[tuple[int, Join]]] = {}  # batch -> its first Joins
+        self.joins_scheduled = sum(f.join for f in scenario.failures.schedule if f.join is not None)
         self.store = None
         self.store_port: Optional[int] = None
         self.train_start: Optional[float] = None
@@ -201,6 +207,31 @@ class Launcher:
                 if not all(q.ready for q in group):
                     continue
             self.activate(p)
+
+    def hold_join(self, conn: Conn, msg: object) -> bool:
+        """Hold the first Join of a batch's process until the whole batch has
+        sent theirs, then hand them to the keeper as one arrival in id order
+        (the sim's JoinBatch): which of them the keeper keeps as standbys
+        beyond max_workers is then the lowest ids, not whoever was quickest."""
+        p = self.proc_of(conn)
+        if not isinstance(msg, Join) or p is None or p.join_sent or p.batch is None:
+            return False
+        p.join_sent = True
+        if self.now() >= self.batch_deadline[p.batch]:
+            return False
+        self.held_joins.setdefault(p.batch, []).append((p.worker, msg))
+        self.release_joins()
+        return True
+
+    def release_joins(self) -> None:
+        """Hand over each held batch that is complete, lost a member, or is late."""
+        now = self.now()
+        for batch, held in list(self.held_joins.items()):
+            group = [q for q in self.procs if q.batch == batch and q.alive]
+            if now < self.batch_deadline[batch] and not all(q.join_sent for q in group):
+                continue
+            del self.held_joins[batch]
+            self.effects(self.keeper.receive_many(now, [m for _, m in sorted(held, key=lambda x: x[0])]))
 
     def proc_of(self, conn: Conn) -> Optional[Proc]:
         for p in reversed(self.procs):
@@ -400,7 +431,8 @@ class Launcher:
                 p.ready = True
                 self.maybe_activate()
         elif kind == "msg":
-            self.effects(self.keeper.receive(now, frame[1]))
+            if not self.hold_join(conn, frame[1]):
+                self.effects(self.keeper.receive(now, frame[1]))
         elif kind == "rec":
             self.write(frame[1])
         elif kind == "commit":
@@ -462,11 +494,11 @@ class Launcher:
         if due.kind == "join":
             joined = []
             for _ in range(int(due.targets)):
-                spare = next((p for p in self.procs
-                              if p.alive and p.spare and not p.want), None)
-                if spare is not None:
-                    spare.want = True
-                    joined.append(spare.worker)
+                idle = [p for p in self.procs if p.alive and p.spare and not p.want]
+                if idle:  # the lowest id first: the sim numbers joins in order too
+                    warm = min(idle, key=lambda p: p.worker)
+                    warm.want = True
+                    joined.append(warm.worker)
                 else:
                     w = self.next_id
                     self.next_id += 1
@@ -531,6 +563,7 @@ class Launcher:
             times.append(self.done_at)
         if any(p.alive and p.want and not p.activated for p in self.procs):
             times += [t for t in self.batch_deadline.values() if t > self.now()]
+        times += [self.batch_deadline[b] for b in self.held_joins]
         return min(times) if times else None
 
     def timers(self) -> None:
@@ -553,6 +586,7 @@ class Launcher:
                 self.repairs.remove((t, w))
                 self.spawn(w, self.incarnation.get(w, 0) + 1)
         self.maybe_activate()
+        self.release_joins()
         if self.done_at is not None and now >= self.done_at:
             self.finish("completed", "all steps committed")
 
@@ -568,6 +602,7 @@ class Launcher:
     def on_exit(self, p: Proc) -> None:
         self.reap(p)
         self.maybe_activate()
+        self.release_joins()
         now = self.now()
         if p.fault != "restart":
             self.effects(self.keeper.exited(now, p.worker, p.incarnation))
@@ -613,8 +648,17 @@ class Launcher:
             batch = self.new_batch()
             for w in range(c.workers):
                 self.spawn(w, 0, batch=batch)
+            # Spares are workers like the rest: they join at the start and the
+            # keeper keeps those beyond max_workers as standbys, admitted at
+            # the first roll call with room (as on the sim).
             for w in range(c.workers, c.workers + c.spares):
-                self.spawn(w, 0, spare=True, batch=batch)  # standby, warm before we start
+                self.spawn(w, 0, batch=batch)
+            # A scripted join is a new worker arriving; its process is started
+            # now and kept idle (torch imported) until the join fires, so the
+            # arrival is the schedule's and not the seconds of a cold start.
+            for _ in range(min(self.joins_scheduled, PREWARM_MAX)):
+                self.spawn(self.next_id, 0, spare=True)
+                self.next_id += 1
             self.start_store()
             while self.result is None:
                 deadline = self.next_deadline()

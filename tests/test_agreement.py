@@ -8,11 +8,13 @@ re-admitted by a growth round):
 
     g1 [0,1,2,3] -> g2 [0,2,3] (kill 1) -> g3 [0,3] (2 evicted) -> g4 [0,2,3] (2 back)
 
-The join of a newcomer is left out on purpose: the real target starts a
-process (seconds of ``import torch``) where the sim's newcomer is instant, so
-whether it arrives before the job ends is a matter of timing, not protocol;
-and the targets treat idle spares differently (the sim admits one at the
-first roll call with room, the real target only on a scripted ``join``).
+A second scenario has a hot spare and a newcomer: the spare waits as a
+standby from the start (the job is at max_workers) and replaces the first
+killed worker at the roll call; the second loss shrinks the job; the
+newcomer (its real process started idle at launch, so it arrives when the
+schedule says) grows it back:
+
+    g1 [0,1,2] (3 standby) -> g2 [0,2,3] (kill 1) -> g3 [0,3] (kill 2) -> g4 [0,3,4] (join)
 
 One real run (~30 s, mostly four processes importing torch); the sim runs
 twice, with the scenario's own costs and with the costs calibrated from the
@@ -54,6 +56,23 @@ failures:
 """
 EXPECTED = [(1, (0, 1, 2, 3)), (2, (0, 2, 3)), (3, (0, 3)), (4, (0, 2, 3))]
 
+SPARE_AND_JOIN = """
+name: agree-spare-join
+seed: 0
+target: real
+cluster: {workers: 3, spares: 1}
+workload: {steps: 300, global_batch: 24, micro_batch: 4, dataset_samples: 512, model_params: 20000}
+detector: {heartbeat_s: 0.1, timeout_s: 1.0}
+rendezvous: {min_workers: 2, max_workers: 3, last_call_s: 0.2, join_timeout_s: 5.0}
+strategy: {kind: elastic, batch: constant}
+failures:
+  schedule:
+    - {at_step: 10, kill: 1}
+    - {at_step: 30, kill: 2}
+    - {at_step: 50, join: 1}
+"""
+SPARE_EXPECTED = [(1, (0, 1, 2)), (2, (0, 2, 3)), (3, (0, 3)), (4, (0, 3, 4))]
+
 
 def _run(scenario: Scenario, out: Path) -> dict:
     prepare_out_dir(out, scenario)
@@ -90,3 +109,16 @@ def test_sim_and_real_agree_on_generations(tmp_path: Path) -> None:
     # the calibrated sim is in the right ballpark (the 15% goal is reported by
     # benchmarks/sim_vs_real.py; a loose bound here keeps the test stable)
     assert 0.5 < calibrated["elapsed_s"] / real["elapsed_s"] < 2.0
+
+
+@pytest.mark.timeout(240)
+def test_a_spare_replaces_the_lost_worker_and_a_newcomer_grows_the_job_on_both(
+        tmp_path: Path) -> None:
+    real_sc = parse_scenario(SPARE_AND_JOIN)
+    real = _run(real_sc, tmp_path / "real")
+    assert real["completed"] and real["valid"], real.get("violations")
+    sim_sc = Scenario.model_validate({**real_sc.to_dict(), "target": "sim"})
+    sim = _run(sim_sc, tmp_path / "sim")
+    assert sim["completed"] and sim["valid"], sim.get("violations")
+    assert _gens(tmp_path / "real") == SPARE_EXPECTED
+    assert _gens(tmp_path / "sim") == SPARE_EXPECTED
