@@ -84,11 +84,12 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
     end_t = launcher.end_t if launcher.end_t is not None else launcher.now()
     lineage = report.lineage
     last_commit_t = max((c["t"] for c in lineage), default=None)
-    if train_start is None:
+    # elapsed_s runs to the last committed step, as on the sim, also when the
+    # run failed: the time spent before giving up is stall, not progress
+    if train_start is None or last_commit_t is None:
         elapsed = 0.0
     else:
-        stop = last_commit_t if (launcher.result == "completed" and last_commit_t) else end_t
-        elapsed = max(0.0, stop - train_start)
+        elapsed = max(0.0, last_commit_t - train_start)
     productive = sum(c["t"] - c["t0"] for c in lineage)
     in_lineage = {(c["gen"], c["step"]) for c in lineage}
     lost = sum(r["t"] - r["t0"] for r in records
