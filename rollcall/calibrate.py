@@ -99,6 +99,7 @@ def measure(run_dir: str | Path) -> dict[str, Any]:
 
     # step cost per generation
     points, per_gen = [], {}
+    by_size: dict[int, list[tuple[float, int]]] = {}
     for g, cs in commits.items():
         size = len(from_ranges(gens[g]["members"])) if g in gens else None
         ts = sorted(float(c["t"]) for c in cs)
@@ -112,6 +113,7 @@ def measure(run_dir: str | Path) -> dict[str, Any]:
             med = sum(kept) / len(kept)
             points.append((math.ceil(shards / size), med, len(kept)))
             per_gen[g] = med
+            by_size.setdefault(size, []).append((med, len(kept)))
     if not points:  # one commit per generation: use t - t0
         for g, cs in commits.items():
             size = len(from_ranges(gens[g]["members"]))
@@ -129,6 +131,7 @@ def measure(run_dir: str | Path) -> dict[str, Any]:
         return min(float(c["t"]) for c in cs) if cs else None
 
     kill_d, pause_d, roll, transfer, resume, ck_write, restart, read = [], [], [], [], [], [], [], []
+    warmup = []
     rounds = sorted(opened.values())
     commit_t = {int(c["last"]): float(c["t"]) for cs in commits.values() for c in cs}
     evicts = [(float(r["t"]), r.get("worker")) for r in recs if r.get("f") == "evict"]
@@ -164,6 +167,8 @@ def measure(run_dir: str | Path) -> dict[str, Any]:
             if not any(opened[g] < x <= float(gr["t"]) for x in timeouts):
                 roll.append(float(gr["t"]) - opened[g])
         fc = first_commit_after(g)
+        if fc is not None and gr.get("reason") == "start":
+            warmup.append(max(0.0, fc - float(gr["t"]) - step_of(g)))
         if fc is None or gr.get("reason") in ("start", "restart"):
             continue
         extra = max(0.0, fc - float(gr["t"]) - step_of(g))
@@ -176,11 +181,15 @@ def measure(run_dir: str | Path) -> dict[str, Any]:
         "micro_batch_s": mb,
         "allreduce_s": ar,
         "step_s_by_generation": {int(g): v for g, v in sorted(per_gen.items())},
+        # the same, pooled by member count (weighted by steps): what the sim takes
+        "step_s_by_workers": {n: sum(m * k for m, k in v) / sum(k for _, k in v)
+                              for n, v in sorted(by_size.items())},
         "kill_detection_s": _median(kill_d),
         "pause_detection_s": _median(pause_d),
         "roll_call_s": _median(roll),
         "state_transfer_s": _median(transfer),
         "resume_s": _median(resume),
+        "warmup_s": _median(warmup),
         "checkpoint_write_s": _median(ck_write) if ck_write else (0.0 if strategy == "elastic" else None),
         "checkpoint_read_s": _median(read),
         "restart_s": _median(restart),
@@ -195,6 +204,11 @@ def overrides(cal: Mapping[str, Any]) -> dict[str, Any]:
         "workload.micro_batch_s": round(max(cal["micro_batch_s"], 1e-6), 9),
         "workload.allreduce_s": round(cal["allreduce_s"], 9),
     }
+    if cal.get("step_s_by_workers"):
+        out["workload.step_s_by_workers"] = {int(n): round(max(v, 1e-6), 9)
+                                             for n, v in cal["step_s_by_workers"].items()}
+    if cal.get("warmup_s") is not None:
+        out["workload.warmup_s"] = round(cal["warmup_s"], 9)
     hb = float(cal["heartbeat_s"])
     detect = cal.get("pause_detection_s")
     if detect is None:

@@ -112,6 +112,14 @@ class Workload(_Section):
     dataset_samples: PosInt = 4096
     micro_batch_s: PosFloat = 0.02
     allreduce_s: NonNegFloat = 0.005
+    # Measured whole-step seconds by member count (``rollcall calibrate``):
+    # where a count is listed the sim takes it instead of the micro-batch
+    # model, e.g. CPU workers that share cores, where fewer can be faster.
+    step_s_by_workers: dict[Annotated[int, Field(ge=1)], PosFloat] = Field(default_factory=dict)
+    # Extra seconds before the job's first step completes: process groups set
+    # up, lazy initialisation of the first forward/backward (measured by
+    # ``rollcall calibrate``; 0 for a warm cluster).
+    warmup_s: NonNegFloat = 0.0
     model_params: PosInt = 1_000_000
     bytes_per_param: PosFloat = 12.0
     lr: PosFloat = 0.05
@@ -488,6 +496,9 @@ class Scenario(_Section):
     @property
     def ideal_step_s(self) -> float:
         """Step time with all initial workers healthy: shards spread evenly, then one allreduce."""
+        measured = self.workload.step_s_by_workers.get(self.cluster.workers)
+        if measured is not None:
+            return measured
         per_worker = math.ceil(self.shards_per_step / self.cluster.workers)
         return per_worker * self.workload.micro_batch_s + self.workload.allreduce_s
 
@@ -526,7 +537,8 @@ class Scenario(_Section):
         """The fully resolved scenario as YAML; ``parse_scenario`` gives back an equal object."""
         # allow_unicode=False: characters such as U+0085 would otherwise be written
         # raw and read back as line breaks; escaped, every string round-trips.
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=False)
+        # _Dumper quotes strings that _Loader would read as numbers ("0E0").
+        return yaml.dump(self.to_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=False)
 
 
 # --------------------------------------------------------------------------
@@ -621,6 +633,13 @@ def _model_at(path: Sequence[str | int]) -> type[BaseModel] | None:
 
 def _message(err: dict[str, Any]) -> tuple[tuple[str | int, ...], str]:
     """Turn one pydantic error into (path, one-line message in our words)."""
+    loc, text = _message_at(err)
+    if loc and loc[-1] == "[key]":  # a mapping's key, not its value, is wrong
+        return loc[:-1], f"the key {text}"
+    return loc, text
+
+
+def _message_at(err: dict[str, Any]) -> tuple[tuple[str | int, ...], str]:
     loc = tuple(err["loc"])
     kind = err["type"]
     ctx = err.get("ctx") or {}
@@ -677,9 +696,21 @@ class _Loader(yaml.SafeLoader):
     """
 
 
+_EXP_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    _EXP_FLOAT,
+    list("-+0123456789."),
+)
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that knows _Loader's extra float form, so it quotes such strings."""
+
+
+_Dumper.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    _EXP_FLOAT,
     list("-+0123456789."),
 )
 

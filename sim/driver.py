@@ -735,7 +735,9 @@ class Simulation:
             batch = step_batch(self.sc.strategy.batch, w.global_batch, w.micro_batch, n, self.W)
             shards = batch // w.micro_batch
             lo, hi = rank_range(shards, n, 0)  # rank 0 carries the most micro-batches
-            step_s = (hi - lo) * w.micro_batch_s + self.sc.exchange_s(n)
+            step_s = w.step_s_by_workers.get(n)
+            if step_s is None:
+                step_s = (hi - lo) * w.micro_batch_s + self.sc.exchange_s(n)
             assignment = describe_assignment(SimpleNamespace(members=f.members, n_shards=shards))
             plan = self._plans[n] = (batch, step_s, assignment)
         self.batch, self.step_s, assignment = plan
@@ -750,6 +752,8 @@ class Simulation:
             cost = self.transfer_s
         else:
             cost = 0.0
+        if f.reason == "start":
+            cost += self.sc.workload.warmup_s
         self.stale = IdRuns.of(f.stale)
         self.silent_members = self._count_silent()
         self._at(now + self.lat, self._enter, f.generation, cost)

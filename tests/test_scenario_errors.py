@@ -74,6 +74,9 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "kill_rack_list.yaml": ("failures.schedule.0.kill_rack", 8, "expected a rack index"),
     "unknown_sharding.yaml": ("state.sharding", 3, "expected 'replicated' or 'sharded', got 'zero3'"),
     "zero_replicas.yaml": ("state.replicas", 6, "must be >= 1, got 0"),
+    "step_table_zero_workers.yaml": ("workload.step_s_by_workers.0", 4, "the key must be >= 1, got 0"),
+    "step_table_negative.yaml": ("workload.step_s_by_workers.4", 3, "must be > 0, got -0.5"),
+    "warmup_negative.yaml": ("workload.warmup_s", 3, "must be >= 0, got -1.0"),
     "zero_rack_size.yaml": ("cluster.rack_size", 4, "must be >= 1, got 0"),
     "state_unknown_key.yaml": ("state.replica", 4, "unknown key (expected one of: sharding, replicas, shards)"),
 }

@@ -145,3 +145,33 @@ def test_exact_reduction_costs_its_extra_exchange_and_nothing_else(tmp_path: Pat
             want = (math.ceil(exact.shards_per_step / gens[r["gen"]]) * exact.workload.micro_batch_s
                     + exact.exchange_s(gens[r["gen"]]))
             assert (r["t"] - r["t0"]) / n == pytest.approx(want, abs=1e-6)
+
+
+def test_measured_step_times_and_warmup_replace_the_step_model(tmp_path: Path) -> None:
+    """``workload.step_s_by_workers`` (what ``rollcall calibrate`` measures)
+    sets the step time of a generation of that size, whatever the
+    micro-batch model says; other sizes keep the model; ``warmup_s`` delays
+    only the first generation's first step."""
+    sc = load_scenario(KPJ, ["workload.step_s_by_workers={4: 0.25, 3: 0.125}",
+                             "workload.warmup_s=2.0"])
+    base = load_scenario(KPJ)
+    s = run(sc, tmp_path / "measured")
+    assert s["valid"] and s["completed"]
+    assert sc.ideal_step_s == 0.25
+    recs = _records(tmp_path / "measured")
+    size = {r["gen"]: len(members_of(r)) for r in recs if r["f"] == "generation"}
+    seen = set()
+    for r in recs:
+        if r["f"] == "commit":
+            n = size[r["gen"]]
+            want = {4: 0.25, 3: 0.125}.get(n)
+            if want is None:
+                shards = math.ceil(sc.shards_per_step / n)
+                want = shards * sc.workload.micro_batch_s + sc.exchange_s(n)
+            per_step = (r["t"] - r["t0"]) / (r["last"] - r["step"] + 1)
+            assert per_step == pytest.approx(want, abs=1e-6), (n, r)
+            seen.add(n)
+    assert {3, 4} <= seen and seen - {3, 4}  # both measured sizes and a modelled one ran
+    first = next(r for r in recs if r["f"] == "commit")
+    g1 = next(r for r in recs if r["f"] == "generation")
+    assert first["t0"] == pytest.approx(g1["t"] + base.network.latency_s + 2.0)
