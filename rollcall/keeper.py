@@ -432,7 +432,23 @@ class Keeper:
         claimed: Callable[[WorkerId], int]
         if batch.incarnations is None:
             claimed = self.incarnation_of
+            if r is None and batch.cursor is None and workers:
+                # the job's first arrival: the first joiner opens the round
+                w = workers.first()
+                if self._incarnation_ok(now, w, claimed(w)):
+                    self._join(now, Join(w, claimed(w), None))
+                workers, r = workers.tail(1), self.round
             fast = workers & r.expected if r is not None else EMPTY
+            if r is not None and batch.cursor is None:
+                # Workers never seen (or back from repair, untracked) joining
+                # without state: what ``_join`` does to each, done to all at
+                # once (admission by id order is the same: ``Keeper._close``).
+                new = workers - fast - self.live.tracked - self.members - self.pending
+                if new:
+                    counter = self.counter
+                    for w in [w for w in counter if w in new]:
+                        del counter[w]
+                    fast = fast | new
         else:
             lives = batch.incarnations
             if not isinstance(lives, Lives):
