@@ -20,7 +20,7 @@ copied.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain
 from typing import Iterable, Iterator, Optional, Sequence, Union, overload
 
@@ -379,8 +379,7 @@ def _cut(alo: list[int], ahi: list[int], blo: list[int],
     hi: list[int] = []
     j = 0
     for a, b in zip(alo, ahi):
-        while j < nb and bhi[j] < a:  # b runs wholly before [a, b]
-            j += 1
+        j = bisect_left(bhi, a, j)  # skip the b runs wholly before [a, b]
         k = j
         while k < nb and blo[k] <= b:
             x, y = blo[k], bhi[k]

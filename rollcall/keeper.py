@@ -278,7 +278,7 @@ class Keeper:
         What a simulator knows cheaply: the few nodes that stopped beating,
         not the 10^4 that did not. Costs the silent ones, not the job.
         """
-        self.live.advance(now, self.live.tracked - IdRuns.of(silent))
+        self.live.advance_except(now, IdRuns.of(silent))
 
     def exited(self, now: float, worker: WorkerId, incarnation: int) -> list[Output]:
         """The worker's process is known to be gone (its host saw it exit)."""

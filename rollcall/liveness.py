@@ -81,6 +81,18 @@ class Liveness:
             if len(self._heap) > 2 * len(own) + 64:
                 self._reheap()
 
+    def advance_except(self, now: float, silent: IdRuns) -> None:
+        """Every tracked worker but ``silent`` advanced at ``now``: the same as
+        ``advance(now, tracked - silent)``, costing the silent ones."""
+        rest = silent & self.tracked
+        if 2 * len(rest) < len(self.tracked):
+            own, base = self._own, self._base
+            self._own = {w: own.get(w, base) for w in rest}  # they keep theirs
+            self._base = now
+            self._reheap()
+        else:
+            self.advance(now, self.tracked - rest)
+
     def drop(self, w: int) -> None:
         if w in self.tracked:
             self.tracked = self.tracked - (w,)

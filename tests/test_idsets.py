@@ -90,6 +90,11 @@ class LivenessModel(RuleBasedStateMachine):
         self.live.advance(self.now, IdRuns.of(ws))
         self.model.update({w: self.now for w in ws if w in self.model})
 
+    @rule(ws=ids)
+    def advance_except(self, ws: list[int]) -> None:
+        self.live.advance_except(self.now, IdRuns.of(ws))
+        self.model.update({w: self.now for w in self.model if w not in ws})
+
     @rule(w=st.integers(0, 30))
     def drop(self, w: int) -> None:
         self.live.drop(w)
