@@ -98,16 +98,12 @@ def hint_from_max(m: float) -> Optional[int]:
     return math.frexp(m)[1] + HINT_HEADROOM_BITS
 
 
-def _scale(values: torch.Tensor, exp: int, out: Optional[torch.Tensor]) -> torch.Tensor:
-    if not -120 <= exp <= 120:  # 2**exp is not a float32 scalar: scale in float64
-        return torch.mul(values.double(), math.ldexp(1.0, exp))
-    return torch.mul(values, math.ldexp(1.0, exp), out=out)
-
-
 def encode(values: torch.Tensor, exp: int) -> torch.Tensor:
     """Fixed point: ``round(values * 2**exp)`` as int32 (scaling by a power of
     two and rounding to an integer are both exact while below ``2**31``)."""
-    return _scale(values, exp, None).round_().to(torch.int32)
+    if not -120 <= exp <= 120:  # 2**exp is not a float32 scalar: scale in float64
+        values = values.double()
+    return torch.mul(values, math.ldexp(1.0, exp)).round_().to(torch.int32)
 
 
 def _loss_words(loss: float) -> tuple[int, int]:
@@ -125,7 +121,7 @@ class ExactPart:
     there is none yet; then the shards' gradients are kept for a second pass
     once the MAX collective has given it (:meth:`again`).
 
-    Payload (int32): ``[fixed-point gradient sum (n) | shards over the bound
+    Payload (int32, as :meth:`wire` hands it over): ``[fixed-point gradient sum (n) | shards over the bound
     (1) | each shard's loss as two words (2 * n_shards)]``. Fresh per step: an
     abandoned collective may still write into an old one.
     """
@@ -139,6 +135,7 @@ class ExactPart:
         self.exp = None if top is None else scale_exp(top, n_shards)
         self.payload = torch.zeros(n + 1 + 2 * n_shards, dtype=torch.int32)
         self.kept: dict[int, tuple[torch.Tensor, float]] = {}
+        self.losses: dict[int, float] = {}  # written into the payload by wire()
         self.max_abs = 0.0  # largest entry of this worker's shards
         self.scratch = scratch
 
@@ -146,28 +143,42 @@ class ExactPart:
         """Shard ``shard`` (its index in the step) gave ``grad`` and ``loss``.
         ``grad``: the flat gradient, or its consecutive pieces (one tensor per
         parameter, as backward leaves them); read now, free to reuse after."""
-        pieces = [grad] if isinstance(grad, torch.Tensor) else list(grad)
+        n = self.n
+        pieces = [grad.reshape(-1)] if isinstance(grad, torch.Tensor) else [p.reshape(-1) for p in grad]
+        if sum(p.numel() for p in pieces) != n:
+            raise ValueError(f"gradient of {sum(p.numel() for p in pieces)} entries, expected {n}")
         m = max(map(max_abs, pieces), default=0.0)
         self.max_abs = max(self.max_abs, m)
-        n = self.n
-        self.payload[n + 1 + 2 * shard: n + 3 + 2 * shard] = torch.tensor(
-            _loss_words(loss), dtype=torch.int32)
+        self.losses[shard] = loss
         if self.exp is None:
-            self.kept[shard] = (torch.cat([p.reshape(-1) for p in pieces]), loss)
+            self.kept[shard] = (torch.cat(pieces), loss)
         elif not math.isfinite(m) or top_of(m) > self.top:  # type: ignore[operator]
             self.payload[n] += 1  # over the bound: this step is redone
         else:
             if self.scratch is None:
                 self.scratch = (torch.empty(n), torch.empty(n, dtype=torch.int32))
             f32, i32 = self.scratch
-            off = 0
-            for p in pieces:
-                k = p.numel()
-                fixed = _scale(p.reshape(-1), self.exp, f32[off:off + k]).round_()
-                self.payload[off:off + k].add_(i32[off:off + k].copy_(fixed))
-                off += k
-            if off != n:
-                raise ValueError(f"gradient of {off} entries, expected {n}")
+            if -120 <= self.exp <= 120:
+                # each piece scaled straight into its place in the flat buffer
+                # (no separate concatenation pass); the rest runs once, flat
+                scale, off = math.ldexp(1.0, self.exp), 0
+                for p in pieces:
+                    torch.mul(p, scale, out=f32[off:off + p.numel()])
+                    off += p.numel()
+                fixed = f32
+            else:  # 2**exp is not a float32 scalar: scale in float64
+                fixed = torch.cat(pieces).double().mul_(math.ldexp(1.0, self.exp))
+            self.payload[:n].add_(i32.copy_(fixed.round_()))
+
+    def wire(self) -> torch.Tensor:
+        """The payload to reduce, with this worker's shard losses written in."""
+        n, words = self.n, self.payload
+        if self.losses:
+            idx = sorted(self.losses)
+            slots = torch.tensor([n + 1 + 2 * j + k for j in idx for k in (0, 1)])
+            vals = torch.tensor([w for j in idx for w in _loss_words(self.losses[j])], dtype=torch.int32)
+            words.index_copy_(0, slots, vals)
+        return words
 
     def result(self, total: torch.Tensor) -> Optional[tuple[torch.Tensor, float]]:
         """Mean gradient (float32) and mean loss from the reduced payload;
@@ -181,10 +192,11 @@ class ExactPart:
         if not math.isfinite(loss):
             raise FloatingPointError(f"non-finite loss ({loss})")
         body = total[:n]
-        # divide, then scale by a power of two (exact unless the mean itself
-        # leaves float32); far from 1 the scaling is done in float64
+        # one pass: int32 times a float scalar is computed and stored in
+        # float32 (the sum, then the product, rounded once each: the same
+        # bits on every worker); far from 1 the scaling is done in float64
         if -90 <= self.exp <= 90:
-            grad = body.float().div_(k).mul_(math.ldexp(1.0, -self.exp))
+            grad = torch.mul(body, math.ldexp(1.0, -self.exp) / k)
         else:
             grad = body.double().div_(k).mul_(math.ldexp(1.0, -self.exp)).float()
         return grad, loss

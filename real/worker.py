@@ -305,14 +305,16 @@ class Worker:
         integers under the guessed bound; when there is no guess or a shard
         broke it, a scalar MAX for the true bound and the SUM again."""
         if part.exp is not None:
-            self.allreduce(pg, part.payload, gen)
-            out = part.result(part.payload)
+            total = part.wire()
+            self.allreduce(pg, total, gen)
+            out = part.result(total)
             if out is not None:
                 return out
         top = self.max_over(pg, part.max_abs, gen)
         again = part.again(reduce.top_of(top), recompute(part.kept))
-        self.allreduce(pg, again.payload, gen)
-        return again.result(again.payload)
+        total = again.wire()
+        self.allreduce(pg, total, gen)
+        return again.result(total)
 
     def max_over(self, pg, value: float, gen: int) -> float:
         """``value``'s maximum over the generation (a scalar MAX collective)."""

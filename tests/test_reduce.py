@@ -46,14 +46,14 @@ def _reduce(grads, losses, owner, order, top):
             if owner[j] == w:
                 part.add(j, grads[j].clone(), losses[j])
         parts[w] = part
-    total = sum((parts[w].payload for w in order), torch.zeros_like(parts[order[0]].payload))
+    total = sum((parts[w].wire() for w in order), torch.zeros_like(parts[order[0]].payload))
     out = parts[order[0]].result(total)
     if out is None:  # no guess, or a shard broke it: MAX, then again
         true_top = reduce.top_of(max(p.max_abs for p in parts.values()))
         again = {w: parts[w].again(true_top, [(j, grads[j], losses[j]) for j in range(k)
                                              if owner[j] == w and j not in parts[w].kept])
                  for w in order}
-        total = sum((again[w].payload for w in order), torch.zeros_like(total))
+        total = sum((again[w].wire() for w in order), torch.zeros_like(total))
         out = again[order[0]].result(total)
     return out
 
@@ -138,4 +138,4 @@ def test_a_gradient_in_pieces_encodes_as_the_flat_one(case, cut) -> None:
     for j, g in enumerate(grads):
         flat.add(j, g, losses[j])
         pieces.add(j, [g[:cut], g[cut:]], losses[j])
-    assert torch.equal(flat.payload, pieces.payload)
+    assert torch.equal(flat.wire(), pieces.wire())
