@@ -133,7 +133,6 @@ class Launcher:
         self.incarnation: dict[int, int] = {}
         self.next_id = scenario.cluster.workers + scenario.cluster.spares
         self.held_joins: dict[int, list[tuple[int, Join]]] = {}  # batch -> its first Joins
-        self.joins_scheduled = sum(f.join for f in scenario.failures.schedule if f.join is not None)
         self.store = None
         self.store_port: Optional[int] = None
         self.train_start: Optional[float] = None
@@ -656,7 +655,8 @@ class Launcher:
             # A scripted join is a new worker arriving; its process is started
             # now and kept idle (torch imported) until the join fires, so the
             # arrival is the schedule's and not the seconds of a cold start.
-            for _ in range(min(self.joins_scheduled, PREWARM_MAX)):
+            joins = sum(f.join for f in self.sc.failures.schedule if f.join is not None)
+            for _ in range(min(joins, PREWARM_MAX)):
                 self.spawn(self.next_id, 0, spare=True)
                 self.next_id += 1
             self.start_store()

@@ -155,20 +155,19 @@ class ExactPart:
         elif not math.isfinite(m) or top_of(m) > self.top:  # type: ignore[operator]
             self.payload[n] += 1  # over the bound: this step is redone
         else:
+            if not -120 <= self.exp <= 120:  # rare: encode() scales in float64
+                self.payload[:n].add_(encode(torch.cat(pieces), self.exp))
+                return
             if self.scratch is None:
                 self.scratch = (torch.empty(n), torch.empty(n, dtype=torch.int32))
             f32, i32 = self.scratch
-            if -120 <= self.exp <= 120:
-                # each piece scaled straight into its place in the flat buffer
-                # (no separate concatenation pass); the rest runs once, flat
-                scale, off = math.ldexp(1.0, self.exp), 0
-                for p in pieces:
-                    torch.mul(p, scale, out=f32[off:off + p.numel()])
-                    off += p.numel()
-                fixed = f32
-            else:  # 2**exp is not a float32 scalar: scale in float64
-                fixed = torch.cat(pieces).double().mul_(math.ldexp(1.0, self.exp))
-            self.payload[:n].add_(i32.copy_(fixed.round_()))
+            # encode() into reused buffers: each piece scaled straight into its
+            # place in the flat buffer (no concatenation pass), the rest flat
+            scale, off = math.ldexp(1.0, self.exp), 0
+            for p in pieces:
+                torch.mul(p, scale, out=f32[off:off + p.numel()])
+                off += p.numel()
+            self.payload[:n].add_(i32.copy_(f32.round_()))
 
     def wire(self) -> torch.Tensor:
         """The payload to reduce, with this worker's shard losses written in."""

@@ -226,7 +226,7 @@ class Worker:
 
         sc = self.scenario
         self.wl = Workload(sc.seed, sc.workload.model_params, sc.workload.lr)
-        self.scratch = None  # exact mode's encoding buffers (real.reduce.ExactPart)
+        self.scratch = None  # exact mode's encoding buffers, kept from step to step
         self.zero = None
         if sc.state.sharding == "sharded":
             from real.zero import ZeroState
@@ -438,9 +438,6 @@ class Worker:
                     hint = reduce.hint_top(self.wl.momentum)
                 else:  # sliced: the owners' maxima, MAX-reduced
                     hint = reduce.hint_from_max(self.max_over(pg, self.zero.momentum_max(), gen))
-                if self.scratch is None:
-                    t = self.torch
-                    self.scratch = (t.empty(self.wl.n), t.empty(self.wl.n, dtype=t.int32))
                 part = reduce.ExactPart(self.wl.n, plan.n_shards, hint, self.scratch)
             mine = plan.shards_of(self.worker)
             for j in mine:
@@ -468,6 +465,7 @@ class Worker:
 
                 try:
                     grad, loss = self.exact_reduce(pg, part, recompute, gen)
+                    self.scratch = part.scratch  # allocated once, by the first encode
                 except FloatingPointError as exc:
                     # Diverged: every retry would fail the same way, so end the
                     # run with the reason rather than roll-call forever.

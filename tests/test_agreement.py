@@ -80,6 +80,17 @@ def _run(scenario: Scenario, out: Path) -> dict:
     return driver.run(scenario, out)
 
 
+def _real_then_sim(text: str, tmp_path: Path) -> tuple[Scenario, dict]:
+    """Run the scenario on the real target, then on the sim with its own
+    costs (``tmp_path / "real"``, ``tmp_path / "sim"``); both must complete valid."""
+    real_sc = parse_scenario(text)
+    real = _run(real_sc, tmp_path / "real")
+    assert real["completed"] and real["valid"], real.get("violations")
+    sim = _run(Scenario.model_validate({**real_sc.to_dict(), "target": "sim"}), tmp_path / "sim")
+    assert sim["completed"] and sim["valid"], sim.get("violations")
+    return real_sc, real
+
+
 def _gens(run_dir: Path) -> list[tuple[int, tuple[int, ...]]]:
     g = analysis.generations(run_dir)
     return [(int(a), tuple(b)) for a, b in zip(g.gen, g.members)]
@@ -87,14 +98,7 @@ def _gens(run_dir: Path) -> list[tuple[int, tuple[int, ...]]]:
 
 @pytest.mark.timeout(240)
 def test_sim_and_real_agree_on_generations(tmp_path: Path) -> None:
-    real_sc = parse_scenario(SCENARIO)
-    real = _run(real_sc, tmp_path / "real")
-    assert real["completed"] and real["valid"], real.get("violations")
-
-    sim_sc = Scenario.model_validate({**real_sc.to_dict(), "target": "sim"})
-    sim = _run(sim_sc, tmp_path / "sim")
-    assert sim["completed"] and sim["valid"], sim.get("violations")
-
+    real_sc, real = _real_then_sim(SCENARIO, tmp_path)
     cal = calibrate.measure(tmp_path / "real")
     calibrate.write_calibration(cal, tmp_path / "calibration.yaml")
     cal_sc = calibrate.apply(real_sc, calibrate.read_calibration(tmp_path / "calibration.yaml"))
@@ -114,11 +118,6 @@ def test_sim_and_real_agree_on_generations(tmp_path: Path) -> None:
 @pytest.mark.timeout(240)
 def test_a_spare_replaces_the_lost_worker_and_a_newcomer_grows_the_job_on_both(
         tmp_path: Path) -> None:
-    real_sc = parse_scenario(SPARE_AND_JOIN)
-    real = _run(real_sc, tmp_path / "real")
-    assert real["completed"] and real["valid"], real.get("violations")
-    sim_sc = Scenario.model_validate({**real_sc.to_dict(), "target": "sim"})
-    sim = _run(sim_sc, tmp_path / "sim")
-    assert sim["completed"] and sim["valid"], sim.get("violations")
+    _real_then_sim(SPARE_AND_JOIN, tmp_path)
     assert _gens(tmp_path / "real") == SPARE_EXPECTED
     assert _gens(tmp_path / "sim") == SPARE_EXPECTED
