@@ -93,7 +93,7 @@ class RunSet:
     __slots__ = ("runs", "_los")
 
     def __init__(self, runs: Iterable[Iterable[int]]) -> None:
-        self.runs = tuple((int(lo), int(hi)) for lo, hi in runs)
+        self.runs = tuple(map(tuple, runs))  # a history's runs: JSON ints already
         self._los = [lo for lo, _ in self.runs]
 
     def __contains__(self, worker: object) -> bool:

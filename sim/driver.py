@@ -154,8 +154,7 @@ class Simulation:
         self.life = np.zeros(n, np.int64)    # hardware life counter (cancels stale failures)
         self.pause_epoch = np.zeros(n, np.int64)
         self.is_member = np.zeros(n, bool)
-        self.member_idx = np.zeros(0, np.int64)
-        self._gen_runs: dict[int, list] = {}
+        self.member_flags = np.zeros(n, bool)  # the current generation's members
         self._plans: dict[int, tuple[int, float, dict]] = {}  # members -> batch, step time, shards
         # exceptional nodes driven through a real core Agent (paused / fenced)
         self.agents: dict[int, Agent] = {}
@@ -267,7 +266,7 @@ class Simulation:
         self.counts["keeper_calls"] += 1
         # Every tracked worker but the silent ones beat just now: name the
         # few silent nodes (down, or paused), not the 10^4 live ones.
-        silent = _runs_of_sorted_array(np.flatnonzero(~(self.proc & ~self.paused)))
+        silent = _ids_of_flags(~(self.proc & ~self.paused))
         t = _perf()
         self.keeper.observe_alive_except(now, silent)
         out = self.keeper.handle_timer(now)
@@ -287,9 +286,7 @@ class Simulation:
                 r = out.record
                 self._write(r)
                 f = r["f"]
-                if f == "generation":
-                    self._gen_runs[r["gen"]] = r["members"]
-                elif f == "evict":
+                if f == "evict":
                     self.counts["evictions"] += 1
                     if r.get("reason") == "timeout":
                         self.counts["detections"] += 1
@@ -716,18 +713,8 @@ class Simulation:
         self.gen = f.generation
         self.members = f.members
         n = len(f.members)
-        runs = self._gen_runs.get(f.generation)
-        is_member = self.is_member
-        is_member[:] = False
-        if runs is not None and n > 256:  # the keeper's own record, as id runs
-            for lo, hi in runs:
-                is_member[lo:hi + 1] = True
-            idx = np.flatnonzero(is_member)
-        else:
-            idx = np.fromiter(f.members, dtype=np.int64, count=n)
-            is_member[idx] = True
-        self._gen_runs.clear()
-        self.member_idx = idx
+        self.member_flags = _flags_of_ids(f.members, len(self.proc))
+        self.is_member = self.member_flags.copy()
         self.min_members = min(self.min_members, n)
         plan = self._plans.get(n)
         if plan is None:
@@ -760,8 +747,7 @@ class Simulation:
 
     def _count_silent(self) -> int:
         """Members of the current generation whose process does not beat."""
-        idx = self.member_idx
-        return len(idx) - int(np.count_nonzero(self.proc[idx] & ~self.paused[idx]))
+        return int(np.count_nonzero(self.member_flags & ~(self.proc & ~self.paused)))
 
     def _membership(self, now: float, m: Membership) -> None:
         """Members driven by their own agent rejoin the bulk once admitted."""
@@ -863,12 +849,11 @@ class Simulation:
         synced = self.state in (RUN, CKPT)  # the stale members finished the copy / load
         self._abandon(now)
         # ``to`` are members of the current generation (the round is for gen+1)
-        idx = self.member_idx
-        quiet = idx[~(self.proc[idx] & ~self.paused[idx])]
-        # Id runs throughout: the answer of 10^4 members costs their holes.
+        quiet = self.member_flags & ~(self.proc & ~self.paused)
+        # Id sets throughout: the answer of 10^4 members is a few mask operations.
         workers = IdRuns.of(to)
-        if len(quiet):  # rare: a paused or dead member the round still expects
-            workers = workers - _runs_of_sorted_array(quiet)
+        if quiet.any():  # rare: a paused or dead member the round still expects
+            workers = workers - _ids_of_flags(quiet)
         batches = []
         if self.stale and not synced:
             # a stale member holds no state until its copy or load is done
@@ -895,11 +880,11 @@ class Simulation:
             self._abandon(now)
         self._acct(now)
         self.stalled = False
-        idx = self.member_idx
-        relaunch = idx[self.hw[idx]]
-        self.pause_epoch[idx] += 1  # a stopped process is killed too: no resume
-        self.proc[idx] = False
-        self.paused[idx] = False
+        members = self.member_flags
+        relaunch = members & self.hw
+        self.pause_epoch += members  # a stopped process is killed too: no resume
+        self.proc &= ~members
+        self.paused &= ~members
         for w in [w for w in self.agents if self.is_member[w]]:
             self.agents.pop(w, None)
             self.held.pop(w, None)
@@ -910,31 +895,31 @@ class Simulation:
         self._at(now + self.sc.strategy.restart_s, self._relaunch, relaunch)
 
     def _relaunch(self, relaunch: np.ndarray) -> None:
-        """``restart_s`` after the teardown, a fresh process on every member node still up."""
+        """``restart_s`` after the teardown, a fresh process on every member node
+        still up (``relaunch``: flags over the nodes)."""
         if self.state == DONE:
             return
         now = self.env.now
-        idx = relaunch[self.hw[relaunch] & ~self.proc[relaunch]]
-        self.inc[idx] += 1
-        self.proc[idx] = True
-        self.paused[idx] = False
-        self.phase[idx] = now
+        up = relaunch & self.hw & ~self.proc  # flags over the nodes
+        self.inc += up
+        self.proc |= up
+        self.paused &= ~up
+        np.copyto(self.phase, now, where=up)
         if self.agents:
-            fresh = set(idx.tolist())
-            for w in [w for w in self.agents if w in fresh]:
+            for w in [w for w in self.agents if up[w]]:
                 self.agents.pop(w, None)
                 self.held.pop(w, None)
         # what each relaunched agent sends first, Join(w, new incarnation, no
         # state), as one batch of new lives
-        if len(idx):
-            ids = _runs_of_sorted_array(idx)
+        if up.any():
+            ids = _ids_of_flags(up)
             ordered = self.ordered_lives
             # The lives the keeper ordered, as the keeper's own sparse table:
             # a relaunch of 10^4 workers is then admitted in O(changes). The
             # driver's counters move in step (the keeper orders life + 1).
             lives = ordered.restricted(ids) \
                 if isinstance(ordered, Lives) and ids <= ordered.members \
-                else tuple(self.inc[idx].tolist())
+                else tuple(self.inc[up].tolist())
             batch = JoinBatch(ids, None, lives)
             self._at(now + self.lat, self._kreceive_at, [batch])
 
@@ -1053,14 +1038,17 @@ class Simulation:
         return out
 
 
-def _runs_of_sorted_array(ids: np.ndarray) -> IdRuns:
-    """Ascending distinct ids as id runs, cut where a gap is (numpy, not a Python loop)."""
-    if not len(ids):
-        return IdRuns.of(())
-    cut = np.flatnonzero(np.diff(ids) != 1)
-    lo = ids[np.concatenate(([0], cut + 1))].tolist()
-    hi = ids[np.concatenate((cut, [len(ids) - 1]))].tolist()
-    return IdRuns.from_bounds(lo, hi)
+def _ids_of_flags(flags: np.ndarray) -> IdRuns:
+    """The ids whose flag is set, as the core's id set (its bitmask, packed by numpy)."""
+    return IdRuns.from_mask(int.from_bytes(np.packbits(flags, bitorder="little").tobytes(),
+                                           "little"))
+
+
+def _flags_of_ids(ids: IdRuns, n: int) -> np.ndarray:
+    """The inverse of :func:`_ids_of_flags` over ``n`` node ids."""
+    m = ids.mask
+    raw = np.frombuffer(m.to_bytes((n + 7) // 8, "little"), np.uint8)
+    return np.unpackbits(raw, count=n, bitorder="little").view(np.bool_)
 
 
 def run(scenario: Scenario, out_dir: str | Path) -> dict:
