@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 WorkerId = int
 
@@ -93,20 +93,28 @@ class RunSet:
     __slots__ = ("runs", "_los")
 
     def __init__(self, runs: Iterable[Iterable[int]]) -> None:
-        self.runs = tuple(map(tuple, runs))  # a history's runs: JSON ints already
-        self._los = [lo for lo, _ in self.runs]
+        # a history's runs, JSON ints already; kept as given (a checker
+        # compares most member lists and looks up ids in few of them)
+        self.runs = runs if isinstance(runs, list) else list(runs)
+        self._los: Optional[list[int]] = None
 
     def __contains__(self, worker: object) -> bool:
         if not isinstance(worker, int) or isinstance(worker, bool):
             return False
+        if self._los is None:
+            self._los = [lo for lo, _ in self.runs]
         i = bisect.bisect_right(self._los, worker) - 1
         return i >= 0 and worker <= self.runs[i][1]
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, RunSet) and self.runs == other.runs
+        if not isinstance(other, RunSet):
+            return False
+        # runs as lists (JSON) or tuples: equal ids either way
+        return self.runs == other.runs or \
+            list(map(tuple, self.runs)) == list(map(tuple, other.runs))
 
     def __hash__(self) -> int:
-        return hash(self.runs)
+        return hash(tuple(map(tuple, self.runs)))
 
     def __len__(self) -> int:
         return sum(hi - lo + 1 for lo, hi in self.runs)
