@@ -133,7 +133,9 @@ class ExactPart:
         fresh 4 MB tensors per micro-batch cost more than the arithmetic."""
         self.n, self.n_shards, self.top = n, n_shards, top
         self.exp = None if top is None else scale_exp(top, n_shards)
-        self.payload = torch.zeros(n + 1 + 2 * n_shards, dtype=torch.int32)
+        self.payload = torch.empty(n + 1 + 2 * n_shards, dtype=torch.int32)
+        self.payload[n:].zero_()
+        self.blank = True  # the gradient sum holds nothing yet (not even zeros)
         self.kept: dict[int, tuple[torch.Tensor, float]] = {}
         self.losses: dict[int, float] = {}  # written into the payload by wire()
         self.max_abs = 0.0  # largest entry of this worker's shards
@@ -155,8 +157,9 @@ class ExactPart:
         elif not math.isfinite(m) or top_of(m) > self.top:  # type: ignore[operator]
             self.payload[n] += 1  # over the bound: this step is redone
         else:
+            body = self.payload[:n]
             if not -120 <= self.exp <= 120:  # rare: encode() scales in float64
-                self.payload[:n].add_(encode(torch.cat(pieces), self.exp))
+                self._put(body, encode(torch.cat(pieces), self.exp))
                 return
             if self.scratch is None:
                 self.scratch = (torch.empty(n), torch.empty(n, dtype=torch.int32))
@@ -167,11 +170,25 @@ class ExactPart:
             for p in pieces:
                 torch.mul(p, scale, out=f32[off:off + p.numel()])
                 off += p.numel()
-            self.payload[:n].add_(i32.copy_(f32.round_()))
+            if self.blank:  # the first shard is converted straight into the sum
+                body.copy_(f32.round_())
+                self.blank = False
+            else:
+                body.add_(i32.copy_(f32.round_()))
+
+    def _put(self, body: torch.Tensor, fixed: torch.Tensor) -> None:
+        if self.blank:
+            body.copy_(fixed)
+            self.blank = False
+        else:
+            body.add_(fixed)
 
     def wire(self) -> torch.Tensor:
         """The payload to reduce, with this worker's shard losses written in."""
         n, words = self.n, self.payload
+        if self.blank:  # no shard encoded here (none held, or all over the bound)
+            words[:n].zero_()
+            self.blank = False
         if self.losses:
             idx = sorted(self.losses)
             slots = torch.tensor([n + 1 + 2 * j + k for j in idx for k in (0, 1)])
