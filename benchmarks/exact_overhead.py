@@ -11,8 +11,9 @@ skipped as warm-up) and the ratio exact / fast. Alternating the runs spreads
 any change in machine load over both modes. Goal (issue 5): under 1.3x.
 
 What exact mode adds per step (see ``real/reduce.py``): a gradient per
-micro-batch instead of one accumulated gradient, five passes over each to
-find its largest entry and encode it as int32 fixed point, one pass to decode;
+micro-batch instead of one accumulated gradient, four or five passes over
+each to find its largest entry and encode it as int32 fixed point into the
+step's sum (a worker's first is converted straight into it), one to decode;
 the same bytes on the wire (int32); a scalar MAX allreduce only when the
 scale guessed from the momentum fails (the first step, a gradient spike).
 """
