@@ -8,6 +8,7 @@ sorted tuple / a dict would.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -46,7 +47,8 @@ def test_id_runs_behave_as_a_sorted_tuple_and_a_set(a: list[int], b: list[int], 
 def test_set_algebra_on_many_shared_runs(base: list[int], a_out: list[int], b_out: list[int],
                                          extra: list[int]) -> None:
     """Two sets of dozens of runs that share most of them (members vs tracked
-    workers): the shortcut that sets shared runs aside must agree with sets."""
+    workers): results whose runs numpy derives from the mask (more than a few
+    ids) and small operands must agree with sets."""
     a = set(base) - set(a_out)
     b = (set(base) - set(b_out)) | set(extra)
     ra, rb = IdRuns.of(a), IdRuns.of(b)
@@ -60,6 +62,32 @@ def test_set_algebra_on_many_shared_runs(base: list[int], a_out: list[int], b_ou
         runs = r.runs()
         assert all(hi + 1 < lo for (_, hi), (lo, _) in zip(runs, runs[1:]))
         assert len(r) == len(list(r))
+
+
+@given(st.lists(st.tuples(st.integers(0, 20_000), st.integers(0, 300)), max_size=40),
+       st.integers(0, 20_100), st.integers(0, 40))
+def test_mask_and_runs_are_one_set(spans: list[tuple[int, int]], x: int, k: int) -> None:
+    """The bitmask and the runs derived from it (bit by bit for a few ids,
+    numpy over the mask's bytes for more) describe the same ids, across byte
+    boundaries and ids far above 2**8; ranks, head and tail agree too."""
+    ids = sorted({i for lo, n in spans for i in range(lo, lo + n)})
+    r = IdRuns.of(ids)
+    back = IdRuns.from_mask(r.mask)
+    assert back == r and list(back) == ids and len(back) == len(ids)
+    assert back.runs() == r.runs() and IdRuns(back.runs()) == r
+    assert r.mask == sum(1 << i for i in ids)
+    assert (x in back) == (x in set(ids))
+    if ids:
+        assert back.first() == ids[0] and back[len(ids) // 2] == ids[len(ids) // 2]
+        assert back.index(ids[-1]) == len(ids) - 1
+    assert list(back.head(k)) == ids[:k] and list(back.tail(k)) == ids[k:]
+
+
+@pytest.mark.parametrize("make", [lambda: IdRuns.of([3, -1]), lambda: IdRuns([(-2, 4)]),
+                                  lambda: IdRuns.span(-1, 2), lambda: IdRuns.from_mask(-5)])
+def test_id_sets_refuse_negative_ids(make) -> None:
+    with pytest.raises(ValueError):
+        make()
 
 
 class LivenessModel(RuleBasedStateMachine):
