@@ -87,12 +87,6 @@ class IdRuns(Sequence[int]):
         return out
 
     @classmethod
-    def from_bounds(cls, lo: list[int], hi: list[int]) -> "IdRuns":
-        """From the run bounds of an already normalised set: ascending,
-        disjoint, non-adjacent. Trusted, not checked."""
-        return cls._raw(lo, hi) if lo else EMPTY
-
-    @classmethod
     def of(cls, ids: Ids) -> "IdRuns":
         """Any iterable of non-negative ints (in any order, repeats allowed)."""
         if isinstance(ids, IdRuns):
@@ -128,12 +122,12 @@ class IdRuns(Sequence[int]):
         return self._m
 
     def _runs_now(self) -> None:
-        if self._lo_ is None:
-            if self._n <= _PY_MAX_RUNS:
-                self._lo_, self._hi_ = _runs_of_few(self._m)
-            else:
-                pairs = self._pairs = _runs_of_many(self._m)
-                self._lo_, self._hi_ = pairs[:, 0].tolist(), pairs[:, 1].tolist()
+        """Derive the runs from the mask (once: callers check ``_lo_``)."""
+        if self._n <= _PY_MAX_RUNS:
+            self._lo_, self._hi_ = _runs_of_few(self._m)
+        else:
+            pairs = self._pairs = _runs_of_many(self._m)
+            self._lo_, self._hi_ = pairs[:, 0].tolist(), pairs[:, 1].tolist()
 
     @property
     def _lo(self) -> list[int]:
@@ -143,7 +137,7 @@ class IdRuns(Sequence[int]):
 
     @property
     def _hi(self) -> list[int]:
-        if self._hi_ is None:
+        if self._lo_ is None:
             self._runs_now()
         return self._hi_  # type: ignore[return-value]
 
