@@ -170,13 +170,12 @@ class ExactPart:
             for p in pieces:
                 torch.mul(p, scale, out=f32[off:off + p.numel()])
                 off += p.numel()
-            if self.blank:  # the first shard is converted straight into the sum
-                body.copy_(f32.round_())
-                self.blank = False
-            else:
-                body.add_(i32.copy_(f32.round_()))
+            rounded = f32.round_()
+            self._put(body, rounded if self.blank else i32.copy_(rounded))
 
     def _put(self, body: torch.Tensor, fixed: torch.Tensor) -> None:
+        """Add ``fixed`` (integer values) into the sum; the first shard is
+        converted straight into it (no zero fill, no add pass)."""
         if self.blank:
             body.copy_(fixed)
             self.blank = False
