@@ -153,8 +153,10 @@ class Simulation:
         self.phase = np.zeros(n)             # when the current process's agent started
         self.life = np.zeros(n, np.int64)    # hardware life counter (cancels stale failures)
         self.pause_epoch = np.zeros(n, np.int64)
+        # the current generation's member list, and which of its members still
+        # have a life in it (a restart's teardown clears these, not the list)
+        self.member_flags = np.zeros(n, bool)
         self.is_member = np.zeros(n, bool)
-        self.member_flags = np.zeros(n, bool)  # the current generation's members
         self._plans: dict[int, tuple[int, float, dict]] = {}  # members -> batch, step time, shards
         # exceptional nodes driven through a real core Agent (paused / fenced)
         self.agents: dict[int, Agent] = {}
