@@ -155,9 +155,11 @@ class HistoryWriter:
         self._fh = open(self.path, "a", encoding="utf-8")
         self.count = 0
 
-    @staticmethod
-    def _line(record: dict[str, Any]) -> str:
-        return json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    _encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def _line(cls, record: dict[str, Any]) -> str:
+        return cls._encoder.encode(record) + "\n"
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record and flush it to the OS."""

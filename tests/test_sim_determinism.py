@@ -69,3 +69,21 @@ def test_byte_identical_across_processes(tmp_path: Path) -> None:
         assert "--seed 5" in p.stdout
         outs.append((out / "history.jsonl").read_bytes())
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("strategy", ["elastic", "checkpoint-restart"])
+def test_checked_records_are_the_written_history(tmp_path: Path, strategy: str) -> None:
+    """The driver checks the records it keeps in memory; they must be exactly
+    what history.jsonl holds, so a re-read gives the same verdict."""
+    from rollcall.checkers import DataSpec, check, summarize_report
+    from rollcall.results import read_history
+    from sim.driver import Simulation
+
+    sc = load_scenario(QUICK, RANDOM, seed=4, strategy=strategy)
+    sim = Simulation(sc, tmp_path)
+    summary = sim.run()
+    written = list(read_history(tmp_path))
+    assert json.loads(json.dumps(sim.records)) == written
+    again = summarize_report(check(written, DataSpec.from_scenario(sc)))
+    assert again == {k: summary[k] for k in again}
+    assert summary["generations"] > 1
