@@ -1,12 +1,15 @@
 """When the record-keeper last saw each tracked worker's heartbeat advance.
 
 The keeper's own clock only (see :mod:`rollcall.detector`). At scale nearly
-every tracked worker was last seen at the same instant: a simulator reports
-"everyone but these few is alive now" in one call, a roll call's answers
-arrive together. So the record is a shared ``base`` instant for the bulk
-plus explicit instants (``own``) for the workers that differ, with a heap of
-those to find the earliest. Marking 10^4 workers alive, finding the next
-expiry and the expired workers cost the exceptions, not 10^4 steps.
+every tracked worker was last seen at one of a few instants: a simulator
+reports "everyone but these few is alive now" in one call, a roll call's
+answers or a relaunch's joins arrive together. So the record keeps *groups*:
+an id set per instant, for workers that advanced in bulk, plus explicit
+instants (``own``, with a heap to find the earliest) for workers that
+advanced one by one (a real heartbeat). A worker is in exactly one group or
+in ``own``. Marking 10^4 workers alive is a few set operations per group;
+finding the next expiry and the expired workers costs the groups and the
+individuals, never 10^4 steps.
 """
 
 from __future__ import annotations
@@ -20,13 +23,17 @@ from rollcall.idset import EMPTY, IdRuns
 class Liveness:
     """The tracked workers (the lives the keeper watches) and when each advanced."""
 
-    __slots__ = ("tracked", "_base", "_own", "_heap")
+    __slots__ = ("tracked", "_groups", "_own", "_heap")
+
+    # A batch this small is recorded worker by worker: a group per instant is
+    # worth it for the bulk, not for a handful (the count of groups stays low).
+    BULK_MIN = 8
 
     def __init__(self) -> None:
         self.tracked: IdRuns = EMPTY
-        self._base = float("-inf")  # when every tracked worker not in _own advanced
-        self._own: dict[int, float] = {}
-        self._heap: list[tuple[float, int]] = []
+        self._groups: dict[float, IdRuns] = {}  # instant -> workers that advanced then, in bulk
+        self._own: dict[int, float] = {}  # worker -> instant, for the ones that advanced alone
+        self._heap: list[tuple[float, int]] = []  # (instant, worker) of _own, lazily pruned
 
     def __contains__(self, w: object) -> bool:
         return w in self.tracked
@@ -37,7 +44,13 @@ class Liveness:
     def at(self, w: int) -> Optional[float]:
         if w not in self.tracked:
             return None
-        return self._own.get(w, self._base)
+        t = self._own.get(w)
+        if t is not None:
+            return t
+        for t, g in self._groups.items():
+            if w in g:
+                return t
+        raise AssertionError(f"tracked worker {w} has no instant")  # pragma: no cover
 
     # --- updates --------------------------------------------------------------
 
@@ -45,6 +58,8 @@ class Liveness:
         """Track ``w`` (if not yet) as advanced at ``now``."""
         if w not in self.tracked:
             self.tracked = self.tracked | (w,)
+        elif w not in self._own:
+            self._ungroup(IdRuns.span(w, w))
         self._own[w] = now
         heappush(self._heap, (now, w))
         if len(self._heap) > 2 * len(self._own) + 64:
@@ -61,54 +76,55 @@ class Liveness:
         ws = ws & self.tracked
         if not ws:
             return
-        rest = self.tracked - ws
-        own = self._own
-        if len(rest) < len(ws):
-            # re-base: ``now`` becomes the bulk instant; the rest keep theirs
-            keep = {w: t for w, t in own.items() if w not in ws}
-            if len(self.tracked) > len(own):  # some used the old base
-                base = self._base
-                for w in rest:
-                    if w not in own:
-                        keep[w] = base
-            self._own = keep
-            self._base = now
-            self._reheap()
-        else:
+        if len(ws) < self.BULK_MIN:
             for w in ws:
-                own[w] = now
-                heappush(self._heap, (now, w))
-            if len(self._heap) > 2 * len(own) + 64:
-                self._reheap()
+                self.set(now, w)
+            return
+        self._ungroup(ws)
+        self._disown(ws)
+        g = self._groups.get(now)
+        self._groups[now] = ws if g is None else g | ws
 
     def advance_except(self, now: float, silent: IdRuns) -> None:
         """Every tracked worker but ``silent`` advanced at ``now``: the same as
-        ``advance(now, tracked - silent)``, costing the silent ones."""
-        rest = silent & self.tracked
-        if 2 * len(rest) < len(self.tracked):
-            own, base = self._own, self._base
-            self._own = {w: own.get(w, base) for w in rest}  # they keep theirs
-            self._base = now
-            self._reheap()
-        else:
-            self.advance(now, self.tracked - rest)
+        ``advance(now, tracked - silent)``, costing the groups and ``own``."""
+        self.advance(now, self.tracked - silent)
 
     def drop(self, w: int) -> None:
         if w in self.tracked:
             self.tracked = self.tracked - (w,)
-            self._own.pop(w, None)
+            if self._own.pop(w, None) is None:
+                self._ungroup(IdRuns.span(w, w))
 
     def drop_many(self, ws: IdRuns) -> None:
         gone = ws & self.tracked
         if not gone:
             return
         self.tracked = self.tracked - gone
+        self._ungroup(gone)
+        self._disown(gone)
+
+    def _ungroup(self, ws: IdRuns) -> None:
+        """Take ``ws`` out of every group (an emptied group goes)."""
+        groups = self._groups
+        for t, g in list(groups.items()):
+            rest = g - ws
+            if rest is not g:
+                if rest:
+                    groups[t] = rest
+                else:
+                    del groups[t]
+
+    def _disown(self, ws: IdRuns) -> None:
+        """Take ``ws`` out of ``own`` (their heap entries go stale)."""
         own = self._own
-        if len(own) <= len(gone):
-            for w in [w for w in own if w in gone]:
+        if not own:
+            return
+        if len(own) <= len(ws):
+            for w in [w for w in own if w in ws]:
                 del own[w]
         else:
-            for w in gone:
+            for w in ws:
                 own.pop(w, None)
 
     def _reheap(self) -> None:
@@ -126,21 +142,22 @@ class Liveness:
     def earliest(self) -> Optional[float]:
         """The oldest advance among the tracked workers (None if none)."""
         t = self._top()
-        if len(self.tracked) > len(self._own):
-            t = self._base if t is None else min(t, self._base)
+        if self._groups:
+            g = min(self._groups)
+            t = g if t is None else min(t, g)
         return t
 
     def expired(self, due: Callable[[float], bool]) -> list[int]:
         """The tracked workers whose advance instant is ``due``, sorted."""
-        dead: list[int] = []
-        own = self._own
-        if len(self.tracked) > len(own) and due(self._base):
-            dead.extend(w for w in self.tracked if w not in own)  # a silent bulk: rare
+        dead = EMPTY
+        for t, g in self._groups.items():
+            if due(t):
+                dead = dead | g
         popped = []
         while self._top() is not None and due(self._heap[0][0]):
-            t, w = heappop(self._heap)
-            popped.append((t, w))
-            dead.append(w)
+            popped.append(heappop(self._heap))
         for e in popped:  # still tracked until the keeper drops them
             heappush(self._heap, e)
-        return sorted(set(dead))
+        if popped:
+            dead = dead | IdRuns.of(w for _, w in popped)
+        return list(dead)

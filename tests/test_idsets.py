@@ -185,5 +185,18 @@ class LifeTableModel(RuleBasedStateMachine):
             assert snap.same_as(snap.restricted(IdRuns.of(want)))
 
 
+class _AllBulk(Liveness):
+    BULK_MIN = 1  # every batch a group, even of one worker
+
+
+class LivenessAllBulkModel(LivenessModel):
+    """The same, with every batch recorded as a group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live = _AllBulk()
+
+
 TestLiveness = LivenessModel.TestCase
+TestLivenessAllBulk = LivenessAllBulkModel.TestCase
 TestLifeTable = LifeTableModel.TestCase
