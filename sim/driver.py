@@ -110,7 +110,7 @@ from rollcall.lives import Lives
 from rollcall.sharding import ShardSpec
 from rollcall.types import Cursor
 
-from sim.rng import lifetimes, stream
+from sim.rng import lifetimes, nth_lifetime, stream
 from sim.sharded import copy_time
 
 __all__ = ["run", "Simulation"]
@@ -187,7 +187,7 @@ class Simulation:
         # --- random streams ------------------------------------------------
         self.seed = sc.seed
         self.fail_heap: list[tuple[float, int, int]] = []
-        self._node_rngs: dict[int, np.random.Generator] = {}
+        self._node_draws: dict[int, int] = {}  # node -> lifetimes drawn from node/<i>
         self.schedule_rng = stream(sc.seed, "schedule")
         # --- job -----------------------------------------------------------
         self.state = IDLE
@@ -261,12 +261,6 @@ class Simulation:
     def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
         ev = self.env.timeout(max(0.0, t - self.env.now))
         ev.callbacks.append(lambda _ev: fn(*args))
-
-    def _node_rng(self, w: int) -> np.random.Generator:
-        g = self._node_rngs.get(w)
-        if g is None:
-            g = self._node_rngs[w] = stream(self.seed, f"node/{w}")
-        return g
 
     def _alive(self, w: int) -> bool:
         return bool(self.proc[w] and not self.paused[w])
@@ -431,8 +425,10 @@ class Simulation:
         f = self.sc.failures
         if f.worker_mtbf_s is None:
             return None
-        return float(lifetimes(self._node_rng(w), f.distribution, f.worker_mtbf_s,
-                               f.weibull_shape, 1)[0])
+        k = self._node_draws.get(w, 0)
+        self._node_draws[w] = k + 1
+        return nth_lifetime(self.seed, f"node/{w}", k, f.distribution, f.worker_mtbf_s,
+                            f.weibull_shape)
 
     def _go_silent(self, now: float, w: int) -> None:
         """Node ``w`` stops beating now: tell the keeper its last beat, schedule the verdict."""
