@@ -151,9 +151,11 @@ class IdRuns(Sequence[int]):
 
     def runs(self) -> list[list[int]]:
         """Inclusive ``[lo, hi]`` runs, the history's member-list format."""
+        if self._lo_ is None:
+            self._runs_now()
         if self._pairs is not None:
             return self._pairs.tolist()
-        return list(map(list, zip(self._lo, self._hi)))
+        return list(map(list, zip(self._lo_, self._hi_)))  # type: ignore[arg-type]
 
     @property
     def n_runs(self) -> int:
@@ -221,21 +223,42 @@ class IdRuns(Sequence[int]):
         return (m & -m).bit_length() - 1
 
     def head(self, k: int) -> "IdRuns":
-        """The ``k`` lowest ids."""
+        """The ``k`` lowest ids (their runs come cut from these, not derived again)."""
         if k >= self._n:
             return self
         if k <= 0:
             return EMPTY
-        return IdRuns.from_mask(self._m & ((1 << (self[k - 1] + 1)) - 1))
+        cum, lo = self._cum, self._lo
+        i = bisect_right(cum, k - 1) - 1  # the run holding the k-th id
+        last = lo[i] + k - 1 - cum[i]
+        pairs = None
+        if self._pairs is not None:
+            pairs = self._pairs[: i + 1].copy()
+            pairs[-1, 1] = last
+        return self._cut(self._m & ((1 << (last + 1)) - 1), lo[: i + 1],
+                         self._hi[:i] + [last], pairs)
 
     def tail(self, k: int) -> "IdRuns":
-        """Every id but the ``k`` lowest."""
+        """Every id but the ``k`` lowest (runs cut from these, as for :meth:`head`)."""
         if k <= 0:
             return self
         if k >= self._n:
             return EMPTY
-        x = self[k]
-        return IdRuns.from_mask((self._m >> x) << x)
+        cum, lo = self._cum, self._lo
+        i = bisect_right(cum, k) - 1  # the run holding the (k+1)-th id
+        first = lo[i] + k - cum[i]
+        pairs = None
+        if self._pairs is not None:
+            pairs = self._pairs[i:].copy()
+            pairs[0, 0] = first
+        return self._cut((self._m >> first) << first, [first] + lo[i + 1:], self._hi[i:], pairs)
+
+    @classmethod
+    def _cut(cls, m: int, lo: list[int], hi: list[int], pairs: Optional[np.ndarray]) -> "IdRuns":
+        out = cls.__new__(cls)
+        out._init(m, lo, hi)
+        out._pairs = pairs
+        return out
 
     # --- comparison -----------------------------------------------------------
 

@@ -80,7 +80,13 @@ def test_mask_and_runs_are_one_set(spans: list[tuple[int, int]], x: int, k: int)
     if ids:
         assert back.first() == ids[0] and back[len(ids) // 2] == ids[len(ids) // 2]
         assert back.index(ids[-1]) == len(ids) - 1
-    assert list(back.head(k)) == ids[:k] and list(back.tail(k)) == ids[k:]
+    for cut in (k, k * len(ids) // 40):  # near the start, and anywhere
+        for s in (r, back):  # runs given, runs derived by numpy
+            h, t = s.head(cut), s.tail(cut)
+            assert list(h) == ids[:cut] and list(t) == ids[cut:]
+            for part in (h, t):  # cut runs: the same as the mask's own
+                assert part.runs() == IdRuns.from_mask(part.mask).runs()
+                assert len(part) == len(list(part))
 
 
 @pytest.mark.parametrize("make", [lambda: IdRuns.of([3, -1]), lambda: IdRuns([(-2, 4)]),
