@@ -145,8 +145,16 @@ class IdRuns(Sequence[int]):
     def _cum(self) -> list[int]:
         """``_cum[i]``: ids before run i; ``_cum[-1]``: the size."""
         if self._cum_ is None:
-            self._cum_ = list(accumulate(map(int.__sub__, map((1).__add__, self._hi), self._lo),
-                                         initial=0))
+            if self._lo_ is None:
+                self._runs_now()
+            pairs = self._pairs
+            if pairs is not None:  # many runs: numpy sums their lengths
+                cum = np.zeros(len(pairs) + 1, np.int64)
+                np.cumsum(pairs[:, 1] - pairs[:, 0] + 1, out=cum[1:])
+                self._cum_ = cum.tolist()
+            else:
+                self._cum_ = list(accumulate(map(int.__sub__, map((1).__add__, self._hi_),
+                                                 self._lo_), initial=0))
         return self._cum_
 
     def runs(self) -> list[list[int]]:
