@@ -7,10 +7,11 @@ keeps only what differs from that: ``own`` holds the non-zero lives of
 workers outside the *cohort* (the members the latest restart moved), and a
 cohort member's life is ``base + delta`` with ``delta`` stored only where it
 is not 0. A restart of 10^4 members costs the changes since the previous
-restart (who joined or left the cohort), not 10^4 updates; a generation's
-snapshot (:class:`Lives`) shares the table's dicts until the table next
-changes (copy on write), so a snapshot costs nothing and two snapshots with
-no change between them compare in O(1).
+restart (who joined or left the cohort), not 10^4 updates. Both maps are
+:class:`_Layers`: a frozen base dict plus the few changes since it was last
+folded, so a generation's snapshot (:class:`Lives`) copies the changes, not
+the thousands of lives a long run accumulates, and two snapshots of one
+table compare by the changes only.
 """
 
 from __future__ import annotations
@@ -20,43 +21,98 @@ from typing import Iterator, Optional, Sequence
 from rollcall.idset import EMPTY, IdRuns
 
 
+class _Layers:
+    """An id -> int map (0: absent) kept as a frozen ``base`` dict, shared by
+    every snapshot, plus a small dict ``top`` of the changes since; ``top``
+    is folded into a new base once it holds ``fold`` changes, so a snapshot
+    costs at most ``fold`` copies and a fold is paid once per ``fold`` writes."""
+
+    __slots__ = ("base", "top", "fold", "_frozen")
+
+    def __init__(self, base: Optional[dict[int, int]] = None,
+                 top: Optional[dict[int, int]] = None, fold: int = 64) -> None:
+        self.base: dict[int, int] = {} if base is None else base  # never written
+        self.top: dict[int, int] = {} if top is None else top  # 0 here hides a base entry
+        self.fold = fold
+        self._frozen: Optional[_Layers] = None
+
+    def get(self, w: int) -> int:
+        v = self.top.get(w)
+        return self.base.get(w, 0) if v is None else v
+
+    def __setitem__(self, w: int, v: int) -> None:
+        if self.get(w) == v:
+            return
+        self._frozen = None
+        self.top[w] = v
+        if len(self.top) > self.fold:
+            base = dict(self.base)
+            for k, x in self.top.items():
+                if x:
+                    base[k] = x
+                else:
+                    base.pop(k, None)
+            self.base, self.top = base, {}
+
+    def pop(self, w: int) -> int:
+        v = self.get(w)
+        if v:
+            self[w] = 0
+        return v
+
+    def keys(self) -> Iterator[int]:
+        """The ids with a non-zero value."""
+        top = self.top
+        for k in self.base:
+            if k not in top:
+                yield k
+        for k, v in top.items():
+            if v:
+                yield k
+
+    def __len__(self) -> int:
+        """An upper bound on the number of non-zero entries (cheap)."""
+        return len(self.base) + len(self.top)
+
+    def frozen(self) -> "_Layers":
+        """An unchanging copy (the same one until the next change)."""
+        if self._frozen is None:
+            self._frozen = _Layers(self.base, dict(self.top), self.fold)
+            self._frozen._frozen = self._frozen
+        return self._frozen
+
+    def changed_keys(self, other: "_Layers") -> set[int]:
+        """Every id whose value may differ between ``self`` and ``other``."""
+        if self.base is other.base:
+            return set(self.top).union(other.top)
+        return set(self.keys()).union(other.keys())
+
+
 class LifeTable:
     """worker -> latest life the keeper knows of (0 for a worker never seen)."""
 
-    __slots__ = ("_own", "_cohort", "_base", "_delta", "_shared")
+    __slots__ = ("_own", "_cohort", "_base", "_delta")
+
+    FOLD = 64  # changes kept beside each map's base before folding them in
 
     def __init__(self) -> None:
-        self._own: dict[int, int] = {}
+        self._own = _Layers(fold=self.FOLD)
         self._cohort: IdRuns = EMPTY
         self._base = 0
-        self._delta: dict[int, int] = {}
-        self._shared = False  # a snapshot holds the dicts: copy before writing
-
-    def _write(self) -> None:
-        if self._shared:
-            self._own = dict(self._own)
-            self._delta = dict(self._delta)
-            self._shared = False
+        self._delta = _Layers(fold=self.FOLD)
 
     def get(self, w: int) -> int:
         if w in self._cohort:
-            return self._base + self._delta.get(w, 0)
-        return self._own.get(w, 0)
+            return self._base + self._delta.get(w)
+        return self._own.get(w)
 
     def set(self, w: int, life: int) -> None:
         if life == self.get(w):
             return
-        self._write()
         if w in self._cohort:
-            d = life - self._base
-            if d:
-                self._delta[w] = d
-            else:
-                self._delta.pop(w, None)
-        elif life:
-            self._own[w] = life
+            self._delta[w] = life - self._base
         else:
-            self._own.pop(w, None)
+            self._own[w] = life
 
     def set_many(self, ws: IdRuns, lives: "Sequence[int]") -> None:
         """``lives`` pairs with ``ws`` in order."""
@@ -65,32 +121,24 @@ class LifeTable:
 
     def bump(self, ws: IdRuns) -> None:
         """Every worker of ``ws`` moves to its next life; ``ws`` becomes the cohort."""
-        self._write()
         cohort, base, delta, own = self._cohort, self._base, self._delta, self._own
         for w in cohort - ws:  # leaving the cohort: their life becomes explicit
-            life = base + delta.pop(w, 0)
-            if life:
-                own[w] = life
-            else:
-                own.pop(w, None)
+            own[w] = base + delta.pop(w)
         entering = ws - cohort
         # an entering worker of life v gets delta v - base (its next life is
         # v + 1 = base + 1 + delta); with base 0 only the stored lives matter
         if base == 0 and len(entering) > len(own):
-            for w in [w for w in own if w in entering]:
+            for w in [w for w in own.keys() if w in entering]:
                 delta[w] = own.pop(w)
         else:
             for w in entering:
-                d = own.pop(w, 0) - base
-                if d:
-                    delta[w] = d
+                delta[w] = own.pop(w) - base
         self._cohort = ws
         self._base = base + 1
 
     def snapshot(self, members: IdRuns) -> "Lives":
         """The lives of ``members`` now, as an immutable sequence paired with them."""
-        self._shared = True
-        return Lives(members, self._own, self._cohort, self._base, self._delta)
+        return Lives(members, self._own.frozen(), self._cohort, self._base, self._delta.frozen())
 
 
 class Lives(Sequence[int]):
@@ -102,8 +150,8 @@ class Lives(Sequence[int]):
 
     __slots__ = ("members", "_own", "_cohort", "_base", "_delta")
 
-    def __init__(self, members: IdRuns, own: dict[int, int], cohort: IdRuns, base: int,
-                 delta: dict[int, int]) -> None:
+    def __init__(self, members: IdRuns, own: _Layers, cohort: IdRuns, base: int,
+                 delta: _Layers) -> None:
         self.members = members
         self._own = own
         self._cohort = cohort
@@ -115,8 +163,8 @@ class Lives(Sequence[int]):
         if w not in self.members:
             return None
         if w in self._cohort:
-            return self._base + self._delta.get(w, 0)
-        return self._own.get(w, 0)
+            return self._base + self._delta.get(w)
+        return self._own.get(w)
 
     def restricted(self, members: IdRuns) -> "Lives":
         """The same lives for a subset of the members (no copy)."""
@@ -138,8 +186,8 @@ class Lives(Sequence[int]):
         both = ws & self._cohort & other._cohort
         if both and self._base == other._base:
             mine, theirs = self._delta, other._delta
-            for w in set(mine).union(theirs):
-                if w in both and mine.get(w, 0) != theirs.get(w, 0):
+            for w in mine.changed_keys(theirs):
+                if w in both and mine.get(w) != theirs.get(w):
                     return False
             rest = ws - both
         else:

@@ -8,6 +8,8 @@ sorted tuple / a dict would.
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 from hypothesis import given, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -189,6 +191,14 @@ class LifeTableModel(RuleBasedStateMachine):
         for snap, want in self.snaps:  # a snapshot never changes afterwards
             assert {w: snap.of(w) for w in want} == want
             assert snap.same_as(snap.restricted(IdRuns.of(want)))
+            # against the table now: the same exactly when no member's life moved
+            now = self.table.snapshot(snap.members)  # type: ignore[attr-defined]
+            moved = any(self.model.get(w, 0) != life for w, life in want.items())
+            assert snap.same_as(now) != moved and now.same_as(snap) != moved
+        if self.snaps:  # a snapshot travels to real workers pickled
+            snap, want = self.snaps[-1]
+            back = pickle.loads(pickle.dumps(snap))
+            assert {w: back.of(w) for w in want} == want
 
 
 class _AllBulk(Liveness):
@@ -203,6 +213,19 @@ class LivenessAllBulkModel(LivenessModel):
         self.live = _AllBulk()
 
 
+class _FoldOften(LifeTable):
+    FOLD = 2  # changes folded into the shared base almost at every write
+
+
+class LifeTableFoldingModel(LifeTableModel):
+    """The same, with snapshots taken across many folds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = _FoldOften()
+
+
 TestLiveness = LivenessModel.TestCase
 TestLivenessAllBulk = LivenessAllBulkModel.TestCase
 TestLifeTable = LifeTableModel.TestCase
+TestLifeTableFolding = LifeTableFoldingModel.TestCase
