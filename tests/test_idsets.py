@@ -201,6 +201,19 @@ class LifeTableModel(RuleBasedStateMachine):
             assert {w: back.of(w) for w in want} == want
 
 
+def test_snapshot_differs_after_a_cohort_member_changes_life() -> None:
+    """The case the sparse comparison can miss: a change recorded only on
+    the newer side of two snapshots that share a base."""
+    table = LifeTable()
+    table.bump(IdRuns.of([1, 2]))
+    before = table.snapshot(IdRuns.of([1, 2]))
+    table.set(1, 5)
+    after = table.snapshot(IdRuns.of([1, 2]))
+    assert list(before) == [1, 1] and list(after) == [5, 1]
+    assert not before.same_as(after) and not after.same_as(before)
+    assert table.snapshot(IdRuns.of([1, 2])).same_as(after)
+
+
 class _AllBulk(Liveness):
     BULK_MIN = 1  # every batch a group, even of one worker
 
