@@ -68,10 +68,13 @@ class IdRuns(Sequence[int]):
         self._pairs: Optional[np.ndarray] = None  # the runs as an (n, 2) array, if numpy made them
 
     @classmethod
-    def _raw(cls, lo: list[int], hi: list[int]) -> "IdRuns":
-        """From already normalised run bounds (no checks): internal."""
+    def _raw(cls, lo: list[int], hi: list[int], m: Optional[int] = None,
+             pairs: Optional[np.ndarray] = None) -> "IdRuns":
+        """From already normalised run bounds (no checks), with their mask
+        and ``(n, 2)`` array when the caller has them: internal."""
         out = cls.__new__(cls)
-        out._init(_mask_of_runs(lo, hi), lo, hi)
+        out._init(_mask_of_runs(lo, hi) if m is None else m, lo, hi)
+        out._pairs = pairs
         return out
 
     @classmethod
@@ -145,25 +148,23 @@ class IdRuns(Sequence[int]):
     def _cum(self) -> list[int]:
         """``_cum[i]``: ids before run i; ``_cum[-1]``: the size."""
         if self._cum_ is None:
-            if self._lo_ is None:
-                self._runs_now()
+            lo, hi = self._lo, self._hi  # derived first: numpy may hold them as pairs
             pairs = self._pairs
             if pairs is not None:  # many runs: numpy sums their lengths
                 cum = np.zeros(len(pairs) + 1, np.int64)
                 np.cumsum(pairs[:, 1] - pairs[:, 0] + 1, out=cum[1:])
                 self._cum_ = cum.tolist()
             else:
-                self._cum_ = list(accumulate(map(int.__sub__, map((1).__add__, self._hi_),
-                                                 self._lo_), initial=0))
+                self._cum_ = list(accumulate(map(int.__sub__, map((1).__add__, hi), lo),
+                                             initial=0))
         return self._cum_
 
     def runs(self) -> list[list[int]]:
         """Inclusive ``[lo, hi]`` runs, the history's member-list format."""
-        if self._lo_ is None:
-            self._runs_now()
+        lo, hi = self._lo, self._hi  # derived first: numpy may hold them as pairs
         if self._pairs is not None:
             return self._pairs.tolist()
-        return list(map(list, zip(self._lo_, self._hi_)))  # type: ignore[arg-type]
+        return list(map(list, zip(lo, hi)))
 
     @property
     def n_runs(self) -> int:
@@ -243,8 +244,8 @@ class IdRuns(Sequence[int]):
         if self._pairs is not None:
             pairs = self._pairs[: i + 1].copy()
             pairs[-1, 1] = last
-        return self._cut(self._m & ((1 << (last + 1)) - 1), lo[: i + 1],
-                         self._hi[:i] + [last], pairs)
+        return IdRuns._raw(lo[: i + 1], self._hi[:i] + [last],
+                           self._m & ((1 << (last + 1)) - 1), pairs)
 
     def tail(self, k: int) -> "IdRuns":
         """Every id but the ``k`` lowest (runs cut from these, as for :meth:`head`)."""
@@ -259,14 +260,7 @@ class IdRuns(Sequence[int]):
         if self._pairs is not None:
             pairs = self._pairs[i:].copy()
             pairs[0, 0] = first
-        return self._cut((self._m >> first) << first, [first] + lo[i + 1:], self._hi[i:], pairs)
-
-    @classmethod
-    def _cut(cls, m: int, lo: list[int], hi: list[int], pairs: Optional[np.ndarray]) -> "IdRuns":
-        out = cls.__new__(cls)
-        out._init(m, lo, hi)
-        out._pairs = pairs
-        return out
+        return IdRuns._raw([first] + lo[i + 1:], self._hi[i:], (self._m >> first) << first, pairs)
 
     # --- comparison -----------------------------------------------------------
 
@@ -340,13 +334,7 @@ class IdRuns(Sequence[int]):
     __ror__ = __or__
 
 
-def _init_empty() -> IdRuns:
-    out = IdRuns.__new__(IdRuns)
-    out._init(0, [], [])
-    return out
-
-
-EMPTY = _init_empty()
+EMPTY = IdRuns._raw([], [], 0)
 
 # Below this many runs (or set ids) the conversions loop in Python; above,
 # numpy does them over the bytes of the mask (a fixed ~10 us, then C speed).

@@ -26,6 +26,11 @@ def stream(seed: int, name: str) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(int.from_bytes(digest[:16], "big")))
 
 
+def weibull_scale(mean_s: float, shape: float) -> float:
+    """The Weibull scale that gives ``mean_s`` at ``shape``."""
+    return mean_s / math.gamma(1.0 + 1.0 / shape)
+
+
 def nth_uniform(seed: int, name: str, k: int) -> float:
     """The k-th draw of stream ``name``, uniform on (0, 1]: 53 bits of
     SHA-256 of ``"<seed>/<name>/<k>"``."""
@@ -41,7 +46,7 @@ def nth_lifetime(seed: int, name: str, k: int, distribution: str, mean_s: float,
     if distribution == "exponential":
         return mean_s * e
     if distribution == "weibull":
-        return mean_s / math.gamma(1.0 + 1.0 / shape) * e ** (1.0 / shape)
+        return weibull_scale(mean_s, shape) * e ** (1.0 / shape)
     raise ValueError(f"unknown failure distribution {distribution!r}")
 
 
@@ -51,6 +56,5 @@ def lifetimes(rng: np.random.Generator, distribution: str, mean_s: float, shape:
     if distribution == "exponential":
         return rng.exponential(mean_s, size)
     if distribution == "weibull":
-        scale = mean_s / math.gamma(1.0 + 1.0 / shape)
-        return scale * rng.weibull(shape, size)
+        return weibull_scale(mean_s, shape) * rng.weibull(shape, size)
     raise ValueError(f"unknown failure distribution {distribution!r}")
