@@ -69,8 +69,8 @@ def ddp_worker(args: argparse.Namespace) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from real.model import IN_DIM, OUT_DIM, Workload, hidden_for
-    from rollcall.reshard import plan_step, sample_ids
-    from rollcall.types import Cursor
+    from rollcall.core.reshard import plan_step, sample_ids
+    from rollcall.core.types import Cursor
 
     torch.set_num_threads(1)
     run = Path(args.ddp_worker)
@@ -132,8 +132,8 @@ def tft_replica(args: argparse.Namespace) -> None:
     from torchft import Manager, ProcessGroupGloo
 
     from real.model import Workload
-    from rollcall.reshard import plan_step, sample_ids
-    from rollcall.types import Cursor
+    from rollcall.core.reshard import plan_step, sample_ids
+    from rollcall.core.types import Cursor
 
     torch.set_num_threads(1)
     run = Path(args.tft_replica)

@@ -20,7 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from rollcall.checkers import DataSpec, check, summarize_report
+from rollcall.config import data_spec
+from rollcall.core import check, summarize_report
 from rollcall.results import HISTORY_FILE, SUMMARY_KEYS, write_summary
 from rollcall.scenario import Scenario
 
@@ -78,7 +79,7 @@ def recoveries(records: list[dict]) -> list[dict]:
 
 
 def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> dict[str, Any]:
-    report = check(records, DataSpec.from_scenario(scenario))
+    report = check(records, data_spec(scenario))
     s = summarize_report(report)
     train_start = launcher.train_start
     end_t = launcher.end_t if launcher.end_t is not None else launcher.now()

@@ -1,18 +1,19 @@
 """The fault injector: the scenario's schedule and random crashes, in real time.
 
 Pure bookkeeping: it decides *what* is due *when* (by seconds since training
-started, or by committed step) from the scenario and a seeded random stream;
+started, or by committed step) from the scenario and the core's seeded draws
+(:mod:`rollcall.core.failures`, the same as the sim's);
 the launcher carries the faults out on real processes (SIGKILL, SIGSTOP then
 SIGCONT, a new worker process or an activated spare).
 """
 
 from __future__ import annotations
 
-import math
-import random
 from dataclasses import dataclass
 from typing import Optional
 
+from rollcall.config import failure_model
+from rollcall.core import pick
 from rollcall.scenario import Scenario
 
 
@@ -28,7 +29,9 @@ class Due:
 class FaultPlan:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.rng = random.Random(f"rollcall/real/failures/{scenario.seed}")
+        self.model = failure_model(scenario)
+        self.lives_drawn: dict[int, int] = {}  # worker -> hardware lives drawn so far
+        self.picks = 0  # random targets drawn so far (rollcall.core.pick, as on the sim)
         self.by_time = []   # (at_s, index, fault)
         self.by_step = []
         for i, f in enumerate(scenario.failures.schedule):
@@ -44,22 +47,17 @@ class FaultPlan:
             return Due("kill_rack", f.kill_rack, index=i)
         return Due(f.action, f.targets, f.for_s, index=i)
 
-    def draw_lifetime(self) -> Optional[float]:
-        fl = self.scenario.failures
-        if fl.worker_mtbf_s is None:
-            return None
-        if fl.distribution == "weibull":
-            k = fl.weibull_shape
-            scale = fl.worker_mtbf_s / math.gamma(1 + 1 / k)
-            return self.rng.weibullvariate(scale, k)
-        return self.rng.expovariate(1 / fl.worker_mtbf_s)
+    def node_up(self, worker: int, at: float) -> None:
+        """A hardware life of ``worker``'s node starts at training time ``at``:
+        its crash is due after the core's lifetime of (seed, node, k), the
+        same draw the sim makes for the node's k-th life."""
+        if self.model is None:
+            return
+        k = self.lives_drawn.get(worker, 0)
+        self.lives_drawn[worker] = k + 1
+        self.crash_at[worker] = at + self.model.lifetime(worker, k)
 
-    def worker_started(self, worker: int, at: float) -> None:
-        life = self.draw_lifetime()
-        if life is not None:
-            self.crash_at[worker] = at + life
-
-    def forget(self, worker: int) -> None:
+    def node_down(self, worker: int) -> None:
         self.crash_at.pop(worker, None)
 
     def next_time(self) -> Optional[float]:
@@ -85,4 +83,8 @@ class FaultPlan:
         return out
 
     def pick(self, candidates: list[int]) -> Optional[int]:
-        return self.rng.choice(sorted(candidates)) if candidates else None
+        """The run's next random target among ``candidates`` (None when empty)."""
+        if not candidates:
+            return None
+        self.picks += 1
+        return pick(self.scenario.seed, self.picks - 1, candidates)

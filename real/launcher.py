@@ -4,11 +4,11 @@ One thread, one selector loop, one clock (``time.monotonic()`` minus the run's
 start, shared with the workers on this host):
 
 - the *record-keeper service* accepts worker connections on 127.0.0.1, feeds
-  their protocol messages to the core :class:`rollcall.keeper.Keeper` and
+  their protocol messages to the core :class:`rollcall.core.keeper.Keeper` and
   turns its outputs into effects (frames to workers, history records, job
-  restarts, a failed job). It also decides whether a step may commit: only
-  a member of the current generation, with no round open, is accepted
-  (generations are fencing tokens);
+  restarts and relaunches, a failed job). Whether a step may commit is the
+  keeper's commit vote (:meth:`Keeper.commit`); the service carries the
+  request and the answer;
 - the *hosts' agent*: it started every worker process and holds a pidfd for
   each, so the moment one exits it tells the keeper ``exited`` (a SIGKILLed
   worker is known in milliseconds; a SIGSTOPped one only by the detector);
@@ -35,15 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from rollcall.detector import make_detector
-from rollcall.history import DRIVER, NEMESIS, rec
-from rollcall.keeper import (
-    Broadcast, Formed, JobFailed, Keeper, KeeperConfig, Record, RestartJob, Send,
+from rollcall.config import keeper_config
+from rollcall.core import (
+    DRIVER, NEMESIS, Broadcast, Formed, JobFailed, Join, Keeper, Record, Refused, Relaunch,
+    RestartJob, Send, rec,
 )
-from rollcall.messages import Join, Refused
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
-from rollcall.sharding import ShardSpec
 
 from real import wire
 from real.faults import Due, FaultPlan
@@ -118,12 +116,7 @@ class Launcher:
             hist.unlink()
         self.history = HistoryWriter(self.out)
         self.t0 = time.monotonic()
-        d, r, s = scenario.detector, scenario.rendezvous, scenario.strategy
-        self.keeper = Keeper(KeeperConfig(
-            min_workers=r.min_workers, max_workers=r.max_workers, last_call_s=r.last_call_s,
-            detector=make_detector(d.kind, d.heartbeat_s, d.timeout_s),
-            join_timeout_s=r.join_timeout_s, strategy=s.kind,
-            sharding=ShardSpec.from_scenario(scenario)))
+        self.keeper = Keeper(keeper_config(scenario, "real"))
         self.faults = FaultPlan(scenario)
         self.sel = selectors.DefaultSelector()
         self.procs: list[Proc] = []
@@ -138,7 +131,6 @@ class Launcher:
         self.train_start: Optional[float] = None
         self.committed = 0                       # highest committed cursor step
         self.committed_cursor = [0, 0]
-        self.commits: set[tuple[int, int]] = set()
         self.acked: dict[tuple[int, int], set[int]] = {}  # members told a step committed
         self.finals: dict[int, tuple[list, str]] = {}
         self.done_at: Optional[float] = None
@@ -147,6 +139,7 @@ class Launcher:
         self.sigconts: list[tuple[float, Proc]] = []
         self.repairs: list[tuple[float, int]] = []
         self.faults_log: list[dict] = []
+        self.nodes_up: set[int] = set()  # workers whose node's hardware life has started
         self.formed: list[tuple[float, int, tuple[int, ...]]] = []
         self.survivor_restarts = 0
         self.end_t: Optional[float] = None
@@ -330,39 +323,35 @@ class Launcher:
                     self.train_start = t
                     for p in self.procs:
                         if p.alive and p.activated:
-                            self.faults.worker_started(p.worker, 0.0)
+                            self.node_started(p.worker, 0.0)
             elif isinstance(out, RestartJob):
                 self.restart_job(out)
+            elif isinstance(out, Relaunch):
+                self.relaunch(out)
             elif isinstance(out, JobFailed):
                 self.finish("failed", f"job failed: {out.reason}")
 
     def restart_job(self, out: RestartJob) -> None:
-        """Checkpoint-restart: tear every worker down and relaunch the job.
-
-        Every worker process is SIGKILLed (torchrun's behaviour); the keeper
-        names in ``out.relaunch`` the lives to start again (the members that
-        were still alive), each with a newer incarnation. They start as one
-        batch and join together once all have imported torch.
-        """
-        relaunch = sorted(out.relaunch) if getattr(out, "relaunch", ()) else sorted(
-            set(self.keeper.members) | {p.worker for p in self.procs if p.alive and p.want})
-        for p in self.procs:
-            if p.alive and p.want:
-                if p.fault is None:
-                    self.survivor_restarts += 1
-                p.fault = "restart"
-                try:
-                    p.popen.kill()
-                except OSError:
-                    pass
-        for p in list(self.procs):
-            if p.alive and p.fault == "restart":
-                self.reap(p)
-                self.faults.forget(p.worker)
+        """Checkpoint-restart: SIGKILL the process of every worker the keeper
+        tears down (the members; torchrun's behaviour). Standbys keep waiting."""
+        doomed = [p for p in self.procs if p.alive and p.worker in out.teardown]
+        for p in doomed:
+            if p.fault is None:
+                self.survivor_restarts += 1
+            p.fault = "restart"
+            try:
+                p.popen.kill()
+            except OSError:
+                pass
+        for p in doomed:
+            self.reap(p)
         self.sigconts = [(t, p) for t, p in self.sigconts if p.alive]
+
+    def relaunch(self, out: Relaunch) -> None:
+        """Start exactly the lives the keeper names, as one batch that joins
+        together once every one has imported torch."""
         batch = self.new_batch()
-        for w in relaunch:
-            inc = max(self.incarnation.get(w, 0) + 1, self.keeper.life_floor(w))
+        for w, inc in out.lives().items():
             self.spawn(w, inc, batch=batch)
 
     # --- service I/O ------------------------------------------------------------------
@@ -442,20 +431,15 @@ class Launcher:
         elif kind == "final":
             _, w, inc, cursor, sha = frame
             self.finals[w] = (cursor, sha)
-            if self.committed >= self.sc.workload.steps and self.done_at is None:
+            if self.keeper.completed and self.done_at is None:
                 self.done_at = now + 2.0  # let the other members report their hash
 
     def commit_request(self, conn: Conn, now: float, w: int, inc: int, gen: int, step: int,
                        record: dict) -> None:
         k = self.keeper
-        # A step another member already committed may still be applied by
-        # this one after a roll call opened: it is the lineage's state, and a
-        # survivor left a step behind would hold replicas nobody can use.
-        done = (gen, step) in self.commits
-        ok = (k.failed is None and (k.round is None or done) and k.is_member(w, gen)
-              and k.incarnation_of(w) == inc and self.result is None)
-        if ok and (gen, step) not in self.commits:
-            self.commits.add((gen, step))
+        verdict = k.commit(now, w, inc, gen, step)
+        ok = verdict.ok and self.result is None
+        if ok and verdict.first:
             r = dict(record)
             r["t"] = round(now, 9)
             self.write(r)
@@ -469,7 +453,7 @@ class Launcher:
             # left a step behind would make the run's outcome a race.
             acked = self.acked.setdefault((gen, step), set())
             acked.add(w)
-            if len(acked) >= len(k.members):
+            if len(acked) >= len(k.members):  # the keeper's current member list
                 del self.acked[(gen, step)]
                 for due in self.faults.due_by_step(self.committed):
                     self.inject(due)
@@ -482,10 +466,20 @@ class Launcher:
         if conn is not None:
             self.queue(conn, ("activate",))
         if self.train_start is not None:
-            self.faults.worker_started(p.worker, self.now() - self.train_start)
+            self.node_started(p.worker, self.now() - self.train_start)
+
+    def node_started(self, worker: int, at: float) -> None:
+        """A node's hardware life starts (first activation since it arrived or
+        was repaired; a restart's relaunch runs on the same hardware life)."""
+        if worker not in self.nodes_up:
+            self.nodes_up.add(worker)
+            self.faults.node_up(worker, at)
 
     def candidates(self) -> list[int]:
-        return [p.worker for p in self.procs if p.alive and p.activated and not p.paused]
+        """Targets of a ``random`` fault: the live members of the current
+        generation, as on the sim."""
+        return [w for w in self.keeper.members
+                if (p := self.live_proc(w)) is not None and p.activated and not p.paused]
 
     def inject(self, due: Due) -> None:
         now = self.now()
@@ -526,7 +520,11 @@ class Launcher:
                     if p.paused:
                         p.paused = False
                     os.kill(p.pid, signal.SIGKILL)
-                    self.faults.forget(w)
+                    # a killed worker's node is lost until repair_s: the keeper
+                    # hears it now, before any exit notice or failed step
+                    self.keeper.node_down(now, w)
+                    self.nodes_up.discard(w)
+                    self.faults.node_down(w)
                     if self.sc.cluster.repair_s is not None:
                         self.repairs.append((now + self.sc.cluster.repair_s, w))
                 else:
@@ -583,14 +581,14 @@ class Launcher:
         for t, w in list(self.repairs):
             if now >= t:
                 self.repairs.remove((t, w))
-                self.spawn(w, self.incarnation.get(w, 0) + 1)
+                self.spawn(w, self.keeper.node_up(now, w))
         self.maybe_activate()
         self.release_joins()
         if self.done_at is not None and now >= self.done_at:
             self.finish("completed", "all steps committed")
 
     def check_done(self) -> None:
-        if self.committed < self.sc.workload.steps or self.result is not None:
+        if not self.keeper.completed or self.result is not None:
             return
         if not self.finals:
             return

@@ -2,7 +2,7 @@
 
 Every frame is a 4-byte big-endian length and a pickled tuple whose first
 item names the kind. The payloads are the core's own message dataclasses
-(``rollcall.messages``) and history records (plain dicts); the wire adds
+(``rollcall.core.messages``) and history records (plain dicts); the wire adds
 only what a process needs around them:
 
 worker -> launcher
@@ -24,7 +24,6 @@ pickle is acceptable here; a multi-host store would carry JSON instead.
 from __future__ import annotations
 
 import pickle
-import socket
 import struct
 from typing import Any
 
@@ -56,6 +55,3 @@ class FrameReader:
             del self._buf[:4 + n]
         return out
 
-
-def send_frame(sock: socket.socket, obj: Any) -> None:
-    sock.sendall(encode(obj))

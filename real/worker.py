@@ -2,7 +2,7 @@
 
 Two threads:
 
-- the *control* thread owns the core :class:`rollcall.agent.Agent` and the
+- the *control* thread owns the core :class:`rollcall.core.agent.Agent` and the
   connection to the launcher's record-keeper service. It sends heartbeats from
   the agent's timer, so a worker busy in a collective still beats; it turns
   the agent's actions into effects (messages, history records, a new target
@@ -37,11 +37,11 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-from rollcall.agent import Abort, Agent, Enter, Log, Phase, SendToKeeper, Stop
-from rollcall.history import rec
-from rollcall.reshard import lr_scale, plan_step, sample_ids
+from rollcall.config import job_policy
+from rollcall.core import (
+    Abort, Agent, Cursor, Enter, Log, SendToKeeper, Stop, lr_scale, plan_step, rec, sample_ids,
+)
 from rollcall.scenario import Scenario
-from rollcall.types import Cursor
 
 from real import reduce, wire
 
@@ -273,7 +273,7 @@ class Worker:
                                       timeout=timedelta(seconds=60))
                 prefixed = dist.PrefixStore(f"rollcall/gen{enter.generation}/", store)
                 # gloo on CPU tensors. (NCCL needs the model on one GPU per
-                # worker; this workload runs on CPU, see NOTES-real.md.)
+                # worker; this workload runs on CPU, see docs/known-gaps.md.)
                 opts = dist.ProcessGroupGloo._Options()
                 opts._timeout = timedelta(seconds=60)
                 opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
@@ -412,13 +412,12 @@ class Worker:
         gen = enter.generation
         pg = self.build_group(enter)
         self.sync_state(pg, enter)
-        ckpt_every = sc.strategy.checkpoint_interval_steps
-        restart = sc.strategy.kind == "checkpoint-restart"
+        policy = job_policy(sc)
         exact = sc.strategy.reduction == "exact"
         while True:
             self.check(gen)
             cursor = self.cursor
-            if cursor.step >= wl.steps:
+            if policy.complete(cursor.step):
                 self.send(("final", self.worker, self.incarnation, cursor.to_json(),
                            self.wl.weights_sha256()))
                 with self.cond:
@@ -489,7 +488,7 @@ class Worker:
                          batch=plan.global_batch, t0=round(t0, 9), loss=loss)
             with self.cond:
                 self.check(gen)
-                if self.agent.phase is not Phase.ACTIVE or self.agent.generation != gen:
+                if not self.agent.may_step(gen):
                     raise Aborted()
                 self.pending = (gen, cursor.step, nxt)
                 self.send(("commit", self.worker, self.incarnation, gen, cursor.step, commit))
@@ -504,15 +503,17 @@ class Worker:
                 self.wl.apply(grad, scale)
             with self.lock:
                 self.cursor = nxt
-            # Checkpoint-restart checkpoints; so does sharded elastic, whose
-            # fallback when a shard is lost is the checkpoint.
-            due = nxt.step % ckpt_every == 0 and nxt.step < wl.steps
+            # The core's checkpoint policy, the sim's too: every strategy
+            # checkpoints (the keeper resumes from it when no member holds
+            # usable state). Every member knows when, so ZeRO's gather of the
+            # momentum slices is a collective all of them join.
+            due = policy.checkpoint_due(nxt.step)
             state = None
             if due and self.zero is not None:
                 momentum = self.zero.momentum_buffer()
                 self.allreduce(pg, momentum, gen)
                 state = torch.cat([self.wl.flat, momentum])
-            if due and (restart or self.zero is not None) and enter.rank == 0:
+            if due and enter.rank == 0:
                 from real.model import save_checkpoint
                 save_checkpoint(self.run_dir, nxt.step, nxt.sample,
                                 self.wl.state() if state is None else state)

@@ -27,14 +27,14 @@ from typing import Optional, Sequence
 
 import torch
 
-from rollcall.sharding import split_bytes
+from rollcall.core import split_bytes
 
 from real.model import MOMENTUM
 
 
 def bounds(n: int, n_shards: int) -> list[tuple[int, int]]:
     """Contiguous slices of ``n`` elements, cut as the keeper sizes shards
-    (:func:`rollcall.sharding.split_bytes`: the first ``n % n_shards`` one longer)."""
+    (:func:`rollcall.core.sharding.split_bytes`: the first ``n % n_shards`` one longer)."""
     ends = list(accumulate(split_bytes(n, n_shards), initial=0))
     return list(zip(ends, ends[1:]))
 

@@ -1,7 +1,7 @@
 """Readers of run directories, returning pandas DataFrames, plus the analytic baselines.
 
 Notebooks, sweeps and benchmarks read results only through these helpers, so
-the history format (see :mod:`rollcall.history`) is interpreted in one place
+the history format (see :mod:`rollcall.core.history`) is interpreted in one place
 and never re-parsed by hand in a notebook. Nothing here decides anything
 about membership: it reads what both targets wrote in the same format.
 
@@ -12,7 +12,7 @@ is the first ``generation`` record (training start), the same clock zero the
 drivers use for ``elapsed_s``, so the two targets can be drawn on one axis.
 
 The analytic helpers are Young (1974) and Daly (2006) for periodic
-checkpointing with exponential failures (see ANCHORS.md, Theory).
+checkpointing with exponential failures (Young 1974, Daly 2006: the optimum interval and the expected wall time).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import pandas as pd
 
 from rollcall.results import SCENARIO_FILE, SUMMARY_FILE, read_history, read_summary
-from rollcall.types import from_ranges
+from rollcall.core.types import from_ranges
 
 __all__ = [
     "ci95",

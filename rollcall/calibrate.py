@@ -49,7 +49,7 @@ import yaml
 
 from rollcall.results import SCENARIO_FILE, read_history
 from rollcall.scenario import Scenario
-from rollcall.types import from_ranges
+from rollcall.core.types import from_ranges
 
 __all__ = ["CALIBRATION_FILE", "apply", "measure", "overrides", "read_calibration", "write_calibration"]
 

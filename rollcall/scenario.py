@@ -354,7 +354,7 @@ class State(_Section):
     ``shards`` pieces (default ``cluster.workers``), each held by ``replicas``
     distinct workers (the owner plus ``replicas - 1`` buddies, spread over
     racks when ``cluster.rack_size`` is set); a shard whose holders all die
-    forces a fallback to the last checkpoint. See :mod:`rollcall.placement`.
+    forces a fallback to the last checkpoint. See :mod:`rollcall.core.placement`.
     """
 
     sharding: Literal["replicated", "sharded"] = "replicated"

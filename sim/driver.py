@@ -9,7 +9,7 @@ What is simulated, and where the core decides
   a repair or for a node that joins late, from ``node/<i>``), so the failure
   trace depends only on the seed, never on the strategy. A failed node comes
   back after ``repair_s`` as a new incarnation and joins.
-* **The record-keeper** is the core's :class:`rollcall.keeper.Keeper`. Every
+* **The record-keeper** is the core's :class:`rollcall.core.keeper.Keeper`. Every
   membership decision (who is in generation g, where it resumes, who is
   stale, when the whole job restarts, when it gives up) is its output; the
   driver only turns outputs into simulated effects after the network latency
@@ -27,7 +27,7 @@ What is simulated, and where the core decides
 * **Roll calls** are answered in batches: the live members a ``RollCall``
   reaches abandon the step in flight (whatever the reason, as the core
   prescribes) and answer with one :class:`JoinBatch` carrying the cursor
-  their agents hold (what each survivor's :class:`rollcall.agent.Agent`
+  their agents hold (what each survivor's :class:`rollcall.core.agent.Agent`
   would send; members still copying or loading the state hold none).
   Processes relaunched after a restart answer with one ``JoinBatch`` of new
   lives (``incarnations``); single newcomers send ``Join``.
@@ -42,7 +42,7 @@ What is simulated, and where the core decides
 * **Steps** are simulated at job level in ranges: a generation's step time is
   ``max micro-batches per member * micro_batch_s + exchange_s`` (the
   reduction's exchange, ``Scenario.exchange_s``: exact mode costs more) with the
-  shard split and the batch of :mod:`rollcall.reshard` (``step_batch``,
+  shard split and the batch of :mod:`rollcall.core.reshard` (``step_batch``,
   ``rank_range``). A contiguous run of steps inside a generation is one
   ``commit`` record, closed at checkpoints, interruptions, scripted
   ``at_step`` faults and growth roll calls.
@@ -82,6 +82,7 @@ load) and checkpoint (writes).
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import heapq
 import time as _time
@@ -94,23 +95,16 @@ from typing import Any, Callable, Optional
 import numpy as np
 import simpy
 
-from rollcall.agent import Agent, Enter, Log, SendToKeeper, Stop
-from rollcall.checkers import DataSpec, check, summarize_report
-from rollcall.detector import make_detector
-from rollcall.history import DRIVER, JOB, NEMESIS, commit, rec
-from rollcall.keeper import (
-    Broadcast, Formed, JobFailed, Keeper, KeeperConfig, Record, RestartJob, Send,
+from rollcall.config import data_spec, failure_model, job_policy, keeper_config
+from rollcall.core import (
+    DRIVER, EMPTY, JOB, NEMESIS, Agent, Broadcast, Checkpointed, Cursor, Enter, Formed, IdRuns,
+    JobFailed, Join, JoinBatch, Keeper, Log, Membership, Record, Relaunch, RestartJob, RollCall,
+    Send, SendToKeeper, Stop, check, commit, describe_assignment, pick, rank_range, rec,
+    step_batch, summarize_report,
 )
-from rollcall.messages import Checkpointed, Join, JoinBatch, Membership, RollCall
-from rollcall.reshard import describe_assignment, rank_range, step_batch
 from rollcall.results import SUMMARY_KEYS, HistoryWriter, write_summary
 from rollcall.scenario import Scenario
-from rollcall.idset import EMPTY, IdRuns
-from rollcall.lives import Lives
-from rollcall.sharding import ShardSpec
-from rollcall.types import Cursor
 
-from sim.rng import lifetimes, nth_lifetime, stream
 from sim.sharded import copy_time
 
 __all__ = ["run", "Simulation"]
@@ -149,19 +143,13 @@ class Simulation:
         self.sc = sc
         self.env = simpy.Environment()
         self.lat = float(sc.network.latency_s)
-        d = sc.detector
-        self.detector = make_detector(d.kind, d.heartbeat_s, d.timeout_s)
-        r = sc.rendezvous
-        # A restart round expects every relaunched worker; one that has not
-        # joined restart_s + timeout_s after the teardown is as silent as a
-        # dead worker (its host may have died meanwhile): the same rule as the
-        # detector's, applied from the relaunch.
-        self.keeper = Keeper(KeeperConfig(
-            min_workers=r.min_workers, max_workers=r.max_workers, last_call_s=r.last_call_s,
-            detector=self.detector, join_timeout_s=r.join_timeout_s, strategy=sc.strategy.kind,
-            relaunch_timeout_s=(relaunch_timeout_s if relaunch_timeout_s is not None
-                                else sc.strategy.restart_s + d.timeout_s),
-            sharding=ShardSpec.from_scenario(sc)))
+        config = keeper_config(sc, "sim")
+        if relaunch_timeout_s is not None:  # regression tests of older keeper settings
+            config = dataclasses.replace(config, relaunch_timeout_s=relaunch_timeout_s)
+        self.detector = config.detector
+        self.keeper = Keeper(config)
+        self.policy = job_policy(sc)
+        self.failures = failure_model(sc)
         w = sc.workload
         self.W = sc.cluster.workers
         self.n_nodes = sc.worker_id_limit
@@ -187,8 +175,8 @@ class Simulation:
         # --- random streams ------------------------------------------------
         self.seed = sc.seed
         self.fail_heap: list[tuple[float, int, int]] = []
-        self._node_draws: dict[int, int] = {}  # node -> lifetimes drawn from node/<i>
-        self.schedule_rng = stream(sc.seed, "schedule")
+        self._node_draws: dict[int, int] = {}  # node -> hardware lives drawn so far
+        self._picks = 0  # random fault targets drawn so far (rollcall.core.pick)
         # --- job -----------------------------------------------------------
         self.state = IDLE
         self.gen = 0
@@ -206,9 +194,6 @@ class Simulation:
         self.silent_members = 0
         self.stale: IdRuns = EMPTY  # members copying / loading the state
         self.answered = 0  # the latest round the members answered
-        self.finishing = False
-        self.target = w.steps
-        self.interval = sc.strategy.checkpoint_interval_steps
         self.transfer_s = w.model_params * w.bytes_per_param / sc.network.bandwidth_Bps + self.lat
         self.step_faults: dict[int, list[Any]] = {}
         for i, f in enumerate(sc.failures.schedule):
@@ -219,7 +204,6 @@ class Simulation:
         self.mark = 0.0
         self.acc = dict(lost=0.0, stall=0.0, recovery=0.0, checkpoint=0.0)
         self.segments: list[list[float]] = []  # [first, last, step_s] finally-committed runs
-        self.ordered_lives: object = None  # the lives the latest RestartJob ordered
         self.counts = dict(failures=0, crashes=0, kills=0, pauses=0, joins=0, repairs=0,
                            detections=0, evictions=0, checkpoints=0, restarts=0, rounds=0,
                            keeper_calls=0, rack_kills=0)
@@ -278,7 +262,7 @@ class Simulation:
 
     def _ktick(self, now: float, detection: bool = True) -> None:
         self._alarms.discard((now, detection))
-        if self.state == DONE or (not detection and self.keeper.round is None):
+        if self.state == DONE or (not detection and self.keeper.next_round_deadline() is None):
             return  # a round timer outlived its round: the keeper has nothing due
         self.counts["keeper_calls"] += 1
         # Every tracked worker but the silent ones beat just now: name the
@@ -321,24 +305,18 @@ class Simulation:
             elif isinstance(out, Send):
                 self._send_agent(now, out.to, out.message)
             elif isinstance(out, RestartJob):
-                self.ordered_lives = out.incarnations
-                self._restart(now)
+                self._restart(now, out.teardown)
+            elif isinstance(out, Relaunch):
+                self._relaunch(now, out)
             elif isinstance(out, JobFailed):
                 self._finish(now, False, f"job failed: {out.reason}")
-        r = self.keeper.round
-        if r is not None and self.state != DONE:
-            # The open round's own deadlines (last call, join timeout). Silent
-            # workers' verdicts have their own alarms (see _go_silent); the
-            # keeper's get_timer() would also report the expiry of every
-            # healthy worker, whose heartbeats the sim does not simulate.
-            if r.last_call_at is not None:
-                self._alarm(max(r.last_call_at, now), detection=False)
-            timeout = self.keeper.config.join_timeout_s
-            if r.starved_since is not None and timeout is not None:
-                self._alarm(max(r.starved_since + timeout, now), detection=False)
-            expect_until = getattr(r, "expect_until", None)  # relaunched lives awaited
-            if expect_until is not None and r.expected:
-                self._alarm(max(expect_until, now), detection=False)
+        deadline = self.keeper.next_round_deadline()
+        if deadline is not None and self.state != DONE:
+            # The open round's own deadlines (last call, join timeout, the
+            # relaunch). Silent workers' verdicts have their own alarms (see
+            # _go_silent); the keeper's get_timer() would also report the
+            # expiry of every healthy worker, whose beats are not simulated.
+            self._alarm(max(deadline, now), detection=False)
 
     # ------------------------------------------------------------------ agents
 
@@ -395,10 +373,11 @@ class Simulation:
 
     # ------------------------------------------------------------------ nodes
 
-    def _launch(self, now: float, w: int, new_incarnation: bool) -> Join:
-        """Start a worker process on node ``w``; return the Join its agent sends."""
-        if new_incarnation:
-            self.inc[w] += 1
+    def _launch(self, now: float, w: int, incarnation: int) -> Join:
+        """Start a worker process on node ``w`` as ``incarnation``; return the
+        Join its agent sends."""
+        assert incarnation >= self.inc[w], (w, incarnation, int(self.inc[w]))
+        self.inc[w] = incarnation
         self.proc[w] = True
         self.paused[w] = False
         self.phase[w] = now
@@ -422,13 +401,12 @@ class Simulation:
             self._fail_proc.interrupt()
 
     def _next_lifetime(self, w: int) -> Optional[float]:
-        f = self.sc.failures
-        if f.worker_mtbf_s is None:
+        """The length of node ``w``'s next hardware life (None: no random failures)."""
+        if self.failures is None:
             return None
         k = self._node_draws.get(w, 0)
         self._node_draws[w] = k + 1
-        return nth_lifetime(self.seed, f"node/{w}", k, f.distribution, f.worker_mtbf_s,
-                            f.weibull_shape)
+        return self.failures.lifetime(w, k)
 
     def _go_silent(self, now: float, w: int) -> None:
         """Node ``w`` stops beating now: tell the keeper its last beat, schedule the verdict."""
@@ -449,6 +427,7 @@ class Simulation:
             self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
         self.hw[w] = False
         self.life[w] += 1
+        self.keeper.node_down(now, w)
         if self.proc[w]:
             self.proc[w] = False
             if self.paused[w]:
@@ -467,8 +446,9 @@ class Simulation:
         now = self.env.now
         self.counts["repairs"] += 1
         self._write(rec(now, "info", "fault", NEMESIS, kind="repair", workers=[w]))
+        life = self.keeper.node_up(now, w)
         self._arrive(now, w, self._next_lifetime(w))
-        join = self._launch(now, w, new_incarnation=True)
+        join = self._launch(now, w, life)
         self._at(now + self.lat, self._kreceive_at, [join])
 
     def _pause(self, now: float, w: int, for_s: float) -> None:
@@ -537,10 +517,15 @@ class Simulation:
     def _pick(self, targets: Any) -> list[int]:
         if targets != "random":
             return [w for w in targets if w < self.n_nodes]
-        pool = [w for w in self.members if self._alive(w)]
+        w = self._pick_one([w for w in self.members if self._alive(w)])
+        return [] if w is None else [w]
+
+    def _pick_one(self, pool: list[int]) -> Optional[int]:
+        """The run's next random choice (rollcall.core.pick, as on the real target)."""
         if not pool:
-            return []
-        return [pool[int(self.schedule_rng.integers(len(pool)))]]
+            return None
+        self._picks += 1
+        return pick(self.seed, self._picks - 1, pool)
 
     def _kill_rack(self, now: float, rack: Any) -> None:
         """A correlated failure: every node of the rack whose hardware is up, at once.
@@ -550,10 +535,9 @@ class Simulation:
         """
         sc = self.sc
         if rack == "random":
-            pool = sorted({sc.rack_of(w) for w in self.members if self._alive(w)})
-            if not pool:
+            rack = self._pick_one(sorted({sc.rack_of(w) for w in self.members if self._alive(w)}))
+            if rack is None:
                 return
-            rack = pool[int(self.schedule_rng.integers(len(pool)))]
         victims = [w for w in sc.rack_workers(int(rack)) if self.hw[w]]
         self.counts["rack_kills"] += 1
         self._write(rec(now, "info", "fault", NEMESIS, kind="kill_rack", rack=int(rack),
@@ -579,7 +563,7 @@ class Simulation:
                 self.next_join_id += 1
                 self.counts["joins"] += 1
                 self._arrive(now, w, self._next_lifetime(w))
-                joins.append(self._launch(now, w, new_incarnation=False))
+                joins.append(self._launch(now, w, 0))
             self._write(rec(now, "info", "fault", NEMESIS, kind="join",
                             workers=[j.worker for j in joins]))
             self._at(now + self.lat, self._kreceive_at, joins)
@@ -652,9 +636,7 @@ class Simulation:
         self.seg_t0 = now - self.carry
         self.carry = 0.0
         self.seg_c0 = self.cursor
-        stop = self.target
-        nxt = (self.cursor.step // self.interval + 1) * self.interval
-        stop = min(stop, nxt)
+        stop = self.policy.next_boundary(self.cursor.step)
         for s in self.step_faults:
             if self.cursor.step < s < stop:
                 stop = s
@@ -821,16 +803,13 @@ class Simulation:
     def _after_step(self, now: float) -> None:
         """A segment ended at a boundary: checkpoint, finish, answer or continue."""
         step = self.cursor.step
-        if step % self.interval == 0 or step >= self.target:
-            if step >= self.target:
-                self.finishing = True
-            if step % self.interval == 0:
-                self._acct(now)
-                self.state = CKPT
-                self._set_due(now + self.sc.strategy.checkpoint_write_s)
-            else:
-                self._finish(now, True, "steps reached")
-                return
+        if self.policy.complete(step):
+            self._finish(now, True, "steps reached")
+            return
+        if self.policy.checkpoint_due(step):
+            self._acct(now)
+            self.state = CKPT
+            self._set_due(now + self.sc.strategy.checkpoint_write_s)
         else:
             self._start_segment(now)
         self._after_commit_faults(now)
@@ -849,15 +828,11 @@ class Simulation:
         if reporter is not None:
             msg = Checkpointed(reporter, int(self.inc[reporter]), self.gen, self.cursor)
             t = now + self.lat
-            if not self.finishing and t < self.env.peek() and not self.agents:
+            if t < self.env.peek() and not self.agents:
                 self._kreceive(t, [msg])  # nothing else happens first: deliver it now
             else:
                 self._at(t, self._kreceive_at, [msg])
-        if self.finishing:
-            self.end_s = now
-            self._finish(now, True, "steps reached")
-        else:
-            self._start_segment(now)
+        self._start_segment(now)
 
     def _roll_call(self, to: IdRuns, call: RollCall) -> None:
         """A roll call reaches the members it was sent to."""
@@ -878,7 +853,7 @@ class Simulation:
         if call.generation != self.gen + 1:
             return  # an old round; the members already answered
         # Whatever the reason, a member abandons the step in flight (or the
-        # state copy, or the checkpoint write) and joins (rollcall.messages.RollCall).
+        # state copy, or the checkpoint write) and joins (rollcall.core.messages.RollCall).
         bulk = to - IdRuns.of(self.agents) if self.agents else to
         self._answer(now, bulk)
 
@@ -906,41 +881,43 @@ class Simulation:
         if batches:
             self._at(now + self.lat, self._kreceive_at, batches)
 
-    def _restart(self, now: float) -> None:
-        """Checkpoint-restart: every member process is torn down and relaunched.
-
-        The keeper names the lives it expects back (``RestartJob.relaunch``);
-        the driver relaunches a process on every member node whose hardware
-        is up when ``restart_s`` has passed (a stopped process is killed by the
-        teardown and its node relaunched too; a node that died meanwhile is not).
-        """
+    def _restart(self, now: float, teardown: IdRuns) -> None:
+        """Checkpoint-restart: the process of every worker in ``teardown`` (the
+        members) is torn down; the keeper's :class:`Relaunch` says, when it is
+        due, which nodes get a fresh process (a stopped process is killed by
+        the teardown too, and its node relaunched)."""
         self.counts["restarts"] += 1
         if self.state in (SYNC, RUN, CKPT):
             self._abandon(now)
         self._acct(now)
         self.stalled = False
-        members = self.member_flags
-        relaunch = members & self.hw
+        members = _flags_of_ids(teardown, len(self.proc))
+        assert np.array_equal(members, self.member_flags), "the keeper tears down its members"
         self.pause_epoch += members  # a stopped process is killed too: no resume
         self.proc &= ~members
         self.paused &= ~members
-        for w in [w for w in self.agents if self.is_member[w]]:
+        for w in [w for w in self.agents if members[w]]:
             self.agents.pop(w, None)
             self.held.pop(w, None)
         self.is_member[:] = False
         self.silent_members = 0
         self.state = IDLE
         self._set_due(None)
-        self._at(now + self.sc.strategy.restart_s, self._relaunch, relaunch)
 
-    def _relaunch(self, relaunch: np.ndarray) -> None:
-        """``restart_s`` after the teardown, a fresh process on every member node
-        still up (``relaunch``: flags over the nodes)."""
+    def _relaunch(self, now: float, order: Relaunch) -> None:
+        """A fresh process on every node the keeper names, as the life it names."""
         if self.state == DONE:
             return
-        now = self.env.now
-        up = relaunch & self.hw & ~self.proc  # flags over the nodes
+        ids = order.workers
+        up = _flags_of_ids(ids, len(self.proc))
+        assert not (up & ~self.hw).any(), "the keeper relaunches no node it was told is down"
+        assert not (up & self.proc).any(), "a relaunched node runs no process"
         self.inc += up
+        # The driver's incarnation counters move in step with the keeper's
+        # (each relaunch is the next life); checked in full on small jobs.
+        sample = ids if len(ids) <= 4096 else (ids.first(), ids[len(ids) - 1])
+        assert all(int(self.inc[w]) == order.incarnations.of(w) for w in sample), \
+            "relaunch incarnations out of step with the keeper"
         self.proc |= up
         self.paused &= ~up
         np.copyto(self.phase, now, where=up)
@@ -949,18 +926,9 @@ class Simulation:
                 self.agents.pop(w, None)
                 self.held.pop(w, None)
         # what each relaunched agent sends first, Join(w, new incarnation, no
-        # state), as one batch of new lives
-        if up.any():
-            ids = _ids_of_flags(up)
-            ordered = self.ordered_lives
-            # The lives the keeper ordered, as the keeper's own sparse table:
-            # a relaunch of 10^4 workers is then admitted in O(changes). The
-            # driver's counters move in step (the keeper orders life + 1).
-            lives = ordered.restricted(ids) \
-                if isinstance(ordered, Lives) and ids <= ordered.members \
-                else tuple(self.inc[up].tolist())
-            batch = JoinBatch(ids, None, lives)
-            self._at(now + self.lat, self._kreceive_at, [batch])
+        # state), as one batch of new lives: the keeper's own sparse table, so
+        # a relaunch of 10^4 workers is admitted in O(changes)
+        self._at(now + self.lat, self._kreceive_at, [JoinBatch(ids, None, order.incarnations)])
 
     def _finish(self, now: float, completed: bool, reason: str) -> None:
         if self.state == DONE:
@@ -994,15 +962,12 @@ class Simulation:
         sc = self.sc
         env = self.env
         n0 = self.W + sc.cluster.spares
-        f = sc.failures
-        first = None
-        if f.worker_mtbf_s is not None and n0:
-            first = lifetimes(stream(self.seed, "failures"), f.distribution, f.worker_mtbf_s,
-                              f.weibull_shape, n0)
         for w in range(n0):
             self._arrive(0.0, w, None)
-        if first is not None:
-            self.fail_heap = [(float(t), w, 1) for w, t in enumerate(first.tolist())]
+        model = self.failures
+        if model is not None:  # every node's first life, as on the real target
+            self.fail_heap = [(model.lifetime(w, 0), w, 1) for w in range(n0)]
+            self._node_draws = dict.fromkeys(range(n0), 1)
             heapq.heapify(self.fail_heap)
         self.proc[:n0] = True
         self._write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
@@ -1018,6 +983,10 @@ class Simulation:
         try:
             env.run(until=self.done)
         except RuntimeError:
+            # simpy's "no scheduled events left" (the job can never end); any
+            # other error raised inside a callback is a bug and crashes loudly
+            if self.done.triggered or env.peek() != float("inf"):
+                raise
             self._finish(env.now, False, "stuck: no events left")
         self._flush()
         if self.writer is not None:
@@ -1027,7 +996,7 @@ class Simulation:
         # records just written, not a parse of them (JSON keeps every value
         # exactly; tests/test_sim_determinism.py checks a re-read agrees)
         t = _perf()
-        self.report = check(self.records, DataSpec.from_scenario(sc))
+        self.report = check(self.records, data_spec(sc))
         self.check_s = _perf() - t
         self.wall_s = _time.perf_counter() - wall0
         return self.summary()

@@ -1,6 +1,6 @@
 """Sim cost model of sharded state.
 
-The keeper decides (``rollcall.sharding``): which shards are copied from whom
+The keeper decides (``rollcall.core.sharding``): which shards are copied from whom
 to whom, or that the job falls back on the checkpoint. This module only
 prices those decisions; it decides nothing about membership (who a rack
 failure hits is ``Scenario.rack_workers``).
@@ -17,7 +17,7 @@ are redone).
 
 Bytes per shard: ``workload.model_params * workload.bytes_per_param`` is the
 whole training state, what the replicated sim copies to a newcomer; sharded,
-it is split evenly over ``state.shards`` (``rollcall.sharding.split_bytes``),
+it is split evenly over ``state.shards`` (``rollcall.core.sharding.split_bytes``),
 so ``r`` replicas cost ``r`` times the state in memory across the job and a
 lost worker's slice costs ``1/shards`` of a full copy to restore.
 """
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from rollcall.placement import RecoveryPlan
+from rollcall.core import RecoveryPlan
 
 __all__ = ["copy_time"]
 

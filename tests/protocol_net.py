@@ -14,16 +14,44 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from rollcall.agent import Abort, Agent, Enter, Log, Phase, SendToKeeper, Stop
-from rollcall.collective import Exchange
-from rollcall.detector import TimeoutDetector
-from rollcall.keeper import (
-    Broadcast, Formed, JobFailed, Keeper, KeeperConfig, Record, RestartJob, Send,
+from rollcall.core.agent import Abort, Agent, Enter, Log, Phase, SendToKeeper, Stop
+from rollcall.core.detector import TimeoutDetector
+from rollcall.core.keeper import (
+    Broadcast, Formed, JobFailed, Keeper, KeeperConfig, Record, Relaunch, RestartJob, Send,
 )
-from rollcall.messages import Membership
-from rollcall.types import Cursor
+from rollcall.core.messages import Membership
+from rollcall.core.types import Cursor, WorkerId
 
 KEEPER = -1
+
+
+@dataclass
+class Exchange:
+    """The all-or-nothing collective of one step over a generation's group.
+
+    A physical effect, not a decision: only the group's members can take
+    part, stamped with its generation. Whether the result counts is the
+    keeper's commit vote (``Keeper.commit``), asked by each member after.
+    """
+
+    generation: int
+    step: int
+    members: frozenset[WorkerId]
+    arrived: set[WorkerId] = field(default_factory=set)
+
+    def offer(self, worker: WorkerId, generation: int, step: int) -> str:
+        if generation != self.generation:
+            return "stale-generation"
+        if worker not in self.members:
+            return "not-member"
+        if step != self.step:
+            return "wrong-step"
+        self.arrived.add(worker)
+        return "accepted"
+
+    @property
+    def complete(self) -> bool:
+        return self.arrived >= self.members
 
 
 @dataclass(order=True)
@@ -62,6 +90,7 @@ class World:
         self.records: list[dict] = []
         self.exchange: Optional[Exchange] = None
         self.failed: Optional[str] = None
+        self.nodes_lost: set[int] = set()  # crashed with their node (keeper told)
         self.restarts = 0
         for w in range(n):
             self.spawn(w, 0)
@@ -158,9 +187,16 @@ class World:
                 self.exchange = Exchange(out.generation, out.cursor.step, frozenset(out.members))
             elif isinstance(out, RestartJob):
                 self.restarts += 1
-                for w, inc in out.relaunches().items():
-                    if w not in self.crashed and w not in self.left \
-                            and self.agents[w].incarnation < inc:
+                for w in out.teardown:  # every member process is killed
+                    if w not in self.left:
+                        self.crashed.add(w)
+                        self.paused.discard(w)
+            elif isinstance(out, Relaunch):
+                for w, inc in out.lives().items():
+                    # the keeper hears of a lost node at once; of a leave only
+                    # when the message arrives, so a leaver may be relaunched
+                    assert w not in self.nodes_lost, (w, out)
+                    if self.agents[w].incarnation < inc:  # a repeated order is harmless
                         self.spawn(w, inc)
             elif isinstance(out, JobFailed):
                 self.failed = out.reason
@@ -205,11 +241,15 @@ class World:
             return "no-exchange"
         gen = agent.generation if forged_generation is None else forged_generation
         verdict = ex.offer(w, gen, ex.step)
-        if verdict == "accepted":
-            self.accepted.append((w, gen, ex.step))
-            if ex.complete:
-                for m in ex.members:
-                    if m in self.agents:
-                        self.agents[m].step_committed(self.now, Cursor(ex.step + 1, 0))
-                self.exchange = Exchange(ex.generation, ex.step + 1, ex.members)
+        if verdict == "accepted" and ex.complete:
+            # every member asks the production commit vote whether it counts
+            for m in sorted(ex.members):
+                a = self.agents.get(m)
+                if a is None or m in self.crashed or m in self.left:
+                    continue
+                v = self.keeper.commit(self.now, m, a.incarnation, ex.generation, ex.step)
+                if v.ok:
+                    self.accepted.append((m, ex.generation, ex.step))
+                    a.step_committed(self.now, Cursor(ex.step + 1, 0))
+            self.exchange = Exchange(ex.generation, ex.step + 1, ex.members)
         return verdict

@@ -3,10 +3,10 @@ first thing wrong with a bad one."""
 
 from __future__ import annotations
 
-from rollcall.checkers import DataSpec, check
-from rollcall.history import commit, rec
-from rollcall.reshard import sample_ids
-from rollcall.types import to_ranges
+from rollcall.core.checkers import DataSpec, check
+from rollcall.core.history import commit, rec
+from rollcall.core.reshard import sample_ids
+from rollcall.core.types import to_ranges
 
 SPEC = DataSpec(seed=3, dataset_samples=40, global_batch=8, micro_batch=4,
                 batch_policy="constant", steps_target=10)

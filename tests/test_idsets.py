@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from rollcall.idset import IdRuns
-from rollcall.lives import LifeTable
-from rollcall.liveness import Liveness
+from rollcall.core.idset import IdRuns
+from rollcall.core.lives import LifeTable
+from rollcall.core.liveness import Liveness
 
 ids = st.lists(st.integers(0, 60), max_size=40)
 
@@ -41,6 +41,9 @@ def test_id_runs_behave_as_a_sorted_tuple_and_a_set(a: list[int], b: list[int], 
     runs = ra.runs()
     assert all(hi + 1 < lo for (_, hi), (lo, _) in zip(runs, runs[1:]))
     assert IdRuns(runs) == ra and hash(IdRuns(runs)) == hash(ra)
+    # equal only to what hashes alike: another IdRuns, or the sorted tuple
+    assert hash(ra) == hash(tuple(sa))
+    assert ra != sa and ra != set(sa) and ra != frozenset(sa)
 
 
 @given(st.lists(st.integers(0, 400), min_size=60, max_size=200),

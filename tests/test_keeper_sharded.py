@@ -1,4 +1,4 @@
-"""The record-keeper's decision for sharded state (rollcall.sharding via Keeper._close).
+"""The record-keeper's decision for sharded state (rollcall.core.sharding via Keeper._close).
 
 Each rule is shown by feeding messages and reading the outputs, as in
 tests/test_keeper.py: the first generation places the shards, a later one
@@ -12,13 +12,13 @@ from itertools import chain
 
 from hypothesis import given, settings, strategies as st
 
-from rollcall.agent import Agent, Enter
-from rollcall.detector import TimeoutDetector
-from rollcall.keeper import Broadcast, Formed, Keeper, KeeperConfig, Record
-from rollcall.messages import Checkpointed, Join, JoinBatch, Membership
-from rollcall.placement import Copy, Placement
-from rollcall.sharding import ShardSpec, split_bytes
-from rollcall.types import Cursor
+from rollcall.core.agent import Agent, Enter
+from rollcall.core.detector import TimeoutDetector
+from rollcall.core.keeper import Broadcast, Formed, Keeper, KeeperConfig, Record
+from rollcall.core.messages import Checkpointed, Join, JoinBatch, Membership
+from rollcall.core.placement import Copy, Placement
+from rollcall.core.sharding import ShardSpec, split_bytes
+from rollcall.core.types import Cursor
 
 SHARD_BYTES = 100
 
@@ -183,7 +183,8 @@ def test_checkpoint_restart_places_anew_and_never_calls_it_a_fallback() -> None:
     k = sharded(3, 1, strategy="checkpoint-restart")
     f1, _ = start(k, 3)
     k.receive(2.0, Checkpointed(0, 0, 1, Cursor(4, 32)))
-    out = k.exited(5.0, 2, 0)  # the job restarts: the live lives come back as new ones
+    k.node_down(5.0, 2)  # worker 2's machine is lost: not relaunched
+    out = k.exited(5.0, 2, 0)  # the job restarts: the others come back as new lives
     out += k.receive(6.0, JoinBatch((0, 1), None, (1, 1)))
     out += k.handle_timer(6.5)  # the last call for more new lives
     f = formed(out)

@@ -1,4 +1,4 @@
-"""Property tests of the shard placement planner (``rollcall.placement``).
+"""Property tests of the shard placement planner (``rollcall.core.placement``).
 
 A scenario is an initial placement followed by a random sequence of joins and
 losses: single workers, runs of consecutive ids (which hit owner and buddies
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from rollcall.placement import Copy, Placement, RecoveryPlan, Reload, initial_placement, replan
+from rollcall.core.placement import Copy, Placement, RecoveryPlan, Reload, initial_placement, replan
 
 
 # --------------------------------------------------------------------------
@@ -53,7 +53,7 @@ _events = st.one_of(
 
 
 @st.composite
-def scenarios(draw, max_members: int = 64, max_shards: int = 256, rebalance: bool = False) -> Scenario:
+def scenarios(draw, max_members: int = 64, max_shards: int = 256) -> Scenario:
     n_shards = draw(st.integers(1, max_shards))
     r = draw(st.integers(1, 4))
     m0 = draw(st.integers(1, max_members))
@@ -83,7 +83,7 @@ def scenarios(draw, max_members: int = 64, max_shards: int = 256, rebalance: boo
             after = tuple(w for w in alive if w not in dead)
             if not after:
                 continue  # the job is gone; nothing to plan
-        plan = replan(current, after, r, domains, rebalance=rebalance)
+        plan = replan(current, after, r, domains)
         steps.append(Step(current, alive, after, plan))
         alive, current = after, plan.placement
     return Scenario(n_shards, r, domains, members, placement, tuple(steps))
@@ -238,26 +238,6 @@ def test_initial_balance_equal_domains(n_shards: int, r: int, n_domains: int, si
     assert total // m <= min(counts) and max(counts) <= -(-total // m)
 
 
-@given(scenarios(max_shards=64, max_members=24, rebalance=True))
-def test_rebalance_keeps_validity(sc: Scenario) -> None:
-    """rebalance=True: the plan is still valid (full replication, copies from
-    surviving holders to non-holders, lost shards only reloaded), copies at
-    least the deficit, and after joins alone without domains loads end within one."""
-    for step in sc.steps:
-        plan = step.plan
-        want = min(sc.r, len(step.alive))
-        for holders in plan.placement.shards:
-            assert len(set(holders)) == len(holders) == want and set(holders) <= set(step.alive)
-        for c in plan.copies:
-            assert c.src in step.alive and c.src in step.before.holders(c.shard)
-            assert c.dst not in step.before.holders(c.shard) and c.dst in plan.placement.holders(c.shard)
-        assert len(plan.copies) >= _deficit(step, sc.r)
-        joins_only = set(step.alive_before) <= set(step.alive)
-        if sc.domains is None and joins_only and len(step.alive_before) >= sc.r:
-            loads = [len(plan.placement.shards_of(w)) for w in step.alive]
-            assert max(loads) - min(loads) <= 1
-
-
 @given(scenarios(max_shards=64, max_members=32))
 def test_json_round_trip(sc: Scenario) -> None:
     assert Placement.from_json(json.loads(json.dumps(sc.placement.to_json()))) == sc.placement
@@ -337,13 +317,6 @@ def test_lower_r_drops_extras_without_copies() -> None:
     plan = replan(p, range(4), 2)
     assert plan.copies == () and plan.lost == ()
     assert plan.placement.shards == tuple(h[:2] for h in p.shards)
-
-
-def test_rebalance_moves_replicas_to_newcomers() -> None:
-    p = initial_placement(8, range(4), 2)
-    plan = replan(p, range(8), 2, rebalance=True)
-    assert sorted(plan.placement.loads().values()) == [2] * 8
-    assert len(plan.copies) == 8  # each newcomer takes two replicas, one copy each
 
 
 def test_bad_inputs() -> None:

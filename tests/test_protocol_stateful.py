@@ -23,7 +23,7 @@ from hypothesis.stateful import (
 )
 
 from protocol_net import KEEPER, Flight, World
-from rollcall.agent import Phase
+from rollcall.core.agent import Phase
 
 N_MAX = 5
 HEARTBEAT_S = 0.25
@@ -85,13 +85,16 @@ class Rendezvous(RuleBasedStateMachine):
     def _pick(self, i: int, pool: set[int]) -> int | None:
         return sorted(pool)[i % len(pool)] if pool else None
 
-    @rule(i=st.integers(0, N_MAX), noticed=st.booleans())
-    def crash(self, i: int, noticed: bool) -> None:
+    @rule(i=st.integers(0, N_MAX), noticed=st.booleans(), node_lost=st.booleans())
+    def crash(self, i: int, noticed: bool, node_lost: bool) -> None:
         w = self._pick(i, self.world.live() | self.world.paused)
         if w is None:
             return
         self.world.crashed.add(w)
         self.world.paused.discard(w)
+        if node_lost:  # its machine is gone too: no restart may relaunch it
+            self.world.nodes_lost.add(w)
+            self.world.keeper.node_down(self.world.now, w)
         if noticed:  # the host saw the process exit
             self.world._apply_keeper(self.world.keeper.exited(
                 self.world.now, w, self.world.agents[w].incarnation))
@@ -110,9 +113,14 @@ class Rendezvous(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, N_MAX))
     def restart(self, i: int) -> None:
+        """A crashed worker's process (or its repaired machine) starts again,
+        as the life the keeper hands out."""
         w = self._pick(i, self.world.crashed)
         if w is not None:
-            self.world.spawn(w, self.world.agents[w].incarnation + 1)
+            self.world.nodes_lost.discard(w)
+            inc = self.world.keeper.node_up(self.world.now, w)
+            assert inc > self.world.agents[w].incarnation, (w, inc)
+            self.world.spawn(w, inc)
 
     @rule(i=st.integers(0, N_MAX))
     def leave(self, i: int) -> None:
@@ -132,7 +140,7 @@ class Rendezvous(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, N_MAX))
     def step_failed(self, i: int) -> None:
-        w = self._pick(i, {x for x in self.world.live() if self.world.agents[x].can_step})
+        w = self._pick(i, {x for x in self.world.live() if self.world.agents[x].may_step(self.world.agents[x].generation)})
         if w is not None:
             agent = self.world.agents[w]
             step = self.world.exchange.step if self.world.exchange else 0
@@ -186,7 +194,7 @@ class Rendezvous(RuleBasedStateMachine):
     def only_members_act(self) -> None:
         w = self.world
         for x, a in w.agents.items():
-            if a.can_step:
+            if a.may_step(a.generation):
                 assert x in w.views[a.generation], (x, a.generation, w.views[a.generation])
 
     @invariant()

@@ -1,11 +1,15 @@
-"""The layering rules of DESIGN.md, enforced.
+"""The layering rules (README, "How it works" and "Layout"), enforced by folder.
 
-* The core imports neither simpy nor torch (checked in a fresh interpreter).
-* The core reads no clock, draws no global randomness, opens no socket and
-  starts no thread: only ``cli.py``, ``__main__.py``, ``results.py`` and
-  ``sweep.py`` (a process pool over runs; it decides nothing about membership)
-  may import such modules (checked on the source, so a lazy import counts too).
-* ``sim`` and ``real`` never import each other.
+* ``rollcall/core/`` (the sans-IO core) imports only the standard library's
+  pure modules and itself: no clock, randomness, socket, thread, process,
+  file system, and no third-party package (numpy, yaml, pydantic, pandas,
+  simpy, torch). Checked on the source, so a lazy import counts too, and in
+  a fresh interpreter (importing the core loads none of them).
+* The core has an explicit public API (``__all__``), and the drivers
+  (``sim/``, ``real/``) use only it: ``from rollcall.core import X`` with X
+  in ``__all__``, never a submodule.
+* ``rollcall/`` above the core and the drivers never import each other the
+  wrong way: app -> core, sim -> rollcall, real -> rollcall, never sim <-> real.
 
 Modules are discovered from the tree, so new files are covered automatically.
 """
@@ -21,108 +25,107 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CORE = ROOT / "rollcall"
-EDGE = {"cli.py", "__main__.py", "results.py", "sweep.py"}  # may touch clocks and the outside
-FORBIDDEN_IN_CORE = {
-    "time", "random", "socket", "threading", "asyncio", "multiprocessing",
-    "subprocess", "simpy", "torch", "datetime", "secrets", "uuid", "concurrent",
+CORE = ROOT / "rollcall" / "core"
+# Standard-library modules the core may use: pure computation and types.
+CORE_STDLIB = {
+    "__future__", "bisect", "collections", "dataclasses", "enum", "fractions", "functools",
+    "hashlib", "heapq", "itertools", "math", "re", "struct", "typing",
 }
 
 
-def _core_modules() -> list[str]:
-    names = []
-    for path in sorted(CORE.rglob("*.py")):
-        rel = path.relative_to(ROOT).with_suffix("")
-        parts = list(rel.parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        if parts[-1] in {"cli", "__main__"}:
-            continue
-        names.append(".".join(parts))
-    return names
-
-
-def _imported_roots(path: Path, root: Path) -> set[str]:
-    """Top-level package of every import in ``path`` (relative imports resolved)."""
+def _imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """Every import in ``path`` as (absolute module, names imported from it)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    package = list(path.relative_to(root).parent.parts)
-    roots: set[str] = set()
+    package = list(path.relative_to(ROOT).parent.parts)
+    out: list[tuple[str, tuple[str, ...]]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
+            out += [(alias.name, ()) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
+            names = tuple(alias.name for alias in node.names)
             if node.level == 0:
-                roots.add((node.module or "").split(".")[0])
-                continue
-            base = package[: len(package) - node.level + 1]
-            full = base + (node.module.split(".") if node.module else [])
-            if full:
-                roots.add(full[0])
-            else:  # `from .. import x` at the top: x is the package
-                roots.update(alias.name.split(".")[0] for alias in node.names)
+                out.append((node.module or "", names))
+            else:
+                base = package[: len(package) - node.level + 1]
+                out.append((".".join(base + (node.module.split(".") if node.module else [])), names))
         elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__":
             if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-                roots.add(node.args[0].value.split(".")[0])
-    roots.discard("")
-    return roots
+                out.append((node.args[0].value, ()))
+    return out
 
 
-def test_core_modules_are_found() -> None:
-    modules = _core_modules()
-    assert "rollcall" in modules and "rollcall.scenario" in modules and "rollcall.results" in modules
+def _files(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.py"))
 
 
-def test_core_imports_no_simpy_or_torch() -> None:
-    modules = _core_modules()
+@pytest.mark.parametrize("path", _files(CORE), ids=lambda p: str(p.relative_to(ROOT)))
+def test_core_module_imports_only_pure_stdlib_and_the_core(path: Path) -> None:
+    bad = sorted({m for m, _ in _imports(path)
+                  if not (m == "rollcall.core" or m.startswith("rollcall.core.")
+                          or m.split(".")[0] in CORE_STDLIB)})
+    assert not bad, f"{path.relative_to(ROOT)} imports {bad}; the core is sans-IO, stdlib only"
+
+
+def test_importing_the_core_loads_no_outside_package() -> None:
     code = (
-        "import importlib, json, sys\n"
-        f"for name in {modules!r}:\n"
-        "    importlib.import_module(name)\n"
-        "print(json.dumps(sorted(m for m in ('simpy', 'torch', 'sim', 'real') if m in sys.modules)))\n"
+        "import json, sys\n"
+        "before = set(sys.modules)\n"
+        "import rollcall.core\n"
+        "new = sorted(m for m in set(sys.modules) - before if '.' not in m\n"
+        "             and m not in sys.stdlib_module_names and m != 'rollcall')\n"
+        "print(json.dumps(new))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
-    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == []
 
 
-def _core_files() -> list[Path]:
-    return [p for p in sorted(CORE.rglob("*.py")) if p.name not in EDGE or p.parent != CORE]
+def test_core_public_api_is_explicit_and_complete() -> None:
+    import rollcall.core as core
+
+    assert core.__all__ and len(set(core.__all__)) == len(core.__all__)
+    missing = [n for n in core.__all__ if not hasattr(core, n)]
+    assert not missing, missing
 
 
-@pytest.mark.parametrize("path", _core_files(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_core_module_is_sans_io(path: Path) -> None:
-    bad = _imported_roots(path, ROOT) & FORBIDDEN_IN_CORE
-    assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}; the core is sans-IO"
+@pytest.mark.parametrize("driver", ["sim", "real"])
+def test_drivers_use_only_the_core_public_api(driver: str) -> None:
+    import rollcall.core as core
+
+    public = set(core.__all__)
+    offenders = []
+    for p in _files(ROOT / driver):
+        for module, names in _imports(p):
+            if module.startswith("rollcall.core."):
+                offenders.append(f"{p.relative_to(ROOT)}: imports {module}")
+            elif module == "rollcall.core":
+                offenders += [f"{p.relative_to(ROOT)}: {n} is not in rollcall.core.__all__"
+                              for n in names if n not in public]
+    assert not offenders, offenders
 
 
 @pytest.mark.parametrize("driver, other", [("sim", "real"), ("real", "sim")])
 def test_drivers_do_not_import_each_other(driver: str, other: str) -> None:
-    offenders = [
-        str(p.relative_to(ROOT))
-        for p in sorted((ROOT / driver).rglob("*.py"))
-        if other in _imported_roots(p, ROOT)
-    ]
+    offenders = [str(p.relative_to(ROOT)) for p in _files(ROOT / driver)
+                 if any(m.split(".")[0] == other for m, _ in _imports(p))]
     assert not offenders, f"{driver}/ must not import {other}: {offenders}"
 
 
-def test_core_does_not_import_drivers() -> None:
-    offenders = [
-        str(p.relative_to(ROOT))
-        for p in sorted(CORE.rglob("*.py"))
-        if _imported_roots(p, ROOT) & {"sim", "real"}
-    ]
+def test_rollcall_does_not_import_drivers() -> None:
+    offenders = [str(p.relative_to(ROOT)) for p in _files(ROOT / "rollcall")
+                 if any(m.split(".")[0] in {"sim", "real"} for m, _ in _imports(p))]
     assert not offenders, f"rollcall/ must not import sim or real: {offenders}"
 
 
-def test_import_scanner_catches_violations(tmp_path: Path) -> None:
+def test_import_scanner_catches_violations(tmp_path: Path, monkeypatch) -> None:
     # The scanner itself must be able to fail, or the tests above prove nothing.
-    pkg = tmp_path / "sim"
-    pkg.mkdir()
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    pkg = tmp_path / "rollcall" / "core"
+    pkg.mkdir(parents=True)
     (pkg / "a.py").write_text("import time\nfrom real.driver import run\n")
-    (pkg / "b.py").write_text("from .. import real\n")
-    (pkg / "c.py").write_text("def f():\n    import random\n    __import__('torch')\n")
-    assert {"time", "real"} <= _imported_roots(pkg / "a.py", tmp_path)
-    assert "real" in _imported_roots(pkg / "b.py", tmp_path)
-    assert {"random", "torch"} <= _imported_roots(pkg / "c.py", tmp_path)
+    (pkg / "b.py").write_text("from .. import results\nfrom .keeper import Keeper\n")
+    (pkg / "c.py").write_text("def f():\n    import numpy\n    __import__('os')\n")
+    assert {m for m, _ in _imports(pkg / "a.py")} == {"time", "real.driver"}
+    assert {m for m, _ in _imports(pkg / "b.py")} == {"rollcall", "rollcall.core.keeper"}
+    assert {m for m, _ in _imports(pkg / "c.py")} == {"numpy", "os"}

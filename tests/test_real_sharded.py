@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rollcall.placement import initial_placement
+from rollcall.core.placement import initial_placement
 from rollcall.results import read_history
 from rollcall.scenario import parse_scenario
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rollcall.messages import Heartbeat, Membership
+from rollcall.core.messages import Heartbeat, Membership
 from rollcall.scenario import parse_scenario
-from rollcall.types import Cursor
+from rollcall.core.types import Cursor
 
 from real import wire
 from real.driver import merge_history, recoveries
@@ -49,8 +49,16 @@ failures:
     assert [d.kind for d in plan.due_by_step(4)] == ["kill"]
     assert [d.kind for d in plan.due_by_step(10)] == ["pause"]
     assert [d.targets for d in plan.due_by_time(2.0)] == [(1,)]
-    lives = [FaultPlan(sc).draw_lifetime() for _ in range(2)]
-    assert lives[0] == lives[1] and lives[0] > 0
+    # random crashes: the core's (seed, node, k) draw, the sim's too
+    from rollcall.config import failure_model
+
+    plan.node_up(2, 5.0)
+    plan.node_up(3, 1.0)
+    model = failure_model(sc)
+    assert plan.crash_at == {2: 5.0 + model.lifetime(2, 0), 3: 1.0 + model.lifetime(3, 0)}
+    plan.node_down(2)
+    plan.node_up(2, 9.0)  # repaired: its next hardware life
+    assert plan.crash_at[2] == 9.0 + model.lifetime(2, 1)
 
 
 @pytest.mark.timeout(30)

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollcall.reshard import (
+from rollcall.core.reshard import (
     LR_SCALINGS,
     BatchPolicy,
     StepPlan,
@@ -34,7 +34,7 @@ from rollcall.reshard import (
     sample_ids,
     step_batch,
 )
-from rollcall.types import Cursor
+from rollcall.core.types import Cursor
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -328,7 +328,7 @@ def test_different_seeds_differ_at_n_8():
 def test_epoch_permutation_is_stable_across_processes():
     cases = [(0, 0, 10), (7, 3, 257), (2**31, 12, 1000)]
     code = (
-        "import json, sys; from rollcall.reshard import epoch_permutation; "
+        "import json, sys; from rollcall.core.reshard import epoch_permutation; "
         "print(json.dumps([epoch_permutation(*c) for c in json.loads(sys.argv[1])]))"
     )
     env = dict(os.environ, PYTHONHASHSEED="12345")

@@ -75,7 +75,8 @@ def test_byte_identical_across_processes(tmp_path: Path) -> None:
 def test_checked_records_are_the_written_history(tmp_path: Path, strategy: str) -> None:
     """The driver checks the records it keeps in memory; they must be exactly
     what history.jsonl holds, so a re-read gives the same verdict."""
-    from rollcall.checkers import DataSpec, check, summarize_report
+    from rollcall.config import data_spec
+    from rollcall.core.checkers import check, summarize_report
     from rollcall.results import read_history
     from sim.driver import Simulation
 
@@ -84,6 +85,6 @@ def test_checked_records_are_the_written_history(tmp_path: Path, strategy: str) 
     summary = sim.run()
     written = list(read_history(tmp_path))
     assert json.loads(json.dumps(sim.records)) == written
-    again = summarize_report(check(written, DataSpec.from_scenario(sc)))
+    again = summarize_report(check(written, data_spec(sc)))
     assert again == {k: summary[k] for k in again}
     assert summary["generations"] > 1

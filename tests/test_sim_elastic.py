@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rollcall.checkers import DataSpec, check
-from rollcall.history import members_of
+from rollcall.config import data_spec
+from rollcall.core.checkers import check
+from rollcall.core.history import members_of
 from rollcall.scenario import load_scenario
 from sim.driver import run
 
@@ -39,7 +40,7 @@ def test_constant_batch_steps_longer_while_shrunk(tmp_path: Path) -> None:
         assert times == {round(want, 6)}, (gen, times, want)
     assert per_gen[3] == {0.405} and per_gen[1] == {0.205}  # 2 members: twice the shards
     # exact sample accounting along the lineage: [0, 200 x 64) once, in order
-    report = check(recs, DataSpec.from_scenario(sc))
+    report = check(recs, data_spec(sc))
     assert report.valid, report.violations
     pos = 0
     for c in report.lineage:
@@ -63,7 +64,7 @@ def test_shrink_policy_takes_smaller_batches(tmp_path: Path) -> None:
     batches = {r["gen"]: r["batch"] for r in recs if r["f"] == "commit"}
     assert batches[1] == 64 and batches[2] == 48 and batches[3] == 32
     assert s["global_batch_min"] == 32 and s["global_batch_max"] == 64
-    total = sum((r["last"] - r["step"] + 1) * r["batch"] for r in check(recs, DataSpec.from_scenario(sc)).lineage)
+    total = sum((r["last"] - r["step"] + 1) * r["batch"] for r in check(recs, data_spec(sc)).lineage)
     assert total == s["samples_consumed"]
     # the per-member load stays two micro-batches, so the step time does not grow
     for r in recs:
@@ -99,7 +100,7 @@ def test_short_pause_stalls_then_resumes_in_place(tmp_path: Path, kind: str) -> 
 def test_long_pause_under_checkpoint_restart_relaunches_the_paused_worker(tmp_path: Path) -> None:
     # min_workers = max_workers: a fixed-size job, as torchrun runs it (with the
     # default min_workers=2 the core closes the restart round as soon as two
-    # relaunched workers are in, then grows: NOTES-sim.md 3a)
+    # relaunched workers are in, then grows)
     sc = load_scenario(KPJ, ["failures.schedule=[{at_s: 8.0, pause: 2, for_s: 10.0}]",
                              "rendezvous.min_workers=4"], strategy="checkpoint-restart")
     s = run(sc, tmp_path)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rollcall.history import members_of
+from rollcall.core.history import members_of
 from rollcall.scenario import load_scenario
 from sim.driver import run
 

@@ -2,7 +2,7 @@
 fallback when every holder of a shard is gone, rack failures, and the price
 of both.
 
-The keeper decides (``rollcall.sharding``); these tests read what the sim
+The keeper decides (``rollcall.core.sharding``); these tests read what the sim
 wrote (``recovery`` and ``fault`` records, ``summary.json``) and what its
 keeper holds, never the driver's internals.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rollcall.placement import Copy, Placement, RecoveryPlan
+from rollcall.core.placement import Copy, Placement, RecoveryPlan
 from rollcall.scenario import load_scenario, parse_scenario
 from sim.driver import Simulation, run
 from sim.sharded import copy_time

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from rollcall.types import Cursor, RunSet, from_ranges, runs_of_sorted, to_ranges
+from rollcall.core.types import Cursor, RunSet, from_ranges, runs_of_sorted, to_ranges
 
 ids_st = st.sets(st.integers(0, 300), max_size=120)
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from rollcall.types import Cursor, WorkerId, from_ranges, to_ranges
+from rollcall.core.types import Cursor, WorkerId, from_ranges, to_ranges
 
 KEEPER = "keeper"
 NEMESIS = "nemesis"

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
-from rollcall.placement import RecoveryPlan
-from rollcall.types import Cursor, WorkerId
+from rollcall.core.placement import RecoveryPlan
+from rollcall.core.types import Cursor, WorkerId
 
 # --- worker -> record-keeper -------------------------------------------------
 
@@ -43,9 +43,9 @@ class JoinBatch:
     knows (members answering a roll call); with them, new lives (a job
     relaunched after a restart), paired with ``workers`` in order.
 
-    At scale ``workers`` is an :class:`rollcall.idset.IdRuns` (for a roll
+    At scale ``workers`` is an :class:`rollcall.core.idset.IdRuns` (for a roll
     call: "every member of the generation but these few", a few runs) and
-    ``incarnations`` a :class:`rollcall.lives.Lives` (for a relaunch: the
+    ``incarnations`` a :class:`rollcall.core.lives.Lives` (for a relaunch: the
     keeper's own ``RestartJob.incarnations`` restricted to the relaunched),
     so the message and its handling cost runs, not workers.
     """
@@ -122,7 +122,7 @@ class Membership:
     not mistake an answer meant for an earlier one for its own.
 
     Sharded state only (defaults otherwise; exact meaning in
-    :mod:`rollcall.keeper`): ``placement`` holds, per shard, its holders
+    :mod:`rollcall.core.keeper`): ``placement`` holds, per shard, its holders
     (owner first); ``recovery`` the copies and reloads to do before the first
     step; ``fallback`` says a shard was lost and the generation resumes from
     the checkpoint at ``cursor``.

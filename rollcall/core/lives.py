@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Iterator, Optional, Sequence
 
-from rollcall.idset import EMPTY, IdRuns
+from rollcall.core.idset import EMPTY, IdRuns
 
 
 class _Layers:
@@ -113,11 +113,6 @@ class LifeTable:
             self._delta[w] = life - self._base
         else:
             self._own[w] = life
-
-    def set_many(self, ws: IdRuns, lives: "Sequence[int]") -> None:
-        """``lives`` pairs with ``ws`` in order."""
-        for w, life in zip(ws, lives):
-            self.set(w, life)
 
     def bump(self, ws: IdRuns) -> None:
         """Every worker of ``ws`` moves to its next life; ``ws`` becomes the cohort."""

@@ -32,7 +32,7 @@ holding the fewest replicas overall, then the lowest id. What follows (and what
   placement order). Without domains this gave ``floor`` or ``ceil`` of
   ``n_shards / m`` owned shards per worker in every test (not proven).
 
-**Minimal movement** (:func:`replan` with ``rebalance=False``):
+**Minimal movement** (:func:`replan`):
 
 1. Every surviving replica stays where it is. The only replicas dropped are
    those beyond ``min(r, members)`` (``r`` lowered), and such a shard gets no
@@ -45,14 +45,6 @@ holding the fewest replicas overall, then the lowest id. What follows (and what
    copy per missing replica, each from a surviving holder of that shard to a
    member that does not hold it. Nothing else moves, so joins alone copy only
    the replicas a job smaller than ``r`` lacked.
-
-``rebalance=True`` additionally moves surviving replicas (copy, then drop at
-the source) from the most to the least loaded workers, one at a time, while a
-move lowers the spread of loads and keeps the domain spread; each move
-strictly lowers the sum of squared loads, which bounds the moves. A move is
-listed as a :class:`Copy` whose ``src`` no longer holds the shard in the new
-placement; it never goes back to a former holder and never chains. Without
-domains, after joins alone, loads end within one (tested, not proven).
 """
 
 from __future__ import annotations
@@ -62,7 +54,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Iterable, Mapping, Sequence
 
-from rollcall.types import WorkerId
+from rollcall.core.types import WorkerId
 
 __all__ = [
     "Copy",
@@ -275,7 +267,7 @@ def initial_placement(n_shards: int, members: Iterable[WorkerId], r: int,
 
 
 def replan(placement: Placement, members_after: Iterable[WorkerId], r: int,
-           domains: Mapping[WorkerId, str] | None = None, *, rebalance: bool = False) -> RecoveryPlan:
+           domains: Mapping[WorkerId, str] | None = None) -> RecoveryPlan:
     """Recovery plan after a membership change (losses and/or joins).
 
     Survivors keep their replicas; each missing replica is one copy from the
@@ -313,51 +305,6 @@ def replan(placement: Placement, members_after: Iterable[WorkerId], r: int,
         else:
             promoted.append(s)
             shards.append(_owner_first(keep, owned) + tuple(holders[len(keep):]))
-    if rebalance:
-        fresh = {(c.shard, c.dst) for c in copies} | {(x.shard, x.dst) for x in reloads}
-        held = {(s, w) for s, h in enumerate(placement.shards) for w in h}
-        copies.extend(_rebalance(shards, ms, loads, domains, fresh, held))
     return RecoveryPlan(Placement(tuple(shards)), tuple(copies), tuple(reloads), tuple(lost), tuple(promoted))
 
 
-def _rebalance(shards: list[tuple[WorkerId, ...]], members: Sequence[WorkerId], loads: Counter[WorkerId],
-               domains: Mapping[WorkerId, str] | None, fresh: set[tuple[int, WorkerId]],
-               held: set[tuple[int, WorkerId]]) -> list[Copy]:
-    """Move surviving replicas from the most to the least loaded member (edits ``shards``).
-
-    A replica ``(s, src)`` moves to ``dst`` only if ``loads[src] - loads[dst] >= 2``,
-    ``dst`` does not hold ``s``, and ``dst``'s domain holds fewer replicas of ``s``
-    than ``src``'s (or is the same domain), so the spread never gets worse. Replicas
-    that are themselves being copied or reloaded now never move (no chains), and
-    nothing goes back to a worker that held the shard before (``held``).
-    """
-    moves: list[Copy] = []
-    while True:
-        order = sorted(members, key=lambda w: (loads[w], w))
-        move = _find_move(shards, order, loads, domains, fresh, held)
-        if move is None:
-            return moves
-        s, src, dst = move
-        shards[s] = tuple(dst if w == src else w for w in shards[s])
-        loads[src] -= 1
-        loads[dst] += 1
-        fresh.add((s, dst))
-        moves.append(Copy(s, src, dst))
-
-
-def _find_move(shards: list[tuple[WorkerId, ...]], order: list[WorkerId], loads: Counter[WorkerId],
-               domains: Mapping[WorkerId, str] | None, fresh: set[tuple[int, WorkerId]],
-               held: set[tuple[int, WorkerId]]) -> tuple[int, WorkerId, WorkerId] | None:
-    for src in reversed(order):  # most loaded first
-        for dst in order:  # least loaded first
-            if loads[src] - loads[dst] < 2:
-                break
-            for s, holders in enumerate(shards):
-                if src not in holders or dst in holders or (s, src) in fresh or (s, dst) in held:
-                    continue
-                if domains is not None and domains[dst] != domains[src]:
-                    uses = Counter(domains[h] for h in holders)
-                    if uses[domains[dst]] >= uses[domains[src]]:
-                        continue
-                return s, src, dst
-    return None

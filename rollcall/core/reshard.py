@@ -23,7 +23,7 @@ from enum import Enum
 from functools import cached_property, lru_cache
 from typing import Iterator, Sequence
 
-from rollcall.types import Cursor, WorkerId
+from rollcall.core.types import Cursor, WorkerId
 
 __all__ = [
     "BatchPolicy",

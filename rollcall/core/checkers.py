@@ -24,7 +24,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from rollcall.types import Cursor, RunSet
+from rollcall.core.types import Cursor, RunSet
 
 
 @dataclass(frozen=True)
@@ -35,14 +35,6 @@ class DataSpec:
     micro_batch: int
     batch_policy: str = "constant"
     steps_target: int = 0
-
-    @classmethod
-    def from_scenario(cls, scenario: Any) -> "DataSpec":
-        w = scenario.workload
-        return cls(seed=scenario.seed, dataset_samples=w.dataset_samples,
-                   global_batch=w.global_batch, micro_batch=w.micro_batch,
-                   batch_policy=str(getattr(scenario.strategy.batch, "value", scenario.strategy.batch)),
-                   steps_target=w.steps)
 
 
 @dataclass
@@ -226,7 +218,7 @@ def _lineage(report: CheckReport, gens: dict[int, _Gen], order: list[int], spec:
 def _ledger(report: CheckReport, gens: dict[int, _Gen],
             contributions: dict[tuple[int, int], list[dict]], spec: DataSpec) -> None:
     """Per-sample proof: committed steps hold exactly the prescribed samples."""
-    from rollcall.reshard import sample_ids
+    from rollcall.core.reshard import sample_ids
 
     for (g, step), recs in contributions.items():
         members = gens[g].members if g in gens else ()

@@ -24,11 +24,11 @@ non-negative ints.
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_right
 from itertools import accumulate, chain
 from typing import Iterable, Iterator, Optional, Sequence, Union, overload
 
-import numpy as np
 
 Ids = Union["IdRuns", Iterable[int]]
 
@@ -37,7 +37,7 @@ class IdRuns(Sequence[int]):
     """An immutable sorted set of non-negative ints: a bitmask, with its
     maximal runs derived on demand."""
 
-    __slots__ = ("_m", "_n", "_lo_", "_hi_", "_cum_", "_hash", "_pairs")
+    __slots__ = ("_m", "_n", "_lo_", "_hi_", "_cum_", "_hash")
 
     def __init__(self, runs: Iterable[Sequence[int]] = ()) -> None:
         """From inclusive ``[lo, hi]`` runs in increasing order (checked)."""
@@ -65,16 +65,13 @@ class IdRuns(Sequence[int]):
         self._hi_ = hi
         self._cum_: Optional[list[int]] = None
         self._hash: Optional[int] = None
-        self._pairs: Optional[np.ndarray] = None  # the runs as an (n, 2) array, if numpy made them
 
     @classmethod
-    def _raw(cls, lo: list[int], hi: list[int], m: Optional[int] = None,
-             pairs: Optional[np.ndarray] = None) -> "IdRuns":
+    def _raw(cls, lo: list[int], hi: list[int], m: Optional[int] = None) -> "IdRuns":
         """From already normalised run bounds (no checks), with their mask
-        and ``(n, 2)`` array when the caller has them: internal."""
+        when the caller has it: internal."""
         out = cls.__new__(cls)
         out._init(_mask_of_runs(lo, hi) if m is None else m, lo, hi)
-        out._pairs = pairs
         return out
 
     @classmethod
@@ -129,8 +126,7 @@ class IdRuns(Sequence[int]):
         if self._n <= _PY_MAX_RUNS:
             self._lo_, self._hi_ = _runs_of_few(self._m)
         else:
-            pairs = self._pairs = _runs_of_many(self._m)
-            self._lo_, self._hi_ = pairs[:, 0].tolist(), pairs[:, 1].tolist()
+            self._lo_, self._hi_ = _runs_of_many(self._m)
 
     @property
     def _lo(self) -> list[int]:
@@ -148,23 +144,14 @@ class IdRuns(Sequence[int]):
     def _cum(self) -> list[int]:
         """``_cum[i]``: ids before run i; ``_cum[-1]``: the size."""
         if self._cum_ is None:
-            lo, hi = self._lo, self._hi  # derived first: numpy may hold them as pairs
-            pairs = self._pairs
-            if pairs is not None:  # many runs: numpy sums their lengths
-                cum = np.zeros(len(pairs) + 1, np.int64)
-                np.cumsum(pairs[:, 1] - pairs[:, 0] + 1, out=cum[1:])
-                self._cum_ = cum.tolist()
-            else:
-                self._cum_ = list(accumulate(map(int.__sub__, map((1).__add__, hi), lo),
-                                             initial=0))
+            lo, hi = self._lo, self._hi
+            self._cum_ = list(accumulate(map(int.__sub__, map((1).__add__, hi), lo),
+                                         initial=0))
         return self._cum_
 
     def runs(self) -> list[list[int]]:
         """Inclusive ``[lo, hi]`` runs, the history's member-list format."""
-        lo, hi = self._lo, self._hi  # derived first: numpy may hold them as pairs
-        if self._pairs is not None:
-            return self._pairs.tolist()
-        return list(map(list, zip(lo, hi)))
+        return list(map(list, zip(self._lo, self._hi)))
 
     @property
     def n_runs(self) -> int:
@@ -240,12 +227,7 @@ class IdRuns(Sequence[int]):
         cum, lo = self._cum, self._lo
         i = bisect_right(cum, k - 1) - 1  # the run holding the k-th id
         last = lo[i] + k - 1 - cum[i]
-        pairs = None
-        if self._pairs is not None:
-            pairs = self._pairs[: i + 1].copy()
-            pairs[-1, 1] = last
-        return IdRuns._raw(lo[: i + 1], self._hi[:i] + [last],
-                           self._m & ((1 << (last + 1)) - 1), pairs)
+        return IdRuns._raw(lo[: i + 1], self._hi[:i] + [last], self._m & ((1 << (last + 1)) - 1))
 
     def tail(self, k: int) -> "IdRuns":
         """Every id but the ``k`` lowest (runs cut from these, as for :meth:`head`)."""
@@ -256,23 +238,18 @@ class IdRuns(Sequence[int]):
         cum, lo = self._cum, self._lo
         i = bisect_right(cum, k) - 1  # the run holding the (k+1)-th id
         first = lo[i] + k - cum[i]
-        pairs = None
-        if self._pairs is not None:
-            pairs = self._pairs[i:].copy()
-            pairs[0, 0] = first
-        return IdRuns._raw([first] + lo[i + 1:], self._hi[i:], (self._m >> first) << first, pairs)
+        return IdRuns._raw([first] + lo[i + 1:], self._hi[i:], (self._m >> first) << first)
 
     # --- comparison -----------------------------------------------------------
 
     def __eq__(self, other: object) -> bool:
-        """Same ids. Against a tuple or list: the same ordered list; against
-        a set: the same set (an IdRuns is both)."""
+        """Same ids; against a tuple, the same ordered ids (a member list was
+        a sorted tuple). Nothing else compares equal: equal objects must hash
+        alike, and a list is unhashable while a frozenset hashes otherwise."""
         if isinstance(other, IdRuns):
             return self._m == other._m
-        if isinstance(other, (tuple, list)):
-            return len(other) == len(self) and tuple(other) == tuple(self)
-        if isinstance(other, (set, frozenset)):
-            return len(other) == len(self) and all(map(other.__contains__, self))
+        if isinstance(other, tuple):
+            return len(other) == len(self) and other == tuple(self)
         return NotImplemented
 
     def __ne__(self, other: object) -> bool:
@@ -336,9 +313,11 @@ class IdRuns(Sequence[int]):
 
 EMPTY = IdRuns._raw([], [], 0)
 
-# Below this many runs (or set ids) the conversions loop in Python; above,
-# numpy does them over the bytes of the mask (a fixed ~10 us, then C speed).
+# Below this many runs (or set ids) the conversions loop over the int's bits
+# in Python; above, they go through the mask's binary digits as a string,
+# where C does the work (int <-> str in base 2 and a regular expression).
 _PY_MAX_RUNS = 8
+_ONES = re.compile("1+")
 
 
 def _mask_of_runs(lo: list[int], hi: list[int]) -> int:
@@ -348,12 +327,13 @@ def _mask_of_runs(lo: list[int], hi: list[int]) -> int:
         for a, b in zip(lo, hi):
             m |= ((1 << (b - a + 1)) - 1) << a
         return m
-    top = hi[-1] + 1
-    edge = np.zeros(top + 1, np.int8)
-    edge[lo] = 1
-    edge[np.add(hi, 1)] = -1  # runs never touch: no start shares an end + 1
-    bits = np.cumsum(edge[:top], dtype=np.int8).view(np.bool_)
-    return int.from_bytes(np.packbits(bits, bitorder="little").tobytes(), "little")
+    parts = []
+    prev = -1  # the last id written
+    for a, b in zip(lo, hi):
+        parts.append("0" * (a - prev - 1))
+        parts.append("1" * (b - a + 1))
+        prev = b
+    return int("".join(parts)[::-1], 2)
 
 
 def _runs_of_few(m: int) -> tuple[list[int], list[int]]:
@@ -370,11 +350,12 @@ def _runs_of_few(m: int) -> tuple[list[int], list[int]]:
     return lo, hi
 
 
-def _runs_of_many(m: int) -> np.ndarray:
-    """The maximal runs of a non-empty bitmask, as rows ``[lo, hi]``."""
-    nbytes = (m.bit_length() >> 3) + 2  # room for a clear bit below and above
-    bits = np.unpackbits(np.frombuffer((m << 1).to_bytes(nbytes, "little"), np.uint8),
-                         bitorder="little")
-    pairs = np.flatnonzero(bits[1:] != bits[:-1]).reshape(-1, 2)  # starts, ends + 1
-    pairs[:, 1] -= 1
-    return pairs
+def _runs_of_many(m: int) -> tuple[list[int], list[int]]:
+    """The maximal runs of a non-empty bitmask: the runs of '1' in its binary
+    digits read from the lowest bit."""
+    lo: list[int] = []
+    hi: list[int] = []
+    for run in _ONES.finditer(format(m, "b")[::-1]):
+        lo.append(run.start())
+        hi.append(run.end() - 1)
+    return lo, hi

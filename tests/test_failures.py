@@ -1,9 +1,9 @@
-"""Named streams: the counter-based node lifetimes have the distribution asked for.
+"""The core's failure draws: counter-based node lifetimes have the distribution asked for.
 
-A node's lifetimes after a repair are hashes of (seed, node, k) turned into
-times by the inverse CDF. These tests hold them (and the bulk numpy draws of
-the first lifetimes) to the exact CDF with a Kolmogorov-Smirnov bound and to
-the mean, so a wrong transform or a biased uniform fails.
+A node's k-th lifetime is a hash of (seed, node, k) turned into a time by the
+inverse CDF, on both targets. These tests hold them to the exact CDF with a
+Kolmogorov-Smirnov bound and to the mean, so a wrong transform or a biased
+uniform fails; and the random picks to uniformity over the candidates.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from sim.rng import lifetimes, nth_lifetime, nth_uniform, stream
+from rollcall.core.failures import FailureModel, nth_uniform, pick
 
 N = 40_000
 KS_1PCT = 1.63  # sqrt(n) * D above this: rejected at the 1% level
@@ -47,17 +47,34 @@ def test_nth_uniform_is_deterministic_in_range_and_per_name() -> None:
 def test_node_lifetimes_follow_the_distribution(distribution: str, shape: float) -> None:
     mean_s = 1000.0
     cdf = _cdf(distribution, mean_s, shape)
-    # a draw per node (the common case: one repair each) and many draws of one node
-    across = np.array([nth_lifetime(1, f"node/{w}", 0, distribution, mean_s, shape)
-                       for w in range(N)])
-    along = np.array([nth_lifetime(1, "node/5", k, distribution, mean_s, shape)
-                      for k in range(N)])
-    bulk = lifetimes(stream(1, "failures"), distribution, mean_s, shape, N)
-    for draws in (across, along, bulk):
+    model = FailureModel(1, distribution, mean_s, shape)
+    # the first life of every node (as a job starts) and many lives of one node
+    across = np.array([model.lifetime(w, 0) for w in range(N)])
+    along = np.array([model.lifetime(5, k) for k in range(N)])
+    for draws in (across, along):
         assert _ks(draws, cdf) < KS_1PCT
         assert abs(draws.mean() / mean_s - 1.0) < 0.04
 
 
 def test_unknown_distribution_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown failure distribution"):
-        nth_lifetime(0, "node/0", 0, "lognormal", 1.0, 1.0)
+        FailureModel(0, "lognormal", 1.0, 1.0)
+
+
+def test_lifetimes_depend_only_on_seed_node_and_k() -> None:
+    a, b = FailureModel(3, "weibull", 50.0, 0.7), FailureModel(3, "weibull", 50.0, 0.7)
+    asked = [(w, k) for w in range(20) for k in range(3)]
+    assert [a.lifetime(w, k) for w, k in asked] == \
+        [b.lifetime(w, k) for w, k in reversed(asked)][::-1]
+    assert a.lifetime(0, 0) != FailureModel(4, "weibull", 50.0, 0.7).lifetime(0, 0)
+
+
+def test_pick_is_uniform_over_the_candidates_and_ignores_their_order() -> None:
+    pool = [9, 3, 5, 7]
+    counts = {w: 0 for w in pool}
+    for k in range(4000):
+        w = pick(11, k, pool)
+        assert w == pick(11, k, sorted(pool))
+        counts[w] += 1
+    assert all(abs(c / 4000 - 0.25) < 0.03 for c in counts.values()), counts
+    assert pick(11, 0, []) is None

@@ -4,16 +4,16 @@ Why a module of its own: under ``state.sharding: sharded`` a dead worker may
 take the last copy of a slice of the state, and whether the job can go on
 from a survivor or must fall back on the checkpoint is a membership-level
 decision that every member must see the same way. It therefore lives in the
-core, next to the keeper that calls it (:meth:`rollcall.keeper.Keeper._close`),
+core, next to the keeper that calls it (:meth:`rollcall.core.keeper.Keeper._close`),
 and never in a driver. The placement arithmetic itself is
-:mod:`rollcall.placement`; this module only says which holders still count
+:mod:`rollcall.core.placement`; this module only says which holders still count
 and what a fallback means.
 
 Rules (checked in ``tests/test_keeper_sharded.py``):
 
 * **Fresh placement** at the first generation, and whenever no state
   survives by design (checkpoint-restart: every member reloads): the shards
-  are placed anew with :func:`~rollcall.placement.initial_placement`; there
+  are placed anew with :func:`~rollcall.core.placement.initial_placement`; there
   is no recovery plan and no fallback.
 * **Replan** at every later generation. A holder still counts only if it is
   a member of the new generation *and* answered the roll call holding the
@@ -23,7 +23,7 @@ Rules (checked in ``tests/test_keeper_sharded.py``):
   generation committed a step: nobody steps before every member is ready,
   so a committed step proves the copies done, while a round that resumes
   where the previous one did cannot tell a finished copy from a broken one.
-  With the other holders struck out, :func:`~rollcall.placement.replan`
+  With the other holders struck out, :func:`~rollcall.core.placement.replan`
   says what to copy from whom.
 * **Fallback** exactly when the plan loses a shard (every holder gone): the
   generation resumes from the last checkpoint and every holder reloads every
@@ -35,10 +35,10 @@ Rules (checked in ``tests/test_keeper_sharded.py``):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
-from rollcall.placement import Placement, RecoveryPlan, Reload, initial_placement, replan
-from rollcall.types import WorkerId
+from rollcall.core.placement import Placement, RecoveryPlan, Reload, initial_placement, replan
+from rollcall.core.types import WorkerId
 
 __all__ = ["ShardDecision", "ShardSpec", "decide", "split_bytes"]
 
@@ -80,22 +80,6 @@ class ShardSpec:
             return None
         size = self.rack_size
         return {w: str(w // size) for w in members}
-
-    @classmethod
-    def from_scenario(cls, scenario: Any) -> Optional["ShardSpec"]:
-        """The spec of a scenario with ``state.sharding: sharded``; None when replicated.
-
-        Per-shard bytes: ``workload.model_params * workload.bytes_per_param``
-        is the whole training state (parameters and optimizer state, what a
-        full state copy moves), split evenly over ``state_shards`` shards.
-        """
-        if scenario.state.sharding != "sharded":
-            return None
-        w = scenario.workload
-        n = scenario.state_shards
-        return cls(n_shards=n, replicas=scenario.state.replicas,
-                   rack_size=scenario.cluster.rack_size,
-                   shard_bytes=split_bytes(round(w.model_params * w.bytes_per_param), n))
 
 
 @dataclass(frozen=True)

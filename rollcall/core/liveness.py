@@ -1,6 +1,6 @@
 """When the record-keeper last saw each tracked worker's heartbeat advance.
 
-The keeper's own clock only (see :mod:`rollcall.detector`). At scale nearly
+The keeper's own clock only (see :mod:`rollcall.core.detector`). At scale nearly
 every tracked worker was last seen at one of a few instants: a simulator
 reports "everyone but these few is alive now" in one call, a roll call's
 answers or a relaunch's joins arrive together. So the record keeps *groups*:
@@ -17,7 +17,7 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush
 from typing import Callable, Optional
 
-from rollcall.idset import EMPTY, IdRuns
+from rollcall.core.idset import EMPTY, IdRuns
 
 
 class Liveness:

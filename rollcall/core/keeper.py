@@ -23,7 +23,7 @@ so a slow worker is evicted by the detector's timeout, never by the round.
 A round made only of old members closes as soon as they have all answered;
 one with newcomers holds a last-call window for more of them.
 
-Sharded state (``KeeperConfig.sharding``, see :mod:`rollcall.sharding`).
+Sharded state (``KeeperConfig.sharding``, see :mod:`rollcall.core.sharding`).
 When a generation forms the keeper also decides where the state shards
 live and how they are recovered; :class:`Formed`, :class:`Membership` and
 the agent's ``Enter`` carry the answer in three fields, all left at their
@@ -33,7 +33,7 @@ defaults (None, None, False) when the state is replicated:
   that hold a replica of it in this generation, owner first, then the
   buddies. Every holder is a member. A holder absent from it drops the
   replica once the recovery below is done.
-* ``recovery``: a :class:`rollcall.placement.RecoveryPlan` (or None for a
+* ``recovery``: a :class:`rollcall.core.placement.RecoveryPlan` (or None for a
   fresh placement: the first generation, a checkpoint-restart). Execute it
   before the first step: every ``Copy(shard, src, dst)`` sends ``src``'s
   replica of ``shard`` at ``cursor`` to ``dst``; every ``Reload(shard,
@@ -55,18 +55,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from rollcall.detector import TimeoutDetector
-from rollcall.history import KEEPER, rec
-from rollcall.idset import EMPTY, IdRuns
-from rollcall.lives import LifeTable, Lives
-from rollcall.liveness import Liveness
-from rollcall.messages import (
+from rollcall.core.detector import TimeoutDetector
+from rollcall.core.history import KEEPER, rec
+from rollcall.core.idset import EMPTY, IdRuns
+from rollcall.core.job import JobPolicy
+from rollcall.core.lives import LifeTable, Lives
+from rollcall.core.liveness import Liveness
+from rollcall.core.messages import (
     Checkpointed, Heartbeat, Join, JoinBatch, Leave, Membership, Refused, RollCall,
     StepFailed, ToKeeper, ToWorker,
 )
-from rollcall.placement import Placement, RecoveryPlan
-from rollcall.sharding import ShardSpec, decide
-from rollcall.types import Cursor, WorkerId, runs_of_sorted
+from rollcall.core.placement import Placement, RecoveryPlan
+from rollcall.core.sharding import ShardSpec, decide
+from rollcall.core.types import Cursor, WorkerId, runs_of_sorted
 
 ELASTIC = "elastic"
 CHECKPOINT_RESTART = "checkpoint-restart"
@@ -83,13 +84,22 @@ class KeeperConfig:
     # How long a restart round waits for a relaunched worker that never
     # joins (its host may be dead too); None: as long as join_timeout_s.
     relaunch_timeout_s: Optional[float] = None
+    # Checkpoint-restart: from the teardown to the relaunch (the sim's
+    # restart_s; 0 on a real target, whose restart takes what it takes).
+    restart_delay_s: float = 0.0
     # Sharded state: place shards and decide their recovery at every
     # generation (None: replicated state, nothing to decide).
     sharding: Optional[ShardSpec] = None
+    # When a commit completes the job (None: never, for protocol tests).
+    policy: Optional[JobPolicy] = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_workers <= self.max_workers:
             raise ValueError("need 1 <= min_workers <= max_workers")
+        if self.restart_delay_s < 0:
+            raise ValueError("restart_delay_s must be >= 0")
+        if self.relaunch_timeout_s is not None and self.relaunch_timeout_s < self.restart_delay_s:
+            raise ValueError("relaunch_timeout_s must cover restart_delay_s")
         if self.strategy not in (ELASTIC, CHECKPOINT_RESTART):
             raise ValueError(f"unknown strategy {self.strategy!r}")
 
@@ -135,24 +145,51 @@ class Formed:
 
 @dataclass(frozen=True, slots=True)
 class RestartJob:
-    """Checkpoint-restart: tear every worker down and relaunch ``relaunch``.
+    """Checkpoint-restart: tear down the process of every worker in ``teardown``.
 
-    The keeper expects each relaunched worker (any newer incarnation) in the
-    restart round, until it joins or ``join_timeout_s`` passes.
-    ``incarnations`` pairs with ``relaunch``: the life each starts as. A
-    simulator may answer with one ``JoinBatch(relaunch', None, incarnations)``
-    for the subset ``relaunch'`` it relaunched (:meth:`Lives.restricted`).
+    Those are the members of ``generation``; standbys keep waiting. A
+    :class:`Relaunch` follows ``restart_delay_s`` later.
     """
 
     generation: int
     reason: str
-    relaunch: IdRuns = EMPTY
-    incarnations: Sequence[int] = ()  # a Lives, paired with relaunch
+    teardown: IdRuns = EMPTY
 
-    def relaunches(self) -> dict[WorkerId, int]:
-        """Worker -> incarnation to start. Relaunching exactly these makes a
-        repeated order harmless: the same life is not started twice."""
-        return dict(zip(self.relaunch, self.incarnations))
+
+@dataclass(frozen=True, slots=True)
+class Relaunch:
+    """Start a process for each worker of ``workers`` as the life paired in
+    ``incarnations`` (a :class:`Lives`): the members of the torn-down
+    generation whose node is not down now. The keeper expects each in the
+    restart round until it joins or ``relaunch_timeout_s`` passes. A
+    simulator answers with one ``JoinBatch(workers, None, incarnations)``.
+    Starting exactly these makes a repeated order harmless: the same life is
+    not started twice.
+    """
+
+    generation: int
+    workers: IdRuns
+    incarnations: Lives
+
+    def lives(self) -> dict[WorkerId, int]:
+        """Worker -> incarnation to start."""
+        return dict(zip(self.workers, self.incarnations))
+
+
+@dataclass(frozen=True, slots=True)
+class CommitVerdict:
+    """The commit vote's answer to one member's request to commit a step.
+
+    ``ok``: the step counts and the worker applies it. ``first``: no member
+    had committed it before (the driver writes the history's record once).
+    ``complete``: with this step the job has all its steps (JobPolicy).
+    ``reason`` says why a refused step was refused.
+    """
+
+    ok: bool
+    reason: str
+    first: bool = False
+    complete: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +197,7 @@ class JobFailed:
     reason: str
 
 
-Output = Union[Send, Broadcast, Record, Formed, RestartJob, JobFailed]
+Output = Union[Send, Broadcast, Record, Formed, RestartJob, Relaunch, JobFailed]
 
 
 @dataclass
@@ -184,6 +221,7 @@ class Round:
     last_call_at: Optional[float] = None
     starved_since: Optional[float] = None
     expect_until: Optional[float] = None  # relaunched lives: not heartbeating yet
+    relaunch_at: Optional[float] = None  # a restart's relaunch is due then
 
     def add(self, workers: IdRuns, cursor: Optional[Cursor]) -> None:
         """Record that ``workers`` joined holding state at ``cursor``."""
@@ -216,10 +254,10 @@ class Keeper:
     """The record-keeper's state machine.
 
     Cost model: a generation (or a restart) costs the changes it brings, not
-    the job size. Worker sets are id runs (:mod:`rollcall.idset`), the
+    the job size. Worker sets are id runs (:mod:`rollcall.core.idset`), the
     liveness record keeps one shared instant for the bulk
-    (:mod:`rollcall.liveness`), incarnations are stored sparsely
-    (:mod:`rollcall.lives`), and the member list every worker receives is
+    (:mod:`rollcall.core.liveness`), incarnations are stored sparsely
+    (:mod:`rollcall.core.lives`), and the member list every worker receives is
     the same immutable :class:`IdRuns`, never a copied tuple.
     """
 
@@ -249,6 +287,12 @@ class Keeper:
         self.recovery: Optional[RecoveryPlan] = None
         self.fallback = False
         self._steps_lost = 0  # committed steps the latest fallback threw away
+        # workers not to relaunch: node down (until node_up), or left the job
+        self.down: IdRuns = EMPTY
+        self._relaunched: IdRuns = EMPTY  # ordered lives a Relaunch started
+        self._promised: dict[WorkerId, int] = {}  # node_up: the life last handed out
+        self._committed: Optional[int] = None  # the current generation's last committed step
+        self.completed = False
 
     # --- driver API -----------------------------------------------------------
 
@@ -286,6 +330,70 @@ class Keeper:
             self._declare_dead(now, worker, "exited")
         return self._flush()
 
+    def node_down(self, now: float, worker: WorkerId) -> None:
+        """The machine of ``worker`` is gone until :meth:`node_up`: no restart
+        relaunches it, whichever report of its loss (a silence, an exit, a
+        failed step) arrives first. Liveness is unchanged: the detector (or
+        :meth:`exited`) still decides when its process is dead."""
+        self.down = self.down | (worker,)
+
+    def node_up(self, now: float, worker: WorkerId) -> int:
+        """The machine of ``worker`` is back (repaired): relaunchable again.
+
+        Returns the incarnation its new process starts as: the life a restart
+        ordered for it and never started, or else the one after the latest.
+        """
+        if worker in self.down:
+            self.down = self.down - (worker,)
+        life = self.lives.get(worker)
+        unstarted = worker in self.pending and worker not in self._relaunched
+        life = max(life if unstarted else life + 1, self._promised.get(worker, -1) + 1)
+        self._promised[worker] = life  # never the same life twice
+        return life
+
+    def commit(self, now: float, worker: WorkerId, incarnation: int, generation: int,
+               step: int) -> CommitVerdict:
+        """The commit vote: may ``worker`` apply step ``step`` of ``generation``?
+
+        Only a current member, in the life the generation admitted, stamped
+        with the current generation. While a roll call is open nothing new
+        commits (the members are abandoning the step), but a step another
+        member already committed still may: it is the lineage's state, and a
+        survivor left a step behind would hold replicas nobody can use.
+        """
+        if self.failed is not None:
+            return CommitVerdict(False, "job-failed")
+        if generation != self.generation or worker not in self.members:
+            return CommitVerdict(False, "stale-generation")
+        if self.incarnation_of(worker) != incarnation:
+            return CommitVerdict(False, "stale-incarnation")
+        last = self._committed
+        done = last is not None and step <= last
+        if self.round is not None and not done:
+            return CommitVerdict(False, "round-open")
+        if done:
+            return CommitVerdict(True, "ok")
+        assert step == self.cursor.step if last is None else step == last + 1, (step, last)
+        self._committed = step
+        policy = self.config.policy
+        complete = policy is not None and policy.complete(step + 1)
+        self.completed = self.completed or complete
+        return CommitVerdict(True, "ok", first=True, complete=complete)
+
+    def next_round_deadline(self) -> Optional[float]:
+        """The open round's own next deadline (last call, join timeout, the
+        relaunch, the relaunch timeout), without detector expiries: what a
+        simulator that does not simulate healthy heartbeats must wake for."""
+        r = self.round
+        if r is None or self.failed is not None:
+            return None
+        times = [t for t in (r.last_call_at, r.relaunch_at) if t is not None]
+        if r.starved_since is not None and self.config.join_timeout_s is not None:
+            times.append(r.starved_since + self.config.join_timeout_s)
+        if r.expect_until is not None and r.expected:
+            times.append(r.expect_until)
+        return min(times) if times else None
+
     def get_timer(self) -> Optional[float]:
         """The next instant at which :meth:`handle_timer` has work to do."""
         if self.failed is not None:
@@ -294,14 +402,9 @@ class Keeper:
         oldest = self.live.earliest()
         if oldest is not None:
             times.append(self.config.detector.expiry(oldest))
-        r = self.round
-        if r is not None:
-            if r.last_call_at is not None:
-                times.append(r.last_call_at)
-            if r.starved_since is not None and self.config.join_timeout_s is not None:
-                times.append(r.starved_since + self.config.join_timeout_s)
-            if r.expect_until is not None and r.expected:
-                times.append(r.expect_until)
+        deadline = self.next_round_deadline()
+        if deadline is not None:
+            times.append(deadline)
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> list[Output]:
@@ -315,6 +418,8 @@ class Keeper:
         for worker in dead:  # sorted
             self._declare_dead(now, worker, "timeout")
         r = self.round
+        if r is not None and r.relaunch_at is not None and now >= r.relaunch_at:
+            self._relaunch(now, r)
         if r is not None and r.expect_until is not None and now >= r.expect_until and r.expected:
             for worker in r.expected:  # sorted
                 self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=worker,
@@ -330,11 +435,6 @@ class Keeper:
         """The life of ``worker`` last admitted (0 for a worker never seen)."""
         life = self.lives.get(worker)
         return life - 1 if worker in self.pending else life
-
-    def life_floor(self, worker: WorkerId) -> int:
-        """The oldest life of ``worker`` the keeper still accepts: the admitted
-        one, or the newer one a restart ordered."""
-        return self.lives.get(worker)
 
     @property
     def standby(self) -> IdRuns:
@@ -362,6 +462,7 @@ class Keeper:
             self._step_failed(now, message)
         elif isinstance(message, Leave):
             if message.worker in self.live:
+                self.down = self.down | (message.worker,)  # gone for good: no relaunch
                 self._declare_dead(now, message.worker, "left")
         elif isinstance(message, Checkpointed):
             self._checkpointed(now, message)
@@ -536,10 +637,9 @@ class Keeper:
     def _fail_generation(self, now: float, reason: str) -> None:
         """A member of the current generation is gone or the step failed."""
         if self.config.strategy == CHECKPOINT_RESTART:
-            # Every current life is over: the driver relaunches the live ones,
-            # each as its next life (the only one the keeper accepts now).
+            # Every current life is over: the members whose node is still up
+            # are relaunched, each as its next life (the only one accepted now).
             members = self.members
-            relaunch = members & self.live.tracked
             self.lives.bump(members)
             self.pending = self.pending | members
             self.live.drop_many(members)
@@ -548,11 +648,24 @@ class Keeper:
                 del counter[w]
             self._out.append(Record(rec(now, "info", "restart", KEEPER,
                                         gen=self.generation, reason=reason)))
-            incarnations = self.lives.snapshot(relaunch)
-            self._out.append(RestartJob(self.generation, reason, relaunch, incarnations))
-            self._open(now, "restart", expect=False, relaunch=relaunch)
+            self._out.append(RestartJob(self.generation, reason, members))
+            self._relaunched = self._relaunched - members
+            self._open(now, "restart", expect=False, relaunch=members - self.down)
         else:
             self._open(now, reason)
+
+    def _relaunch(self, now: float, r: Round) -> None:
+        """The relaunch a restart ordered is due: the lives of the torn-down
+        members whose node is up now (one that went down meanwhile is not
+        relaunched, and the round stops expecting it)."""
+        r.relaunch_at = None
+        lost = r.expected & self.down
+        if lost:
+            r.expected = r.expected - lost
+        workers = r.expected - r.joined
+        if workers:
+            self._relaunched = self._relaunched | workers
+            self._out.append(Relaunch(r.generation - 1, workers, self.lives.snapshot(workers)))
 
     def _open(self, now: float, reason: str, expect: bool = True,
               relaunch: IdRuns = EMPTY) -> None:
@@ -567,6 +680,7 @@ class Keeper:
             timeout = cfg.relaunch_timeout_s if cfg.relaunch_timeout_s is not None \
                 else cfg.join_timeout_s
             r.expect_until = now + timeout if timeout is not None else None
+            r.relaunch_at = now + cfg.restart_delay_s
         for cursor, ws in self._standby.items():
             r.add(ws, cursor)
         r.state_gen.update(self.standby_gen)
@@ -574,7 +688,10 @@ class Keeper:
         self.standby_gen.clear()
         self.round = r
         self._out.append(Record(rec(now, "invoke", "round", KEEPER, gen=r.generation, reason=reason)))
-        if r.expected:
+        if r.relaunch_at is not None:
+            if r.relaunch_at <= now:
+                self._relaunch(now, r)
+        elif r.expected:
             self._out.append(Broadcast(r.expected, RollCall(r.generation, reason)))
         self._maybe_close(now)
 
@@ -592,7 +709,7 @@ class Keeper:
                 self._give_up(now, r)
             return
         r.starved_since = None
-        if r.expected or len(r.joined) < cfg.min_workers:
+        if r.expected or len(r.joined) < cfg.min_workers or r.relaunch_at is not None:
             return
         newcomers = not r.joined.issubset(r.previous)
         if len(r.joined) >= cfg.max_workers or not newcomers:
@@ -638,6 +755,7 @@ class Keeper:
         self.source = source
         self.stale = stale
         self.round = None
+        self._committed = None
         self._out.append(Record(rec(
             now, "ok", "generation", KEEPER, gen=self.generation,
             members=members.runs(), cursor=cursor.to_json(), source=source,
@@ -678,7 +796,7 @@ class Keeper:
         return cursor, source, stale
 
     def _recovery_record(self, now: float) -> dict:
-        """The history's account of this generation's shard recovery (rollcall.history)."""
+        """The history's account of this generation's shard recovery (rollcall.core.history)."""
         spec = self.config.sharding
         plan = self.recovery
         if plan is None:

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Optional, Union
 
-from rollcall.history import members_field, rec
-from rollcall.messages import (
+from rollcall.core.history import members_field, rec
+from rollcall.core.messages import (
     Checkpointed, Heartbeat, Join, Leave, Membership, Refused, RollCall,
     StepFailed, ToKeeper, ToWorker,
 )
-from rollcall.placement import RecoveryPlan
-from rollcall.types import Cursor, WorkerId
+from rollcall.core.placement import RecoveryPlan
+from rollcall.core.types import Cursor, WorkerId
 
 
 class Phase(str, Enum):
@@ -49,13 +49,13 @@ class Enter:
     must carry the cursor of the state the trainer really holds.
 
     Sharded state only (defaults otherwise), copied from the keeper's
-    :class:`~rollcall.messages.Membership`: ``placement[s]`` is the holder
+    :class:`~rollcall.core.messages.Membership`: ``placement[s]`` is the holder
     tuple of shard ``s`` (owner first); ``recovery`` the
-    :class:`~rollcall.placement.RecoveryPlan` whose copies and reloads this
+    :class:`~rollcall.core.placement.RecoveryPlan` whose copies and reloads this
     worker takes part in (as ``src`` or ``dst``) before the first step, even
     when ``sync`` is false; ``fallback``: a shard was lost, the generation
     resumes from the checkpoint at ``cursor`` and ``sync`` is true for all.
-    See :mod:`rollcall.keeper` for the exact meaning.
+    See :mod:`rollcall.core.keeper` for the exact meaning.
     """
 
     generation: int
@@ -110,9 +110,10 @@ class Agent:
 
     # --- driver API -----------------------------------------------------------
 
-    @property
-    def can_step(self) -> bool:
-        return self.phase is Phase.ACTIVE
+    def may_step(self, generation: int) -> bool:
+        """Whether the trainer may still commit a step of ``generation``: the
+        agent is an active member of it (no roll call, refusal or failure since)."""
+        return self.phase is Phase.ACTIVE and self.generation == generation
 
     def start(self, now: float, cursor: Optional[Cursor] = None) -> list[Action]:
         """Begin: ask to join. ``cursor`` is the state held, if any."""

@@ -1,0 +1,79 @@
+"""Every core configuration, built from a :class:`~rollcall.scenario.Scenario` in one place.
+
+Both drivers call these and nothing else to configure the core, so the sim
+and the real target cannot drift apart in how they read a scenario (the
+keeper's relaunch timeout was once set by the sim only). The core never
+sees a Scenario: it is handed the plain values it decides with.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rollcall.core import (
+    DataSpec, FailureModel, JobPolicy, KeeperConfig, ShardSpec, make_detector, split_bytes,
+)
+from rollcall.scenario import Scenario
+
+__all__ = ["data_spec", "failure_model", "job_policy", "keeper_config", "shard_spec"]
+
+
+def shard_spec(sc: Scenario) -> Optional[ShardSpec]:
+    """The shard spec under ``state.sharding: sharded``; None when replicated.
+
+    Per-shard bytes: ``workload.model_params * workload.bytes_per_param`` is
+    the whole training state (parameters and optimizer state, what a full
+    state copy moves), split evenly over ``state_shards`` shards.
+    """
+    if sc.state.sharding != "sharded":
+        return None
+    w = sc.workload
+    n = sc.state_shards
+    return ShardSpec(n_shards=n, replicas=sc.state.replicas, rack_size=sc.cluster.rack_size,
+                     shard_bytes=split_bytes(round(w.model_params * w.bytes_per_param), n))
+
+
+def job_policy(sc: Scenario) -> JobPolicy:
+    """When the job checkpoints and when it is complete."""
+    return JobPolicy(steps=sc.workload.steps,
+                     checkpoint_interval_steps=sc.strategy.checkpoint_interval_steps)
+
+
+def keeper_config(sc: Scenario, target: str) -> KeeperConfig:
+    """The record-keeper's configuration on ``target`` (``sim`` or ``real``).
+
+    A restart round expects every relaunched worker; one that has not joined
+    ``restart_s + timeout_s`` after the teardown is as silent as a dead worker
+    (its host may have died meanwhile): the detector's rule, applied from the
+    relaunch. ``restart_s`` is the scenario's bound on a restart on both
+    targets; the only difference is that the sim charges it as simulated time
+    between teardown and relaunch, while a real restart takes what it takes.
+    """
+    if target not in ("sim", "real"):
+        raise ValueError(f"unknown target {target!r}")
+    d, r, s = sc.detector, sc.rendezvous, sc.strategy
+    return KeeperConfig(
+        min_workers=r.min_workers, max_workers=r.max_workers, last_call_s=r.last_call_s,
+        detector=make_detector(d.kind, d.heartbeat_s, d.timeout_s),
+        join_timeout_s=r.join_timeout_s, strategy=s.kind,
+        relaunch_timeout_s=s.restart_s + d.timeout_s,
+        restart_delay_s=s.restart_s if target == "sim" else 0.0,
+        sharding=shard_spec(sc), policy=job_policy(sc))
+
+
+def data_spec(sc: Scenario) -> DataSpec:
+    """What the checkers need to rebuild the data order of a run."""
+    w = sc.workload
+    return DataSpec(seed=sc.seed, dataset_samples=w.dataset_samples,
+                    global_batch=w.global_batch, micro_batch=w.micro_batch,
+                    batch_policy=str(getattr(sc.strategy.batch, "value", sc.strategy.batch)),
+                    steps_target=w.steps)
+
+
+def failure_model(sc: Scenario) -> Optional[FailureModel]:
+    """Random hardware failures, or None when ``failures.worker_mtbf_s`` is unset."""
+    f = sc.failures
+    if f.worker_mtbf_s is None:
+        return None
+    return FailureModel(seed=sc.seed, distribution=f.distribution, mean_s=f.worker_mtbf_s,
+                        weibull_shape=f.weibull_shape)

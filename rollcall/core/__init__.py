@@ -1,0 +1,56 @@
+"""The sans-IO core: every decision rollcall makes, and nothing else.
+
+Pure Python, standard library only (``tests/test_purity.py`` enforces it):
+no clock, socket, thread, file or global random state. Each piece is handed
+``now`` and inputs and returns outputs; the drivers (``sim/``, ``real/``)
+turn outputs into effects and report physical facts as inputs. Drivers use
+only the names below; the submodules' other names are internals.
+
+- :mod:`~rollcall.core.keeper`: the record-keeper (membership, generations,
+  resume point, restarts and relaunches, the commit vote, shard recovery).
+- :mod:`~rollcall.core.agent`: a worker's side of the protocol.
+- :mod:`~rollcall.core.detector`: the failure-detector policy.
+- :mod:`~rollcall.core.reshard`: data order, virtual shards, batch policy.
+- :mod:`~rollcall.core.placement`, :mod:`~rollcall.core.sharding`: sharded state.
+- :mod:`~rollcall.core.job`: checkpoint policy and completion rule.
+- :mod:`~rollcall.core.failures`: random lifetimes and choices, by (seed, name, k).
+- :mod:`~rollcall.core.history`, :mod:`~rollcall.core.checkers`: the record
+  format both targets write and the invariant checkers that read it.
+"""
+
+from __future__ import annotations
+
+from rollcall.core.agent import Abort, Action, Agent, Enter, Log, SendToKeeper, Stop
+from rollcall.core.checkers import CheckReport, DataSpec, check, summarize_report
+from rollcall.core.detector import TimeoutDetector, make_detector
+from rollcall.core.failures import FailureModel, pick
+from rollcall.core.history import DRIVER, JOB, KEEPER, NEMESIS, commit, rec
+from rollcall.core.idset import EMPTY, IdRuns
+from rollcall.core.job import JobPolicy
+from rollcall.core.keeper import (
+    Broadcast, CommitVerdict, Formed, JobFailed, Keeper, KeeperConfig, Output, Record,
+    Relaunch, RestartJob, Send,
+)
+from rollcall.core.lives import Lives
+from rollcall.core.messages import (
+    Checkpointed, Heartbeat, Join, JoinBatch, Leave, Membership, Refused, RollCall,
+    StepFailed, ToKeeper, ToWorker,
+)
+from rollcall.core.placement import Copy, RecoveryPlan, Reload
+from rollcall.core.reshard import (
+    describe_assignment, lr_scale, plan_step, rank_range, sample_ids, step_batch,
+)
+from rollcall.core.sharding import ShardSpec, split_bytes
+from rollcall.core.types import Cursor, WorkerId, from_ranges
+
+__all__ = [
+    "Abort", "Action", "Agent", "Broadcast", "CheckReport", "Checkpointed", "CommitVerdict",
+    "Copy", "Cursor", "DRIVER", "DataSpec", "EMPTY", "Enter", "FailureModel", "Formed",
+    "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
+    "Keeper", "KeeperConfig", "Leave", "Lives", "Log", "Membership", "NEMESIS", "Output",
+    "RecoveryPlan", "Record", "Refused", "Relaunch", "Reload", "RestartJob", "RollCall",
+    "Send", "SendToKeeper", "ShardSpec", "StepFailed", "Stop", "TimeoutDetector", "ToKeeper",
+    "ToWorker", "WorkerId", "check", "commit", "describe_assignment", "from_ranges",
+    "lr_scale", "make_detector", "pick", "plan_step", "rank_range", "rec", "sample_ids",
+    "split_bytes", "step_batch", "summarize_report",
+]

@@ -1,0 +1,101 @@
+"""The keeper's restart, relaunch and commit decisions, without any network.
+
+Who is relaunched after a checkpoint-restart, as which life, and whether a
+step counts are decided here and nowhere else; both drivers only carry the
+answers out. Each rule is shown by feeding facts and reading the outputs.
+"""
+
+from __future__ import annotations
+
+from rollcall.core import (
+    Formed, JobPolicy, Join, JoinBatch, Keeper, KeeperConfig, Relaunch, RestartJob, StepFailed,
+    TimeoutDetector,
+)
+
+
+def keeper(n_max: int = 3, restart_delay_s: float = 0.0, steps: int = 10,
+           strategy: str = "checkpoint-restart") -> Keeper:
+    return Keeper(KeeperConfig(min_workers=1, max_workers=n_max, last_call_s=0.5,
+                               detector=TimeoutDetector(0.5, 3.0), strategy=strategy,
+                               relaunch_timeout_s=restart_delay_s + 20.0,
+                               restart_delay_s=restart_delay_s,
+                               policy=JobPolicy(steps=steps, checkpoint_interval_steps=5)))
+
+
+def start(k: Keeper, n: int) -> None:
+    out = k.receive_many(0.0, [Join(w, 0, None) for w in range(n)])
+    out += k.handle_timer(1.0)
+    assert [o for o in out if isinstance(o, Formed)]
+
+
+def of(out: list, kind: type) -> list:
+    return [o for o in out if isinstance(o, kind)]
+
+
+def test_a_lost_node_is_not_relaunched_whichever_report_comes_first() -> None:
+    for first in ("exit", "step-failed"):
+        k = keeper()
+        start(k, 3)
+        k.node_down(2.0, 2)  # the machine is gone: heard before anything else
+        if first == "exit":
+            out = k.exited(2.1, 2, 0)
+        else:
+            out = k.receive(2.1, StepFailed(0, 0, 1, 4))
+        (restart,) = of(out, RestartJob)
+        assert tuple(restart.teardown) == (0, 1, 2)  # every member process goes
+        (relaunch,) = of(out, Relaunch)
+        assert relaunch.lives() == {0: 1, 1: 1}, first
+
+
+def test_a_crashed_process_on_a_healthy_node_is_relaunched() -> None:
+    k = keeper()
+    start(k, 3)
+    (relaunch,) = of(k.exited(2.0, 2, 0), Relaunch)
+    assert relaunch.lives() == {0: 1, 1: 1, 2: 1}
+
+
+def test_relaunch_waits_restart_delay_and_skips_a_node_lost_meanwhile() -> None:
+    k = keeper(restart_delay_s=30.0)
+    start(k, 3)
+    out = k.exited(2.0, 2, 0)
+    assert of(out, RestartJob) and not of(out, Relaunch)
+    assert k.next_round_deadline() == 32.0
+    k.node_down(10.0, 1)  # dies during the restart
+    (relaunch,) = of(k.handle_timer(32.0), Relaunch)
+    assert relaunch.lives() == {0: 1, 2: 1}
+    out = k.receive(32.1, JoinBatch(relaunch.workers, None, relaunch.incarnations))
+    out += k.handle_timer(32.6)  # new lives only: the last call passes
+    (f,) = of(out, Formed)
+    assert tuple(f.members) == (0, 2)  # nobody waits for worker 1
+
+
+def test_a_repaired_node_starts_as_a_life_never_handed_out_before() -> None:
+    k = keeper()
+    start(k, 3)
+    k.node_down(1.0, 2)
+    k.exited(1.0, 2, 0)  # restart: lives 0 -> 1 ordered; worker 2 is not relaunched
+    assert k.node_up(5.0, 2) == 1  # the life ordered for it and never started
+    assert k.node_up(6.0, 2) == 2  # asked again (its process died before joining)
+    assert k.node_up(7.0, 0) == 2  # worker 0's life 1 was relaunched: the next one
+
+
+def test_commit_vote() -> None:
+    k = keeper(strategy="elastic", steps=2)
+    start(k, 2)
+    assert k.commit(1.0, 0, 0, 1, 0).reason == "ok" and k.commit(1.0, 0, 0, 1, 0).first is False
+    assert k.commit(1.0, 1, 0, 1, 0).ok  # the same step from another member
+    assert k.commit(1.0, 2, 0, 1, 1).reason == "stale-generation"  # not a member
+    assert k.commit(1.0, 1, 1, 1, 1).reason == "stale-incarnation"
+    assert k.commit(1.0, 1, 0, 0, 1).reason == "stale-generation"
+    k.receive(2.0, StepFailed(1, 0, 1, 1))  # a roll call opens
+    assert k.commit(2.0, 0, 0, 1, 1).reason == "round-open"
+    assert k.commit(2.0, 1, 0, 1, 0).ok  # already committed: still applies
+    assert not k.completed
+
+
+def test_commit_of_the_last_step_completes_the_job() -> None:
+    k = keeper(strategy="elastic", steps=2)
+    start(k, 1)
+    assert not k.commit(1.0, 0, 0, 1, 0).complete
+    v = k.commit(1.1, 0, 0, 1, 1)
+    assert v.ok and v.first and v.complete and k.completed
