@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from rollcall.config import failure_model
-from rollcall.core import pick
+from rollcall.config import draws
 from rollcall.scenario import Scenario
 
 
@@ -29,9 +28,8 @@ class Due:
 class FaultPlan:
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
-        self.model = failure_model(scenario)
-        self.lives_drawn: dict[int, int] = {}  # worker -> hardware lives drawn so far
-        self.picks = 0  # random targets drawn so far (rollcall.core.pick, as on the sim)
+        self.draws = draws(scenario)  # node lifetimes and random targets, as on the sim
+        self.up: set[int] = set()  # workers whose node's current hardware life has started
         self.by_time = []   # (at_s, index, fault)
         self.by_step = []
         for i, f in enumerate(scenario.failures.schedule):
@@ -48,16 +46,20 @@ class FaultPlan:
         return Due(f.action, f.targets, f.for_s, index=i)
 
     def node_up(self, worker: int, at: float) -> None:
-        """A hardware life of ``worker``'s node starts at training time ``at``:
-        its crash is due after the core's lifetime of (seed, node, k), the
-        same draw the sim makes for the node's k-th life."""
-        if self.model is None:
+        """``worker`` is active at training time ``at``. The first time since
+        its node arrived or was repaired, a hardware life starts: its crash is
+        due after the core's lifetime of (seed, node, k), the draw the sim
+        makes for the node's k-th life. A restart's relaunch runs on the same
+        hardware life and draws nothing."""
+        if worker in self.up:
             return
-        k = self.lives_drawn.get(worker, 0)
-        self.lives_drawn[worker] = k + 1
-        self.crash_at[worker] = at + self.model.lifetime(worker, k)
+        self.up.add(worker)
+        life = self.draws.next_lifetime(worker)
+        if life is not None:
+            self.crash_at[worker] = at + life
 
     def node_down(self, worker: int) -> None:
+        self.up.discard(worker)
         self.crash_at.pop(worker, None)
 
     def next_time(self) -> Optional[float]:
@@ -84,7 +86,4 @@ class FaultPlan:
 
     def pick(self, candidates: list[int]) -> Optional[int]:
         """The run's next random target among ``candidates`` (None when empty)."""
-        if not candidates:
-            return None
-        self.picks += 1
-        return pick(self.scenario.seed, self.picks - 1, candidates)
+        return self.draws.pick(candidates)

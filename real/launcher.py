@@ -123,7 +123,6 @@ class Launcher:
         self.conns: dict[socket.socket, Conn] = {}
         self.conn_of: dict[tuple[int, int], Conn] = {}
         self.latest_conn: dict[int, Conn] = {}
-        self.incarnation: dict[int, int] = {}
         self.next_id = scenario.cluster.workers + scenario.cluster.spares
         self.held_joins: dict[int, list[tuple[int, Join]]] = {}  # batch -> its first Joins
         self.store = None
@@ -139,7 +138,6 @@ class Launcher:
         self.sigconts: list[tuple[float, Proc]] = []
         self.repairs: list[tuple[float, int]] = []
         self.faults_log: list[dict] = []
-        self.nodes_up: set[int] = set()  # workers whose node's hardware life has started
         self.formed: list[tuple[float, int, tuple[int, ...]]] = []
         self.survivor_restarts = 0
         self.end_t: Optional[float] = None
@@ -177,7 +175,6 @@ class Launcher:
         p = Proc(worker, incarnation, popen, pidfd, spare, self.now(), log,
                  want=not spare, batch=batch)
         self.procs.append(p)
-        self.incarnation[worker] = incarnation
         self.sel.register(pidfd, selectors.EVENT_READ, ("proc", p))
         return p
 
@@ -323,7 +320,7 @@ class Launcher:
                     self.train_start = t
                     for p in self.procs:
                         if p.alive and p.activated:
-                            self.node_started(p.worker, 0.0)
+                            self.faults.node_up(p.worker, 0.0)
             elif isinstance(out, RestartJob):
                 self.restart_job(out)
             elif isinstance(out, Relaunch):
@@ -466,14 +463,7 @@ class Launcher:
         if conn is not None:
             self.queue(conn, ("activate",))
         if self.train_start is not None:
-            self.node_started(p.worker, self.now() - self.train_start)
-
-    def node_started(self, worker: int, at: float) -> None:
-        """A node's hardware life starts (first activation since it arrived or
-        was repaired; a restart's relaunch runs on the same hardware life)."""
-        if worker not in self.nodes_up:
-            self.nodes_up.add(worker)
-            self.faults.node_up(worker, at)
+            self.faults.node_up(p.worker, self.now() - self.train_start)
 
     def candidates(self) -> list[int]:
         """Targets of a ``random`` fault: the live members of the current
@@ -523,7 +513,6 @@ class Launcher:
                     # a killed worker's node is lost until repair_s: the keeper
                     # hears it now, before any exit notice or failed step
                     self.keeper.node_down(now, w)
-                    self.nodes_up.discard(w)
                     self.faults.node_down(w)
                     if self.sc.cluster.repair_s is not None:
                         self.repairs.append((now + self.sc.cluster.repair_s, w))

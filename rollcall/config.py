@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Optional
 
 from rollcall.core import (
-    DataSpec, FailureModel, JobPolicy, KeeperConfig, ShardSpec, make_detector, split_bytes,
+    DataSpec, Draws, FailureModel, JobPolicy, KeeperConfig, ShardSpec, make_detector, split_bytes,
 )
 from rollcall.scenario import Scenario
 
-__all__ = ["data_spec", "failure_model", "job_policy", "keeper_config", "shard_spec"]
+__all__ = ["data_spec", "draws", "failure_model", "job_policy", "keeper_config", "shard_spec"]
 
 
 def shard_spec(sc: Scenario) -> Optional[ShardSpec]:
@@ -77,3 +77,8 @@ def failure_model(sc: Scenario) -> Optional[FailureModel]:
         return None
     return FailureModel(seed=sc.seed, distribution=f.distribution, mean_s=f.worker_mtbf_s,
                         weibull_shape=f.weibull_shape)
+
+
+def draws(sc: Scenario) -> Draws:
+    """A fresh counter of the run's random draws (node lifetimes, random targets)."""
+    return Draws(sc.seed, failure_model(sc))

@@ -95,11 +95,11 @@ from typing import Any, Callable, Optional
 import numpy as np
 import simpy
 
-from rollcall.config import data_spec, failure_model, job_policy, keeper_config
+from rollcall.config import data_spec, draws, job_policy, keeper_config
 from rollcall.core import (
     DRIVER, EMPTY, JOB, NEMESIS, Agent, Broadcast, Checkpointed, Cursor, Enter, Formed, IdRuns,
     JobFailed, Join, JoinBatch, Keeper, Log, Membership, Record, Relaunch, RestartJob, RollCall,
-    Send, SendToKeeper, Stop, check, commit, describe_assignment, pick, rank_range, rec,
+    Send, SendToKeeper, Stop, check, commit, describe_assignment, rank_range, rec,
     step_batch, summarize_report,
 )
 from rollcall.results import SUMMARY_KEYS, HistoryWriter, write_summary
@@ -149,7 +149,7 @@ class Simulation:
         self.detector = config.detector
         self.keeper = Keeper(config)
         self.policy = job_policy(sc)
-        self.failures = failure_model(sc)
+        self.draws = draws(sc)  # node lifetimes and random targets, as on real
         w = sc.workload
         self.W = sc.cluster.workers
         self.n_nodes = sc.worker_id_limit
@@ -175,8 +175,6 @@ class Simulation:
         # --- random streams ------------------------------------------------
         self.seed = sc.seed
         self.fail_heap: list[tuple[float, int, int]] = []
-        self._node_draws: dict[int, int] = {}  # node -> hardware lives drawn so far
-        self._picks = 0  # random fault targets drawn so far (rollcall.core.pick)
         # --- job -----------------------------------------------------------
         self.state = IDLE
         self.gen = 0
@@ -400,14 +398,6 @@ class Simulation:
             self._fail_wait = None
             self._fail_proc.interrupt()
 
-    def _next_lifetime(self, w: int) -> Optional[float]:
-        """The length of node ``w``'s next hardware life (None: no random failures)."""
-        if self.failures is None:
-            return None
-        k = self._node_draws.get(w, 0)
-        self._node_draws[w] = k + 1
-        return self.failures.lifetime(w, k)
-
     def _go_silent(self, now: float, w: int) -> None:
         """Node ``w`` stops beating now: tell the keeper its last beat, schedule the verdict."""
         t_d = self.detector.detection_time(now, float(self.phase[w]), self.lat)
@@ -447,7 +437,7 @@ class Simulation:
         self.counts["repairs"] += 1
         self._write(rec(now, "info", "fault", NEMESIS, kind="repair", workers=[w]))
         life = self.keeper.node_up(now, w)
-        self._arrive(now, w, self._next_lifetime(w))
+        self._arrive(now, w, self.draws.next_lifetime(w))
         join = self._launch(now, w, life)
         self._at(now + self.lat, self._kreceive_at, [join])
 
@@ -517,15 +507,8 @@ class Simulation:
     def _pick(self, targets: Any) -> list[int]:
         if targets != "random":
             return [w for w in targets if w < self.n_nodes]
-        w = self._pick_one([w for w in self.members if self._alive(w)])
+        w = self.draws.pick([w for w in self.members if self._alive(w)])
         return [] if w is None else [w]
-
-    def _pick_one(self, pool: list[int]) -> Optional[int]:
-        """The run's next random choice (rollcall.core.pick, as on the real target)."""
-        if not pool:
-            return None
-        self._picks += 1
-        return pick(self.seed, self._picks - 1, pool)
 
     def _kill_rack(self, now: float, rack: Any) -> None:
         """A correlated failure: every node of the rack whose hardware is up, at once.
@@ -535,7 +518,7 @@ class Simulation:
         """
         sc = self.sc
         if rack == "random":
-            rack = self._pick_one(sorted({sc.rack_of(w) for w in self.members if self._alive(w)}))
+            rack = self.draws.pick(sorted({sc.rack_of(w) for w in self.members if self._alive(w)}))
             if rack is None:
                 return
         victims = [w for w in sc.rack_workers(int(rack)) if self.hw[w]]
@@ -562,7 +545,7 @@ class Simulation:
                 w = self.next_join_id
                 self.next_join_id += 1
                 self.counts["joins"] += 1
-                self._arrive(now, w, self._next_lifetime(w))
+                self._arrive(now, w, self.draws.next_lifetime(w))
                 joins.append(self._launch(now, w, 0))
             self._write(rec(now, "info", "fault", NEMESIS, kind="join",
                             workers=[j.worker for j in joins]))
@@ -966,10 +949,8 @@ class Simulation:
         n0 = self.W + sc.cluster.spares
         for w in range(n0):
             self._arrive(0.0, w, None)
-        model = self.failures
-        if model is not None:  # every node's first life, as on the real target
-            self.fail_heap = [(model.lifetime(w, 0), w, 1) for w in range(n0)]
-            self._node_draws = dict.fromkeys(range(n0), 1)
+        if self.draws.model is not None:  # every node's first life
+            self.fail_heap = [(self.draws.next_lifetime(w), w, 1) for w in range(n0)]
             heapq.heapify(self.fail_heap)
         self.proc[:n0] = True
         self._write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from rollcall.core.failures import FailureModel, nth_uniform, pick
+from rollcall.core.failures import Draws, FailureModel, nth_uniform, pick
 
 N = 40_000
 KS_1PCT = 1.63  # sqrt(n) * D above this: rejected at the 1% level
@@ -78,3 +78,13 @@ def test_pick_is_uniform_over_the_candidates_and_ignores_their_order() -> None:
         counts[w] += 1
     assert all(abs(c / 4000 - 0.25) < 0.03 for c in counts.values()), counts
     assert pick(11, 0, []) is None
+
+
+def test_draws_count_lives_per_node_and_picks_per_run() -> None:
+    model = FailureModel(5, "exponential", 10.0)
+    d = Draws(5, model)
+    assert [d.next_lifetime(1), d.next_lifetime(2), d.next_lifetime(1)] == \
+        [model.lifetime(1, 0), model.lifetime(2, 0), model.lifetime(1, 1)]
+    assert d.pick([]) is None  # an empty pool draws nothing...
+    assert [d.pick([4, 2]), d.pick([7, 8, 9])] == [pick(5, 0, [2, 4]), pick(5, 1, [7, 8, 9])]
+    assert Draws(5, None).next_lifetime(1) is None

@@ -54,6 +54,7 @@ failures:
 
     plan.node_up(2, 5.0)
     plan.node_up(3, 1.0)
+    plan.node_up(3, 4.0)  # relaunched by a restart: the same hardware life
     model = failure_model(sc)
     assert plan.crash_at == {2: 5.0 + model.lifetime(2, 0), 3: 1.0 + model.lifetime(3, 0)}
     plan.node_down(2)

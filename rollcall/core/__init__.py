@@ -23,7 +23,7 @@ from __future__ import annotations
 from rollcall.core.agent import Abort, Action, Agent, Enter, Log, SendToKeeper, Stop
 from rollcall.core.checkers import CheckReport, DataSpec, check, summarize_report
 from rollcall.core.detector import TimeoutDetector, make_detector
-from rollcall.core.failures import FailureModel, pick
+from rollcall.core.failures import Draws, FailureModel
 from rollcall.core.history import DRIVER, JOB, KEEPER, NEMESIS, commit, rec
 from rollcall.core.idset import EMPTY, IdRuns
 from rollcall.core.job import JobPolicy
@@ -45,12 +45,12 @@ from rollcall.core.types import Cursor, WorkerId, from_ranges
 
 __all__ = [
     "Abort", "Action", "Agent", "Broadcast", "CheckReport", "Checkpointed", "CommitVerdict",
-    "Copy", "Cursor", "DRIVER", "DataSpec", "EMPTY", "Enter", "FailureModel", "Formed",
+    "Copy", "Cursor", "DRIVER", "DataSpec", "Draws", "EMPTY", "Enter", "FailureModel", "Formed",
     "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
     "Keeper", "KeeperConfig", "Leave", "Lives", "Log", "Membership", "NEMESIS", "Output",
     "RecoveryPlan", "Record", "Refused", "Relaunch", "Reload", "RestartJob", "RollCall",
     "Send", "SendToKeeper", "ShardSpec", "StepFailed", "Stop", "TimeoutDetector", "ToKeeper",
     "ToWorker", "WorkerId", "check", "commit", "describe_assignment", "from_ranges",
-    "lr_scale", "make_detector", "pick", "plan_step", "rank_range", "rec", "sample_ids",
+    "lr_scale", "make_detector", "plan_step", "rank_range", "rec", "sample_ids",
     "split_bytes", "step_batch", "summarize_report",
 ]

@@ -9,6 +9,8 @@ pays one hash per life instead of seeding a generator per repaired node.
 
 A ``random`` target of a scripted fault is the k-th draw of the run's
 ``schedule`` name (:func:`pick`), made over the candidates sorted by id.
+:class:`Draws` counts both k's for a driver, so the sim and the real target
+number a node's lives and the run's picks the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-__all__ = ["FailureModel", "nth_uniform", "pick", "weibull_scale"]
+__all__ = ["Draws", "FailureModel", "nth_uniform", "pick", "weibull_scale"]
 
 DISTRIBUTIONS = ("exponential", "weibull")
 
@@ -66,3 +68,32 @@ def pick(seed: int, k: int, candidates: Sequence[int]) -> Optional[int]:
         return None
     pool = sorted(candidates)
     return pool[min(len(pool) - 1, int(nth_uniform(seed, "schedule", k) * len(pool)))]
+
+
+class Draws:
+    """One run's random draws, in the order a driver asks for them.
+
+    ``next_lifetime(node)`` is the length of the node's next hardware life
+    (its k-th: k counts the lives asked for that node); ``pick(candidates)``
+    is the run's next random choice (k counts the picks made; an empty pool
+    draws nothing). None: no random failures, or nothing to pick from.
+    """
+
+    def __init__(self, seed: int, model: Optional[FailureModel]) -> None:
+        self.seed = seed
+        self.model = model
+        self._lives: dict[int, int] = {}  # node -> hardware lives drawn so far
+        self._picks = 0
+
+    def next_lifetime(self, node: int) -> Optional[float]:
+        if self.model is None:
+            return None
+        k = self._lives.get(node, 0)
+        self._lives[node] = k + 1
+        return self.model.lifetime(node, k)
+
+    def pick(self, candidates: Sequence[int]) -> Optional[int]:
+        if not candidates:
+            return None
+        self._picks += 1
+        return pick(self.seed, self._picks - 1, candidates)
