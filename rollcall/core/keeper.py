@@ -659,10 +659,9 @@ class Keeper:
         members whose node is up now (one that went down meanwhile is not
         relaunched, and the round stops expecting it)."""
         r.relaunch_at = None
-        lost = r.expected & self.down
-        if lost:
-            r.expected = r.expected - lost
-        workers = r.expected - r.joined
+        r.expected = r.expected - self.down
+        workers = r.expected
+        assert r.joined.isdisjoint(workers), "a joiner is no longer expected (Round.add)"
         if workers:
             self._relaunched = self._relaunched | workers
             self._out.append(Relaunch(r.generation - 1, workers, self.lives.snapshot(workers)))
