@@ -48,6 +48,14 @@ class Enter:
     Execute an :class:`Abort` before sending what follows it: a ``Join``
     must carry the cursor of the state the trainer really holds.
 
+    ``broadcast``: some member is stale and ``source`` is set, so every
+    member takes part in one copy of the source's state (a collective needs
+    all of them, and each member's own ``sync`` says only whether *it* is
+    stale). A member that is not stale holds the state at ``cursor`` as the
+    keeper counts it; when that is the origin its trainer may not have
+    built it yet (the agent claims the origin from the moment it enters a
+    generation that starts there), and builds it rather than copying it.
+
     Sharded state only (defaults otherwise), copied from the keeper's
     :class:`~rollcall.core.messages.Membership`: ``placement[s]`` is the holder
     tuple of shard ``s`` (owner first); ``recovery`` the
@@ -64,6 +72,7 @@ class Enter:
     cursor: Cursor
     source: Optional[WorkerId]
     sync: bool
+    broadcast: bool
     placement: Optional[tuple[tuple[WorkerId, ...], ...]] = None
     recovery: Optional[RecoveryPlan] = None
     fallback: bool = False
@@ -208,11 +217,14 @@ class Agent:
         self.phase = Phase.ACTIVE
         self._retry_at = None
         sync = self.worker in m.stale
+        assert not (sync and m.source == self.worker), "the source is never stale"
         # A stale member holds no valid state until the copy or load is done;
         # until the driver says so (state_ready), it claims none at a roll call.
         self.cursor = None if sync else m.cursor
+        broadcast = m.source is not None and len(m.stale) > 0
         out.append(Enter(m.generation, m.members, m.members.index(self.worker),
-                         m.cursor, m.source, sync, m.placement, m.recovery, m.fallback))
+                         m.cursor, m.source, sync, broadcast, m.placement, m.recovery,
+                         m.fallback))
         out.append(Log(rec(now, "ok", "enter", self.worker, gen=m.generation,
                            members=members_field(m.members))))
         return out
