@@ -9,10 +9,12 @@ Two threads:
   generation for the trainer, an abort flag);
 - the *training* thread trains a real torch model: per generation it builds a
   fresh gloo group over a fresh store connection and key prefix, takes the
-  state from the generation's source when anyone needs it, and runs steps
-  whose micro-batches come from the core planner. Every collective is
-  asynchronous and polled together with the abort flag, so a dead or
-  evicted peer never holds it longer than the keeper takes to decide.
+  state as the keeper decided (the agent's ``Enter``: who is stale, who is the
+  source), and runs steps whose micro-batches come from the core planner.
+  It reports to the agent only what happened (a step committed, the state
+  is ready); what the worker claims at a roll call is the agent's. Every
+  collective is asynchronous and polled together with the abort flag, so a
+  dead or evicted peer never holds it longer than the keeper takes to decide.
 
 A step counts only when the keeper service accepts its commit: the request
 carries the generation stamp, and the service answers on the same ordered
@@ -85,7 +87,6 @@ class Worker:
         self.started = False
         self.wake = threading.Event()
         self.groups: list[dict] = []  # every process group ever built, kept alive
-        self.held: Optional[Cursor] = None  # the state the trainer holds (or will, once acked)
         self.ready = False  # torch imported, model built
         self.activate = False
 
@@ -109,10 +110,6 @@ class Worker:
                 self.send(("msg", a.message))
             elif isinstance(a, Enter):
                 self.target = a
-                # The agent now believes it holds the state at ``a.cursor``;
-                # until the trainer has it, its claim is the state it really
-                # holds (a roll call during the copy must not name it source).
-                self.agent.step_committed(self.now(), self.held)
                 self.wake.set()
                 self.cond.notify_all()
             elif isinstance(a, Abort):
@@ -176,7 +173,7 @@ class Worker:
                 self.acks[(gen, step)] = ok
                 p = self.pending
                 if ok and p is not None and p[:2] == (gen, step):
-                    self.held = p[2]
+                    # the trainer applies an accepted step whatever comes next
                     self.apply(self.agent.step_committed(self.now(), p[2]))
                 self.pending = None
                 deferred, self.deferred = self.deferred, []
@@ -336,8 +333,7 @@ class Worker:
             load()
             self.cursor = enter.cursor
             self.holds_state = True
-            self.held = enter.cursor
-            self.apply(self.agent.step_committed(self.now(), enter.cursor))
+            self.apply(self.agent.state_ready(self.now(), enter.cursor))
 
     def local_state(self, cursor: Cursor):
         """The state at ``cursor`` from the origin or a checkpoint, as a tensor."""
@@ -367,43 +363,51 @@ class Worker:
 
         self.hold(enter, adopt)
 
+    def holds(self, cursor: Cursor) -> bool:
+        """Whether the trainer holds the state at ``cursor``."""
+        return self.holds_state and self.cursor == cursor
+
     def sync_state(self, pg, enter: Enter) -> None:
-        torch = self.torch
-        gen = enter.generation
-        sharded = self.zero is not None
+        """Take the generation's state as the keeper decided (``Enter``): load
+        it when there is no source; otherwise stale members copy it from the
+        source, in one broadcast every member joins when ``enter.broadcast``."""
         if enter.source is None:
             state = self.local_state(enter.cursor)
             self.settle(pg, enter, lambda: self.wl.load_state(state), reloaded=True)
             return
-        is_source = enter.source == self.worker
-        mine = self.holds_state and self.cursor == enter.cursor
+        assert enter.broadcast or not enter.sync, "a stale member always has a copy to take"
         reloaded = False
-        if is_source and not mine:
-            # Only a claim the trainer cannot back: the origin or a checkpoint can.
-            state = self.local_state(enter.cursor)
-            self.wl.load_state(state)
+        if not enter.sync and not self.holds(enter.cursor):
+            # The keeper counts this member as holding the state (its agent
+            # claimed it); the one claim a trainer may not have backed yet is
+            # the origin's (see Enter), and the origin is built, not copied.
+            assert enter.cursor == Cursor(), (enter.cursor, self.cursor, self.holds_state)
+            self.wl.load_state(self.local_state(enter.cursor))
             self.cursor, self.holds_state = enter.cursor, True
-            mine = reloaded = True
-        need = enter.sync or not mine
-        flag = torch.tensor([1 if need else 0], dtype=torch.int64)
-        self.allreduce(pg, flag, gen)
-        if int(flag.item()) == 0:
+            reloaded = True
+        if enter.broadcast:
+            self.copy_from_source(pg, enter, reloaded)
+        else:
             self.settle(pg, enter, lambda: None, reloaded=reloaded)
-            return
-        root = enter.members.index(enter.source)
-        # Under ZeRO-1 only the parameters are replicated; shards move by copies.
-        if is_source:
+
+    def copy_from_source(self, pg, enter: Enter, reloaded: bool) -> None:
+        """The source's broadcast of its replicated state (under ZeRO-1 the
+        parameters only: shards move by the recovery's copies); every member
+        joins it, and only the stale ones keep what they receive."""
+        torch = self.torch
+        sharded = self.zero is not None
+        if enter.source == self.worker:
             buf = self.wl.flat.clone() if sharded else self.wl.state()
         else:
             buf = torch.empty(self.wl.n if sharded else 2 * self.wl.n)
         if pg is not None:
-            self.wait_work(pg.broadcast(buf, root), gen)
-        load = (lambda: self.wl.flat.copy_(buf)) if sharded else (lambda: self.wl.load_state(buf))
-
-        if need:
-            self.settle(pg, enter, load, reloaded=reloaded, replaced=True)
-        else:
+            self.wait_work(pg.broadcast(buf, enter.members.index(enter.source)),
+                           enter.generation)
+        if not enter.sync:
             self.settle(pg, enter, lambda: None, reloaded=reloaded)
+            return
+        load = (lambda: self.wl.flat.copy_(buf)) if sharded else (lambda: self.wl.load_state(buf))
+        self.settle(pg, enter, load, reloaded=reloaded, replaced=True)
 
     def run_generation(self, enter: Enter) -> None:
         torch = self.torch
