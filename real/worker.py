@@ -36,8 +36,9 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from rollcall.config import job_policy
 from rollcall.core import (
@@ -410,122 +411,180 @@ class Worker:
         self.settle(pg, enter, load, reloaded=reloaded, replaced=True)
 
     def run_generation(self, enter: Enter) -> None:
-        torch = self.torch
-        sc = self.scenario
-        wl = sc.workload
+        """Train in ``enter``'s generation, step after step, until it ends for
+        this worker (:class:`Aborted`) or the job is complete."""
         gen = enter.generation
         pg = self.build_group(enter)
         self.sync_state(pg, enter)
-        policy = job_policy(sc)
-        exact = sc.strategy.reduction == "exact"
+        policy = job_policy(self.scenario)
         while True:
             self.check(gen)
             cursor = self.cursor
             if policy.complete(cursor.step):
-                self.send(("final", self.worker, self.incarnation, cursor.to_json(),
-                           self.wl.weights_sha256()))
-                with self.cond:
-                    while not self.stopped and self.target.generation == gen:
-                        self.cond.wait(0.5)
+                self.report_final(gen)
                 raise Aborted()
-            plan = plan_step(cursor, enter.members, global_batch=wl.global_batch,
-                             micro_batch=wl.micro_batch, policy=sc.strategy.batch,
-                             full_workers=sc.cluster.workers)
+            plan = self.plan(cursor, enter.members)
             t0 = self.now()
-            self.wl.zero_grad()
-            ids_all: list[int] = []
-            losses: list[float] = []
-            part = None
-            if exact:  # the guess comes from the shared momentum
-                if self.zero is None:
-                    hint = reduce.hint_top(self.wl.momentum)
-                else:  # sliced: the owners' maxima, MAX-reduced
-                    hint = reduce.hint_from_max(self.max_over(pg, self.zero.momentum_max(), gen))
-                part = reduce.ExactPart(self.wl.n, plan.n_shards, hint, self.scratch)
-            mine = plan.shards_of(self.worker)
-            for j in mine:
-                self.check(gen)
-                ids = self.shard_ids(plan, j)
-                ids_all.extend(ids)
-                if part is None:
-                    losses.append(self.wl.accumulate(ids))
-                else:  # each shard's gradient on its own, never float-added to another
-                    grads, loss = self.wl.shard_gradient(ids)
-                    part.add(j, grads, loss)
-            if ids_all:  # the ledger leaves before the exchange: a kill cannot lose it
-                self.record(rec(self.now(), "ok", "contribute", self.worker, gen=gen,
-                                step=cursor.step, samples=ids_all))
-            self.check(gen)
-            if part is not None:
-                def recompute(kept, plan=plan, mine=mine) -> list:
-                    """The shards not kept, computed again (same data, same bits)."""
-                    out = []
-                    for j in mine:
-                        if j not in kept:
-                            self.check(gen)
-                            out.append((j, *self.wl.shard_gradient(self.shard_ids(plan, j))))
-                    return out
-
-                try:
-                    grad, loss = self.exact_reduce(pg, part, recompute, gen)
-                    self.scratch = part.scratch  # allocated once, by the first encode
-                except FloatingPointError as exc:
-                    # Diverged: every retry would fail the same way, so end the
-                    # run with the reason rather than roll-call forever.
-                    self.send(("fatal", self.worker, f"step {cursor.step}: {exc}"))
-                    with self.cond:
-                        while not self.stopped:
-                            self.cond.wait(0.5)
-                    raise Aborted() from exc
-            else:
-                total = reduce.fast_payload(self.wl.grad_buf, losses)
-                self.allreduce(pg, total, gen)
-                grad, loss = reduce.fast_result(total, plan.n_shards)
-            scale = lr_scale(sc.strategy.batch, sc.strategy.lr_scaling,
-                             plan.global_batch, wl.global_batch)
-            if self.zero is not None:  # ZeRO-1: update held slices, gather the parameters
-                moms, params = self.zero.step(grad, scale)
-                self.allreduce(pg, params, gen)
+            update = self.compute_step(pg, plan, cursor, gen)
             nxt = plan.next_cursor()
-            commit = rec(0.0, "ok", "commit", self.worker, gen=gen, step=cursor.step,
-                         last=cursor.step, sample=cursor.sample, stop=nxt.sample,
-                         batch=plan.global_batch, t0=round(t0, 9), loss=loss)
-            with self.cond:
-                self.check(gen)
-                if not self.agent.may_step(gen):
-                    raise Aborted()
-                self.pending = (gen, cursor.step, nxt)
-                self.send(("commit", self.worker, self.incarnation, gen, cursor.step, commit))
-                while (gen, cursor.step) not in self.acks and not self.stopped:
-                    self.cond.wait(0.5)
-                ok = self.acks.pop((gen, cursor.step), False)
-            if not ok:
+            if not self.request_commit(gen, cursor, nxt, plan, t0, update.loss):
                 raise Aborted()
-            if self.zero is not None:
-                self.zero.commit(moms, params)
-            else:
-                self.wl.apply(grad, scale)
+            self.apply_update(update)
             with self.lock:
                 self.cursor = nxt
-            # The core's checkpoint policy, the sim's too: every strategy
-            # checkpoints (the keeper resumes from it when no member holds
-            # usable state). Every member knows when, so ZeRO's gather of the
-            # momentum slices is a collective all of them join.
-            due = policy.checkpoint_due(nxt.step)
-            state = None
-            if due and self.zero is not None:
-                momentum = self.zero.momentum_buffer()
-                self.allreduce(pg, momentum, gen)
-                state = torch.cat([self.wl.flat, momentum])
-            if due and enter.rank == 0:
-                from real.model import save_checkpoint
-                save_checkpoint(self.run_dir, nxt.step, nxt.sample,
-                                self.wl.state() if state is None else state)
-                with self.lock:
-                    if self.agent.generation == gen:
-                        self.record(rec(self.now(), "ok", "checkpoint", self.worker,
-                                        gen=gen, cursor=nxt.to_json()))
-                        self.apply(self.agent.checkpointed(self.now(), nxt))
+            self.checkpoint_if_due(pg, enter, policy, nxt)
+
+    def report_final(self, gen: int) -> None:
+        """Hand the launcher the final cursor and weights, then wait for the
+        stop (or for a later generation, should the keeper form one)."""
+        self.send(("final", self.worker, self.incarnation, self.cursor.to_json(),
+                   self.wl.weights_sha256()))
+        with self.cond:
+            while not self.stopped and self.target.generation == gen:
+                self.cond.wait(0.5)
+
+    def plan(self, cursor: Cursor, members: tuple[int, ...]):
+        """The core planner's step at ``cursor`` for ``members``."""
+        sc = self.scenario
+        wl = sc.workload
+        return plan_step(cursor, members, global_batch=wl.global_batch,
+                         micro_batch=wl.micro_batch, policy=sc.strategy.batch,
+                         full_workers=sc.cluster.workers)
+
+    def compute_step(self, pg, plan, cursor: Cursor, gen: int) -> "Update":
+        """This worker's gradients, exchanged, and the update they make; nothing is applied."""
+        part, losses, mine = self.compute_gradients(pg, plan, cursor, gen)
+        self.check(gen)
+        grad, loss = self.exchange(pg, plan, part, losses, mine, cursor, gen)
+        sc = self.scenario
+        scale = lr_scale(sc.strategy.batch, sc.strategy.lr_scaling,
+                         plan.global_batch, sc.workload.global_batch)
+        if self.zero is None:
+            return Update(grad, loss, scale)
+        # ZeRO-1: update the held slices, gather the parameters
+        moms, params = self.zero.step(grad, scale)
+        self.allreduce(pg, params, gen)
+        return Update(grad, loss, scale, moms, params)
+
+    def compute_gradients(self, pg, plan, cursor: Cursor, gen: int):
+        """The gradients of this worker's shards of the step: accumulated in
+        fast mode (``part`` None, one loss per shard), or each kept on its own
+        in exact mode's ``part``. The per-sample ledger record leaves here,
+        before the exchange, so a kill cannot lose it."""
+        self.wl.zero_grad()
+        ids_all: list[int] = []
+        losses: list[float] = []
+        part = None
+        if self.scenario.strategy.reduction == "exact":  # the guess comes from the shared momentum
+            if self.zero is None:
+                hint = reduce.hint_top(self.wl.momentum)
+            else:  # sliced: the owners' maxima, MAX-reduced
+                hint = reduce.hint_from_max(self.max_over(pg, self.zero.momentum_max(), gen))
+            part = reduce.ExactPart(self.wl.n, plan.n_shards, hint, self.scratch)
+        mine = plan.shards_of(self.worker)
+        for j in mine:
+            self.check(gen)
+            ids = self.shard_ids(plan, j)
+            ids_all.extend(ids)
+            if part is None:
+                losses.append(self.wl.accumulate(ids))
+            else:  # each shard's gradient on its own, never float-added to another
+                grads, loss = self.wl.shard_gradient(ids)
+                part.add(j, grads, loss)
+        if ids_all:
+            self.record(rec(self.now(), "ok", "contribute", self.worker, gen=gen,
+                            step=cursor.step, samples=ids_all))
+        return part, losses, mine
+
+    def exchange(self, pg, plan, part, losses: list[float], mine, cursor: Cursor, gen: int):
+        """The step's mean gradient and loss over the generation."""
+        if part is None:
+            total = reduce.fast_payload(self.wl.grad_buf, losses)
+            self.allreduce(pg, total, gen)
+            return reduce.fast_result(total, plan.n_shards)
+
+        def recompute(kept) -> list:
+            """The shards not kept, computed again (same data, same bits)."""
+            out = []
+            for j in mine:
+                if j not in kept:
+                    self.check(gen)
+                    out.append((j, *self.wl.shard_gradient(self.shard_ids(plan, j))))
+            return out
+
+        try:
+            grad, loss = self.exact_reduce(pg, part, recompute, gen)
+        except FloatingPointError as exc:
+            self.report_fatal(f"step {cursor.step}: {exc}")
+            raise Aborted() from exc
+        self.scratch = part.scratch  # allocated once, by the first encode
+        return grad, loss
+
+    def report_fatal(self, reason: str) -> None:
+        """Diverged: every retry would fail the same way, so end the run with
+        the reason rather than roll-call forever; wait for the stop."""
+        self.send(("fatal", self.worker, reason))
+        with self.cond:
+            while not self.stopped:
+                self.cond.wait(0.5)
+
+    def request_commit(self, gen: int, cursor: Cursor, nxt: Cursor, plan, t0: float,
+                       loss: float) -> bool:
+        """Ask the keeper service whether the step at ``cursor`` commits; its
+        answer comes on the stream of the keeper's roll calls (see the module
+        docstring), so the control thread holds those back until it has it."""
+        commit = rec(0.0, "ok", "commit", self.worker, gen=gen, step=cursor.step,
+                     last=cursor.step, sample=cursor.sample, stop=nxt.sample,
+                     batch=plan.global_batch, t0=round(t0, 9), loss=loss)
+        with self.cond:
+            self.check(gen)
+            if not self.agent.may_step(gen):
+                raise Aborted()
+            self.pending = (gen, cursor.step, nxt)
+            self.send(("commit", self.worker, self.incarnation, gen, cursor.step, commit))
+            while (gen, cursor.step) not in self.acks and not self.stopped:
+                self.cond.wait(0.5)
+            return self.acks.pop((gen, cursor.step), False)
+
+    def apply_update(self, update: "Update") -> None:
+        """Apply a committed step's update to the state held."""
+        if self.zero is not None:
+            self.zero.commit(update.moms, update.params)
+        else:
+            self.wl.apply(update.grad, update.scale)
+
+    def checkpoint_if_due(self, pg, enter: Enter, policy, nxt: Cursor) -> None:
+        """The core's checkpoint policy, the sim's too: every strategy
+        checkpoints (the keeper resumes from it when no member holds usable
+        state). Every member knows when, so ZeRO's gather of the momentum
+        slices is a collective all of them join; rank 0 writes."""
+        gen = enter.generation
+        due = policy.checkpoint_due(nxt.step)
+        state = None
+        if due and self.zero is not None:
+            momentum = self.zero.momentum_buffer()
+            self.allreduce(pg, momentum, gen)
+            state = self.torch.cat([self.wl.flat, momentum])
+        if due and enter.rank == 0:
+            from real.model import save_checkpoint
+            save_checkpoint(self.run_dir, nxt.step, nxt.sample,
+                            self.wl.state() if state is None else state)
+            with self.lock:
+                if self.agent.generation == gen:
+                    self.record(rec(self.now(), "ok", "checkpoint", self.worker,
+                                    gen=gen, cursor=nxt.to_json()))
+                    self.apply(self.agent.checkpointed(self.now(), nxt))
+
+
+@dataclass
+class Update:
+    """A computed step's update, applied only once the step commits."""
+
+    grad: Any
+    loss: float
+    scale: float
+    moms: Optional[dict] = None  # ZeRO-1: the held slices' new momentum
+    params: Any = None  # ZeRO-1: the gathered parameters
 
 
 def main(argv=None) -> int:
