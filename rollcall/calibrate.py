@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -76,32 +77,62 @@ def _fit_step(points: list[tuple[int, float, int]]) -> tuple[float, float]:
     return total / sum(n * k for k, _, n in points), 0.0
 
 
-def measure(run_dir: str | Path) -> dict[str, Any]:
-    """The costs a real run exhibited, in seconds (see the module docstring)."""
-    run_dir = Path(run_dir)
-    sc = yaml.safe_load((run_dir / SCENARIO_FILE).read_text(encoding="utf-8"))
-    recs = list(read_history(run_dir))
-    if not any(r.get("f") == "commit" for r in recs):
-        raise ValueError("no committed step in the history: nothing to calibrate")
-    wl = sc["workload"]
-    shards = wl["global_batch"] // wl["micro_batch"]
-    gens: dict[int, dict[str, Any]] = {}
-    opened: dict[int, float] = {}
-    commits: dict[int, list[dict[str, Any]]] = {}
-    for r in recs:
-        f = r.get("f")
-        if f == "round" and r.get("type") == "invoke":
-            opened.setdefault(int(r["gen"]), float(r["t"]))
-        elif f == "generation":
-            gens[int(r["gen"])] = r
-        elif f == "commit":
-            commits.setdefault(int(r["gen"]), []).append(r)
+@dataclass
+class _History:
+    """A real run's records, indexed by generation the way the measures read them."""
 
-    # step cost per generation
+    recs: list[dict[str, Any]]
+    gens: dict[int, dict[str, Any]]  # generation -> its ``generation`` record
+    opened: dict[int, float]  # generation -> when its round opened
+    commits: dict[int, list[dict[str, Any]]]  # generation -> its commit records
+
+    @classmethod
+    def of(cls, recs: list[dict[str, Any]]) -> "_History":
+        gens: dict[int, dict[str, Any]] = {}
+        opened: dict[int, float] = {}
+        commits: dict[int, list[dict[str, Any]]] = {}
+        for r in recs:
+            f = r.get("f")
+            if f == "round" and r.get("type") == "invoke":
+                opened.setdefault(int(r["gen"]), float(r["t"]))
+            elif f == "generation":
+                gens[int(r["gen"])] = r
+            elif f == "commit":
+                commits.setdefault(int(r["gen"]), []).append(r)
+        return cls(recs, gens, opened, commits)
+
+    def size(self, g: int) -> int:
+        """Generation ``g``'s member count."""
+        return len(from_ranges(self.gens[g]["members"]))
+
+    def first_commit(self, g: int) -> float | None:
+        cs = self.commits.get(g)
+        return min(float(c["t"]) for c in cs) if cs else None
+
+
+@dataclass
+class _StepCost:
+    """The measured step cost: per generation, and the fit of the sim's model."""
+
+    micro_batch_s: float
+    allreduce_s: float
+    per_gen: dict[int, float]  # generation -> its mean step, when it had two commits
+    by_size: dict[int, list[tuple[float, int]]]  # members -> (mean step, steps) per generation
+    shards: int  # micro-batches per global batch
+
+    def of(self, h: _History, g: int) -> float:
+        """Generation ``g``'s normal step: measured, or from the fit."""
+        if g in self.per_gen:
+            return self.per_gen[g]
+        return math.ceil(self.shards / h.size(g)) * self.micro_batch_s + self.allreduce_s
+
+
+def _step_cost(h: _History, shards: int) -> _StepCost:
+    """Mean commit interval per generation, fitted as ``k * micro_batch_s + allreduce_s``."""
     points, per_gen = [], {}
     by_size: dict[int, list[tuple[float, int]]] = {}
-    for g, cs in commits.items():
-        size = len(from_ranges(gens[g]["members"])) if g in gens else None
+    for g, cs in h.commits.items():
+        size = h.size(g) if g in h.gens else None
         ts = sorted(float(c["t"]) for c in cs)
         deltas = [b - a for a, b in zip(ts, ts[1:])]
         if size and deltas:
@@ -115,84 +146,100 @@ def measure(run_dir: str | Path) -> dict[str, Any]:
             per_gen[g] = med
             by_size.setdefault(size, []).append((med, len(kept)))
     if not points:  # one commit per generation: use t - t0
-        for g, cs in commits.items():
-            size = len(from_ranges(gens[g]["members"]))
-            points.append((math.ceil(shards / size), statistics.median(
+        for g, cs in h.commits.items():
+            points.append((math.ceil(shards / h.size(g)), statistics.median(
                 float(c["t"]) - float(c["t0"]) for c in cs), len(cs)))
     mb, ar = _fit_step(points)
+    return _StepCost(mb, ar, per_gen, by_size, shards)
 
-    def step_of(g: int) -> float:
-        if g in per_gen:
-            return per_gen[g]
-        return math.ceil(shards / len(from_ranges(gens[g]["members"]))) * mb + ar
 
-    def first_commit_after(g: int) -> float | None:
-        cs = commits.get(g)
-        return min(float(c["t"]) for c in cs) if cs else None
-
-    kill_d, pause_d, roll, transfer, resume, ck_write, restart, read = [], [], [], [], [], [], [], []
-    warmup = []
-    rounds = sorted(opened.values())
-    commit_t = {int(c["last"]): float(c["t"]) for cs in commits.values() for c in cs}
-    evicts = [(float(r["t"]), r.get("worker")) for r in recs if r.get("f") == "evict"]
-    evicts_by_timeout = [(float(r["t"]), r.get("worker")) for r in recs
-                         if r.get("f") == "evict" and r.get("reason") == "timeout"]
-    gen_list = sorted(gens.items())
-    for r in recs:
+def _event_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
+    """Samples of the costs that follow one record: a fault's detection, a
+    checkpoint's write, a restart and the checkpoint read after it."""
+    out: dict[str, list[float]] = {k: [] for k in ("kill", "pause", "write", "restart", "read")}
+    rounds = sorted(h.opened.values())
+    commit_t = {int(c["last"]): float(c["t"]) for cs in h.commits.values() for c in cs}
+    evicts = [(float(r["t"]), r.get("worker")) for r in h.recs if r.get("f") == "evict"]
+    gen_list = sorted(h.gens.items())
+    for r in h.recs:
         f, t = r.get("f"), float(r["t"])
         if f == "fault" and r.get("kind") == "kill":
             nxt = next((x for x in rounds if x >= t), None)
             if nxt is not None:
-                kill_d.append(nxt - t)
+                out["kill"].append(nxt - t)
         elif f == "fault" and r.get("kind") == "pause":
             ws = set(r.get("workers") or [])
             ev = next((x for x, w in evicts if x >= t and w in ws), None)
             if ev is not None:
-                pause_d.append(ev - t)
+                out["pause"].append(ev - t)
         elif f == "checkpoint":
-            step = int(r["cursor"][0])
-            if step - 1 in commit_t:
-                ck_write.append(t - commit_t[step - 1])
+            ck_step = int(r["cursor"][0])
+            if ck_step - 1 in commit_t:
+                out["write"].append(t - commit_t[ck_step - 1])
         elif f == "restart":
-            nxt = next(((g, gr) for g, gr in gen_list if float(gr["t"]) >= t), None)
-            if nxt is not None:
-                restart.append(float(nxt[1]["t"]) - t)
-                fc = first_commit_after(nxt[0])
+            later = next(((g, gr) for g, gr in gen_list if float(gr["t"]) >= t), None)
+            if later is not None:
+                out["restart"].append(float(later[1]["t"]) - t)
+                fc = h.first_commit(later[0])
                 if fc is not None:
-                    read.append(max(0.0, fc - float(nxt[1]["t"]) - step_of(nxt[0])))
-    timeouts = [x for x, _ in evicts_by_timeout]
-    for g, gr in gen_list:
-        if g in opened and gr.get("reason") in _FAILURE_REASONS:
+                    out["read"].append(max(0.0, fc - float(later[1]["t"]) - step.of(h, later[0])))
+    return out
+
+
+def _generation_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
+    """Samples of the costs of forming a generation (the roll call) and of its
+    first step beyond a normal one (warm-up, state transfer, plain resume)."""
+    out: dict[str, list[float]] = {k: [] for k in ("roll", "warmup", "transfer", "resume")}
+    timeouts = [float(r["t"]) for r in h.recs
+                if r.get("f") == "evict" and r.get("reason") == "timeout"]
+    for g, gr in sorted(h.gens.items()):
+        if g in h.opened and gr.get("reason") in _FAILURE_REASONS:
             # a round that had to time a silent member out measures the detector, not the roll call
-            if not any(opened[g] < x <= float(gr["t"]) for x in timeouts):
-                roll.append(float(gr["t"]) - opened[g])
-        fc = first_commit_after(g)
+            if not any(h.opened[g] < x <= float(gr["t"]) for x in timeouts):
+                out["roll"].append(float(gr["t"]) - h.opened[g])
+        fc = h.first_commit(g)
         if fc is not None and gr.get("reason") == "start":
-            warmup.append(max(0.0, fc - float(gr["t"]) - step_of(g)))
+            out["warmup"].append(max(0.0, fc - float(gr["t"]) - step.of(h, g)))
         if fc is None or gr.get("reason") in ("start", "restart"):
             continue
-        extra = max(0.0, fc - float(gr["t"]) - step_of(g))
-        (transfer if gr.get("stale") else resume).append(extra)
+        extra = max(0.0, fc - float(gr["t"]) - step.of(h, g))
+        out["transfer" if gr.get("stale") else "resume"].append(extra)
+    return out
+
+
+def measure(run_dir: str | Path) -> dict[str, Any]:
+    """The costs a real run exhibited, in seconds (see the module docstring)."""
+    run_dir = Path(run_dir)
+    sc = yaml.safe_load((run_dir / SCENARIO_FILE).read_text(encoding="utf-8"))
+    recs = list(read_history(run_dir))
+    if not any(r.get("f") == "commit" for r in recs):
+        raise ValueError("no committed step in the history: nothing to calibrate")
+    wl = sc["workload"]
+    h = _History.of(recs)
+    step = _step_cost(h, wl["global_batch"] // wl["micro_batch"])
+    ev = _event_costs(h, step)
+    gc = _generation_costs(h, step)
     strategy = sc["strategy"]["kind"]
     return {
         "source_run": str(run_dir),
         "scenario": sc.get("name"),
         "strategy": strategy,
-        "micro_batch_s": mb,
-        "allreduce_s": ar,
-        "step_s_by_generation": {int(g): v for g, v in sorted(per_gen.items())},
+        "micro_batch_s": step.micro_batch_s,
+        "allreduce_s": step.allreduce_s,
+        "step_s_by_generation": {int(g): v for g, v in sorted(step.per_gen.items())},
         # the same, pooled by member count (weighted by steps): what the sim takes
         "step_s_by_workers": {n: sum(m * k for m, k in v) / sum(k for _, k in v)
-                              for n, v in sorted(by_size.items())},
-        "kill_detection_s": _median(kill_d),
-        "pause_detection_s": _median(pause_d),
-        "roll_call_s": _median(roll),
-        "state_transfer_s": _median(transfer),
-        "resume_s": _median(resume),
-        "warmup_s": _median(warmup),
-        "checkpoint_write_s": _median(ck_write) if ck_write else (0.0 if strategy == "elastic" else None),
-        "checkpoint_read_s": _median(read),
-        "restart_s": _median(restart),
+                              for n, v in sorted(step.by_size.items())},
+        "kill_detection_s": _median(ev["kill"]),
+        "pause_detection_s": _median(ev["pause"]),
+        "roll_call_s": _median(gc["roll"]),
+        "state_transfer_s": _median(gc["transfer"]),
+        "resume_s": _median(gc["resume"]),
+        "warmup_s": _median(gc["warmup"]),
+        "checkpoint_write_s": _median(ev["write"]) if ev["write"]
+        else (0.0 if strategy == "elastic" else None),
+        "checkpoint_read_s": _median(ev["read"]),
+        "restart_s": _median(ev["restart"]),
         "heartbeat_s": sc["detector"]["heartbeat_s"],
         "model_bytes": wl["model_params"] * wl["bytes_per_param"],
     }
