@@ -149,7 +149,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else Path("runs") / scenario.name / f"{_utc_stamp()}-compare"
     if not _prepare(out_dir, scenario):
         return 2
-    table = compare(scenario, seeds, out_dir)
+    try:
+        table = compare(scenario, seeds, out_dir)
+    except KeyboardInterrupt:
+        _err(f"interrupted; the finished runs are in {out_dir / 'compare.csv'}")
+        return 130
     print(table.to_string() if hasattr(table, "to_string") else table)
     print(f"out: {out_dir}")
     return 0
