@@ -14,7 +14,7 @@ import shlex
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from rollcall.results import default_out_dir, prepare_out_dir
 from rollcall.scenario import Scenario, ScenarioError, load_scenario
@@ -226,8 +226,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (the house rule for bad input), still exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rollcall",
         description="Fault-injection and simulation testbed for elastic data-parallel training.",
     )

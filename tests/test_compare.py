@@ -214,6 +214,22 @@ def test_ctrl_c_keeps_finished_rows_and_leaves_no_process(tmp_path: Path) -> Non
     assert not (out / "compare-table.csv").exists()
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["--seeds", "0"], "argument --seeds: must be >= 1, got 0"),
+    (["--target", "gpu"], "argument --target: invalid choice: 'gpu'"),
+])
+def test_bad_compare_arguments_are_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["compare", str(QUICK), *argv, "--out", str(out)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.count("\n") == 1 and err.startswith("rollcall compare: error: ") and says in err
+    assert not out.exists()
+
+
 def test_unknown_target_in_the_scenario_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
