@@ -14,7 +14,7 @@ import shlex
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from rollcall.results import default_out_dir, prepare_out_dir
 from rollcall.scenario import Scenario, ScenarioError, load_scenario
@@ -149,7 +149,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else Path("runs") / scenario.name / f"{_utc_stamp()}-compare"
     if not _prepare(out_dir, scenario):
         return 2
-    table = compare(scenario, seeds, out_dir)
+    try:
+        table = compare(scenario, seeds, out_dir)
+    except KeyboardInterrupt:
+        _err(f"interrupted; the finished runs are in {out_dir / 'compare.csv'}")
+        return 130
     print(table.to_string() if hasattr(table, "to_string") else table)
     print(f"out: {out_dir}")
     return 0
@@ -222,8 +226,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (the house rule for bad input), still exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="rollcall",
         description="Fault-injection and simulation testbed for elastic data-parallel training.",
     )

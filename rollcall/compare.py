@@ -1,0 +1,194 @@
+"""Both strategies on the same failure traces, on any target: ``compare(scenario, seeds, out_dir, run)``.
+
+The target-independent half of ``rollcall compare``. A target's
+``compare`` module (``sim.compare``, ``real.compare``) hands in its driver's
+``run(scenario, out_dir) -> summary``; this module never imports a target
+(``tests/test_purity.py``), so the loop, the rows and the table are the same
+code for both.
+
+For each seed the scenario runs once as ``checkpoint-restart`` and once as
+``elastic``, each in its own run directory ``<strategy>-seed<S>/`` under
+``out_dir``. After every run ``compare.csv`` (one row per finished run) is
+rewritten atomically and one progress line goes to ``log``, so an
+interrupted compare keeps every finished row and shows how far it got. At
+the end ``compare-table.csv`` gets the side-by-side table that is returned:
+per metric and strategy the mean over seeds and the half-width of the 95%
+Student-t interval.
+
+A metric that no run's summary has (``checkpoint_s`` on the real target,
+which does not time checkpoints) is left out of both files and named in one
+``log`` line; a value missing from only some runs (or ``None``) is an empty
+cell in ``compare.csv`` and makes that strategy's mean and interval NaN.
+Nothing is filled in.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from rollcall.results import prepare_out_dir
+from rollcall.scenario import Scenario
+
+__all__ = [
+    "METRICS", "RUNS_FILE", "STRATEGIES", "TABLE_FILE",
+    "compare", "mean_ci", "summarize", "t975", "with_strategy",
+]
+
+RunFn = Callable[[Scenario, Path], dict[str, Any]]
+LogFn = Callable[[str], None]
+
+STRATEGIES = ("checkpoint-restart", "elastic")
+
+METRICS = (
+    "completed", "valid", "elapsed_s", "ettr", "goodput", "productive_s", "lost_work_s",
+    "stall_s", "recovery_s", "checkpoint_s", "failures", "generations", "restarts",
+    "lost_steps", "samples_duplicated", "samples_skipped", "global_batch_min", "wall_s",
+)
+
+RUNS_FILE = "compare.csv"
+TABLE_FILE = "compare-table.csv"
+_ID_COLUMNS = ("strategy", "seed", "run_dir")
+
+# two-sided 95% Student-t quantiles t_{0.975, df}
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
+         16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074,
+         23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045,
+         30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+
+def t975(df: int) -> float:
+    """The 97.5% quantile of Student's t with ``df`` degrees of freedom."""
+    if df < 1:
+        return float("nan")
+    if df in _T975:
+        return _T975[df]
+    keys = sorted(_T975)
+    for lo, hi in zip(keys, keys[1:]):
+        if lo < df < hi:  # interpolate in 1/df, which is close to linear here
+            a, b = 1 / lo, 1 / hi
+            x = (1 / df - b) / (a - b)
+            return _T975[hi] + x * (_T975[lo] - _T975[hi])
+    return 1.960 + 2.4 / df  # df > 120
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and half-width of the 95% t-interval (nan with one value)."""
+    xs = [float(v) for v in values]
+    n = len(xs)
+    if n == 0:
+        return float("nan"), float("nan")
+    m = sum(xs) / n
+    if n == 1:
+        return m, float("nan")
+    var = sum((x - m) ** 2 for x in xs) / (n - 1)
+    return m, t975(n - 1) * math.sqrt(var / n)
+
+
+def with_strategy(scenario: Scenario, strategy: str, seed: int) -> Scenario:
+    """The scenario with ``seed`` and ``strategy.kind`` replaced, validated again."""
+    data = scenario.to_dict()
+    data["seed"] = seed
+    data["strategy"]["kind"] = strategy
+    return Scenario.model_validate(data)
+
+
+def _stderr_line(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _progress_line(done: int, total: int, row: dict[str, Any]) -> str:
+    """One line per finished run: which run, did it hold, how long (sim or real seconds)."""
+    state = "completed" if row.get("completed") else "NOT completed"
+    state += ", valid" if row.get("valid") else ", INVALID"
+    return (f"compare [{done}/{total}] {row['strategy']} seed {row['seed']}: {state}, "
+            f"elapsed_s {_fmt(row.get('elapsed_s'))}, wall_s {_fmt(row.get('wall_s'))} "
+            f"-> {row['run_dir']}")
+
+
+def _metrics_present(rows: Sequence[dict[str, Any]]) -> list[str]:
+    return [m for m in METRICS if any(m in r for r in rows)]
+
+
+def _runs_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """The rows with a fixed column order (ids, then METRICS order), whatever row came first."""
+    return pd.DataFrame(list(rows), columns=list(_ID_COLUMNS) + _metrics_present(rows))
+
+
+def _write_runs(out: Path, rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Rewrite ``compare.csv`` beside itself and rename: never half a file."""
+    runs = _runs_frame(rows)
+    tmp = out / f".{RUNS_FILE}.tmp"
+    runs.to_csv(tmp, index=False)
+    os.replace(tmp, out / RUNS_FILE)
+    return runs
+
+
+def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: RunFn,
+            log: LogFn = _stderr_line) -> pd.DataFrame:
+    """Run both strategies for every seed with ``run``; write the CSVs; return the table.
+
+    An exception out of ``run`` (KeyboardInterrupt included) propagates after
+    the runs before it are in ``compare.csv``; the table is written only when
+    every run finished, so a partial table is never mistaken for a full one.
+    """
+    assert seeds, "compare needs at least one seed"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    total = len(seeds) * len(STRATEGIES)
+    rows: list[dict[str, Any]] = []
+    for seed in seeds:
+        for strategy in STRATEGIES:
+            sc = with_strategy(scenario, strategy, seed)
+            run_dir = prepare_out_dir(out / f"{strategy}-seed{seed}", sc)
+            summary = run(sc, run_dir)
+            row: dict[str, Any] = {"strategy": strategy, "seed": seed, "run_dir": str(run_dir)}
+            row.update({k: summary[k] for k in METRICS if k in summary})
+            rows.append(row)
+            runs = _write_runs(out, rows)
+            log(_progress_line(len(rows), total, row))
+    absent = [m for m in METRICS if m not in runs.columns]
+    if absent:
+        log(f"compare: not in any {scenario.target} summary, left out: {', '.join(absent)}")
+    table = summarize(runs)
+    table.to_csv(out / TABLE_FILE)
+    # six significant digits, printed as plain numbers (a float column mixing
+    # 1e-3 and 1e6 would otherwise print in scientific notation throughout)
+    return table.map(lambda v: float(f"{v:.6g}")).astype(object)
+
+
+def _as_float(value: Any) -> float:
+    """A cell as a number; a missing one (None, NaN) is NaN, so its mean is NaN too."""
+    return float("nan") if value is None else float(value)
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Side-by-side table: one row per metric in ``runs``; per strategy the mean and the
+    half-width of its 95% t-interval (columns ``(strategy, "mean")`` and
+    ``(strategy, "±95%")``)."""
+    metrics = [m for m in METRICS if m in runs.columns]
+    columns: dict[tuple[str, str], dict[str, float]] = {}
+    for strategy in STRATEGIES:
+        sub = runs[runs["strategy"] == strategy]
+        if sub.empty:
+            continue
+        for metric in metrics:
+            m, h = mean_ci([_as_float(v) for v in sub[metric]])
+            if h == h and abs(h) < 1e-9 * max(1.0, abs(m)):
+                h = 0.0  # identical values: no spread, not float noise
+            columns.setdefault((strategy, "mean"), {})[metric] = m
+            columns.setdefault((strategy, "±95%"), {})[metric] = h
+    frame = pd.DataFrame(columns)
+    frame.columns = pd.MultiIndex.from_tuples(frame.columns)
+    frame.index.name = f"n={runs['seed'].nunique()} seeds"
+    return frame
