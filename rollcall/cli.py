@@ -58,6 +58,10 @@ def _load(args: argparse.Namespace) -> Scenario:
     )
 
 
+# an epoch's data order is a permutation of the dataset, built in memory
+LEDGER_DATASET_LIMIT = 10_000_000
+
+
 def _replay_line(args: argparse.Namespace, scenario: Scenario) -> str:
     parts = [
         "rollcall", "run", str(args.scenario),
@@ -67,6 +71,8 @@ def _replay_line(args: argparse.Namespace, scenario: Scenario) -> str:
     ]
     for item in args.set:
         parts += ["--set", item]
+    if getattr(args, "ledger", False):
+        parts.append("--ledger")
     return "replay: " + " ".join(shlex.quote(p) for p in parts)
 
 
@@ -128,10 +134,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if run is None:
         _err(f"target '{scenario.target}' is not built yet")
         return 2
+    if args.ledger and scenario.workload.dataset_samples > LEDGER_DATASET_LIMIT:
+        _err(f"--ledger: the data order of a {scenario.workload.dataset_samples}-sample dataset "
+             f"is too large to list (at most {LEDGER_DATASET_LIMIT}); run without --ledger "
+             f"for the compact ledger")
+        return 2
     out_dir = Path(args.out) if args.out else default_out_dir(scenario, _utc_stamp())
     if not _prepare(out_dir, scenario):
         return 2
-    summary = run(scenario, out_dir)
+    options = {"ledger": True} if args.ledger and scenario.target == "sim" else {}
+    summary = run(scenario, out_dir, **options)
     if not args.quiet:
         _print_summary(summary, out_dir)
     print(_replay_line(args, scenario))
@@ -258,6 +270,9 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", choices=STRATEGIES, help="override strategy.kind")
     p.add_argument("--out", metavar="DIR", help="run directory (default runs/<name>/<utc>-seed<S>/)")
     p.add_argument("--quiet", action="store_true", help="print only the replay line")
+    p.add_argument("--ledger", action="store_true",
+                   help="sim: write the per-sample ledger whatever the run's size "
+                        "(the real target always writes it)")
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("compare", help="run both strategies over several seeds and tabulate")

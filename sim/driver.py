@@ -43,9 +43,20 @@ What is simulated, and where the core decides
   ``max micro-batches per member * micro_batch_s + exchange_s`` (the
   reduction's exchange, ``Scenario.exchange_s``: exact mode costs more) with the
   shard split and the batch of :mod:`rollcall.core.reshard` (``step_batch``,
-  ``rank_range``). A contiguous run of steps inside a generation is one
-  ``commit`` record, closed at checkpoints, interruptions, scripted
-  ``at_step`` faults and growth roll calls.
+  ``rank_range``). A contiguous run of steps inside a generation (closed at
+  checkpoints, interruptions, scripted ``at_step`` faults and growth roll
+  calls) counts only through the keeper's commit vote (``Keeper.commit``,
+  the rule the real launcher applies): each step's vote reaches the keeper
+  one latency after the step ends, and the driver casts it before the first
+  keeper call that comes later (:mod:`sim.steps`), so a step whose vote
+  arrives after a roll call opened is refused and lost, as on real. The
+  steps that passed are one ``commit`` record stamped with the member whose
+  vote passed them (the lowest live one); the job is complete when the
+  keeper says so of the last step's vote. The run's ledger follows: one
+  ``contribute`` record per member and step with the dataset ids of its
+  shards, as the real worker writes it, up to ``LEDGER_SAMPLES`` samples
+  (or always with ``ledger=True``, ``rollcall run --ledger``), else one
+  compact record per run that the checker expands.
 * **Strategies.** ``elastic``: survivors roll call, reshard, newcomers copy
   the state from the keeper's ``source`` (``model_params * bytes_per_param /
   bandwidth_Bps + latency_s``), then continue. ``checkpoint-restart``: the
@@ -85,6 +96,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import heapq
+from collections import deque
 import time as _time
 from contextlib import contextmanager
 from time import perf_counter as _perf
@@ -99,13 +111,14 @@ from rollcall.config import data_spec, draws, job_policy, keeper_config
 from rollcall.core import (
     DRIVER, EMPTY, JOB, NEMESIS, Agent, Broadcast, Checkpointed, Cursor, Enter, Formed, IdRuns,
     JobFailed, Join, JoinBatch, Keeper, Log, Membership, Record, Relaunch, RestartJob, RollCall,
-    Send, SendToKeeper, Stop, check, commit, describe_assignment, rank_range, rec,
-    step_batch, summarize_report,
+    Send, SendToKeeper, Stop, check, commit, describe_assignment, members_field, rank_range, rec,
+    sample_ids, step_batch, summarize_report,
 )
 from rollcall.results import SUMMARY_KEYS, HistoryWriter, write_summary
 from rollcall.scenario import Scenario
 
 from sim.sharded import copy_time
+from sim.steps import StepRun
 
 __all__ = ["run", "Simulation"]
 
@@ -129,16 +142,20 @@ def _few_collections(young: int = 100_000):
     finally:
         gc.set_threshold(*old)
 
-# job states
-IDLE, SYNC, RUN, CKPT, DONE = "idle", "sync", "run", "ckpt", "done"
+# job states (WAIT: the last step is computed, its commit vote on the way)
+IDLE, SYNC, RUN, CKPT, WAIT, DONE = "idle", "sync", "run", "ckpt", "wait", "done"
 _EPS = 1e-9
+# a run writes the per-sample ledger by default up to this many samples
+# (steps x global batch, and the dataset an epoch's permutation spans)
+LEDGER_SAMPLES = 1_000_000
 
 
 class Simulation:
     """One run of one scenario with one seed. Use :func:`run`."""
 
     def __init__(self, scenario: Scenario, out_dir: Optional[Path] = None,
-                 flush_every: int = 4096, relaunch_timeout_s: Optional[float] = None) -> None:
+                 flush_every: int = 4096, relaunch_timeout_s: Optional[float] = None,
+                 ledger: Optional[bool] = None) -> None:
         sc = scenario
         self.sc = sc
         self.env = simpy.Environment()
@@ -179,7 +196,18 @@ class Simulation:
         self.state = IDLE
         self.gen = 0
         self.members: tuple[int, ...] = ()
-        self.cursor = Cursor()
+        self.cursor = Cursor()     # what the members computed
+        self.committed = Cursor()  # what the keeper committed (the trainers applied)
+        self.runs: deque[StepRun] = deque()  # computed steps whose votes are not all cast
+        self.keeper_complete = False  # a vote's verdict: the job has all its steps
+        self._gen_ledger: Optional[list] = None  # the compact ledger of the latest generation
+        self._last_voter: Optional[int] = None
+        # the per-sample ledger (True), the compact one (False), or by size
+        # (the data order of an epoch is a permutation of the whole dataset)
+        if ledger is None:
+            ledger = (w.steps * w.global_batch <= LEDGER_SAMPLES
+                      and w.dataset_samples <= LEDGER_SAMPLES)
+        self.ledger = "samples" if ledger else "compact"
         self.step_s = 0.0
         self.batch = w.global_batch
         self.seg_t0 = 0.0
@@ -252,6 +280,7 @@ class Simulation:
     def _kreceive(self, now: float, messages: list) -> None:
         if self.state == DONE:
             return
+        self._cast(now)  # the votes that reached the keeper first
         self.counts["keeper_calls"] += 1
         t = _perf()
         out = self.keeper.receive_many(now, messages)
@@ -262,6 +291,7 @@ class Simulation:
         self._alarms.discard((now, detection))
         if self.state == DONE or (not detection and self.keeper.next_round_deadline() is None):
             return  # a round timer outlived its round: the keeper has nothing due
+        self._cast(now)
         self.counts["keeper_calls"] += 1
         # Every tracked worker but the silent ones beat just now: name the
         # few silent nodes (down, or paused), not the 10^4 live ones.
@@ -329,13 +359,13 @@ class Simulation:
         if m is not None and self.is_member[w] and m.admits(w, int(self.inc[w])):
             a.receive(now, m)
             if self._holds_state(w):
-                a.state_ready(now, self.cursor)
+                a.state_ready(now, self.committed)
         self.agents[w] = a
         return a
 
     def _holds_state(self, w: int) -> bool:
         """Whether member ``w``'s trainer holds the job's state (copy / load done)."""
-        return w not in self.stale or self.state in (RUN, CKPT)
+        return w not in self.stale or self.state in (RUN, CKPT, WAIT)
 
     def _send_agent(self, now: float, w: int, msg: Any) -> None:
         a = self.agents.get(w)
@@ -611,6 +641,8 @@ class Simulation:
                 self.acc["checkpoint"] += dt
             elif self.state in (IDLE, SYNC):
                 self.acc["recovery"] += dt
+            elif self.state == WAIT:  # the last step's vote was refused: a roll call comes
+                self.acc["lost"] += dt
         self.mark = now
 
     def _start_segment(self, now: float) -> None:
@@ -624,30 +656,142 @@ class Simulation:
             if self.cursor.step < s < stop:
                 stop = s
         self.seg_stop = stop
+        c = self.cursor
+        self.runs.append(StepRun(self.gen, c.step, c.sample, self.batch, self.seg_t0, self.step_s,
+                                 stop - c.step, self.members))
         self._set_due(self.seg_t0 + (stop - self.seg_c0.step) * self.step_s)
 
     def _close_segment(self, now: float, k: Optional[int], abandon: bool) -> None:
-        """Commit the steps of the running segment finished by ``now``."""
+        """Close the running segment: its steps finished by ``now`` are
+        computed (their votes decide whether they count), the rest is
+        abandoned (``abandon``) or carried into the next segment."""
         t0, c0, s = self.seg_t0, self.seg_c0, self.step_s
         if k is None:
             k = min(self.seg_stop - c0.step, int((now - t0) / s + _EPS))
-        if k > 0:
-            first = c0.step
-            self.cursor = Cursor(c0.step + k, c0.sample + k * self.batch)
-            self._write(commit(t0 + k * s, JOB, self.gen, first, first + k - 1, c0.sample,
-                               self.cursor.sample, self.batch, t0))
-            segs = self.segments
-            if segs and segs[-1][1] == first - 1 and segs[-1][2] == s:
-                segs[-1][1] = first + k - 1
-            else:
-                segs.append([first, first + k - 1, s])
-            self.elapsed_s = t0 + k * s
+        run = self.runs[-1]
+        assert not run.closed and run.first == c0.step and run.voted <= k, (run, k)
+        run.n = k
+        if k == 0:
+            self.runs.pop()
+        self.cursor = Cursor(c0.step + k, c0.sample + k * self.batch)
         partial = max(0.0, now - (t0 + k * s))
         if abandon:
             self.acc["lost"] += partial
         else:
             self.carry = partial
         self.mark = now
+
+    # ------------------------------------------------------------------ commit votes
+
+    def _voter(self) -> int:
+        """The member whose commit vote reaches the keeper first: the lowest live one."""
+        w = self._last_voter
+        if w is not None and self.member_flags[w] and self.proc[w] and not self.paused[w]:
+            if w == self.members[0] or not self._alive_below(w):
+                return w
+        w = next((m for m in self.members if self.proc[m] and not self.paused[m]),
+                 self.members[0])  # none is left: their votes were already on the way
+        self._last_voter = w
+        return w
+
+    def _alive_below(self, w: int) -> bool:
+        """Whether a member below ``w`` beats (a paused one resumed, say)."""
+        return bool(np.count_nonzero(self.member_flags[:w] & self.proc[:w] & ~self.paused[:w]))
+
+    def _cast(self, t: float, everything: bool = False) -> None:
+        """Cast the commit votes that reached the keeper by ``t`` (see
+        :mod:`sim.steps`), or, with ``everything``, all votes of the closed
+        runs: a roll call is open, so none that is still on its way can pass."""
+        runs = self.runs
+        while runs:
+            run = runs[0]
+            assert run.closed or not everything, "a roll call closes the running segment first"
+            if not everything and t < run.t0 + (run.voted + 1) * run.step_s + self.lat - _EPS:
+                return  # the next vote is still on its way (the common case: O(1))
+            k = run.n if everything else run.arrived(t, self.lat)
+            if k > run.voted:
+                self._vote(t, run, k)
+            if not run.done:
+                return
+            runs.popleft()
+            self._write_run(run)
+
+    def _vote(self, t: float, run: StepRun, k: int) -> None:
+        """The vote on steps ``voted+1..k`` of ``run``: the keeper's commit rule."""
+        first, last = run.first + run.voted, run.first + k - 1
+        if not run.refused:
+            w = self._voter()
+            verdict = self.keeper.commit(t, w, int(self.inc[w]), run.gen, first, last)
+            if verdict.ok:
+                assert run.t0 + k * run.step_s + self.lat <= t + _EPS, "a vote passed before it arrived"
+                assert verdict.first, "the sim votes each step once"
+                run.passed = k
+                run.voter = w if run.voter is None else run.voter
+                self.committed = run.cursor_after(k)
+                self.elapsed_s = run.t0 + k * run.step_s
+                self._productive(first, last, run.step_s)
+                self.keeper_complete = self.keeper_complete or verdict.complete
+            else:
+                run.refused = True  # final: the generation is over for commits
+        if run.refused:
+            self.acc["lost"] += (k - run.voted) * run.step_s
+        run.voted = k
+
+    def _productive(self, first: int, last: int, step_s: float) -> None:
+        segs = self.segments
+        if segs and segs[-1][1] == first - 1 and segs[-1][2] == step_s:
+            segs[-1][1] = last
+        else:
+            segs.append([first, last, step_s])
+
+    def _write_run(self, run: StepRun) -> None:
+        """The run's ``commit`` record (the steps that passed) and its ledger."""
+        if run.passed:
+            stop = run.sample + run.passed * run.batch
+            self._write(commit(run.vote_at(run.passed, self.lat), run.voter, run.gen, run.first,
+                               run.first + run.passed - 1, run.sample, stop, run.batch, run.t0))
+        if run.n:
+            self._write_ledger(run)
+
+    def _write_ledger(self, run: StepRun) -> None:
+        """What each member trained on in the run's steps, as the real target
+        writes it (``contribute``: one record per member and step, the
+        dataset ids of its shards), or, at scale, the compact form: one
+        record per generation (every member, at its rank, contributed its
+        shards of every step the generation computed), which the checker
+        expands."""
+        if self.ledger == "compact":
+            led = self._gen_ledger
+            if led is not None and led[0] == run.gen:
+                assert run.first == led[2] + 1 and run.batch == led[4], (led, run)
+                led[2] = run.first + run.n - 1
+                led[5] = run.t0 + run.n * run.step_s
+            else:
+                self._flush_gen_ledger()
+                self._gen_ledger = [run.gen, run.first, run.first + run.n - 1, run.sample,
+                                    run.batch, run.t0 + run.n * run.step_s, run.members]
+            return
+        w = self.sc.workload
+        members, mb = run.members, w.micro_batch
+        shards = run.batch // mb
+        ranges = [(m, *rank_range(shards, len(members), r)) for r, m in enumerate(members)]
+        ranges = [(m, a * mb, b * mb) for m, a, b in ranges if b > a]
+        for j in range(run.n):
+            lo = run.sample + j * run.batch
+            ids = sample_ids(self.seed, w.dataset_samples, lo, lo + run.batch)
+            t = run.t0 + (j + 1) * run.step_s
+            for m, a, b in ranges:
+                self._write(rec(t, "ok", "contribute", m, gen=run.gen, step=run.first + j,
+                                samples=ids[a:b]))
+
+    def _flush_gen_ledger(self) -> None:
+        """Write the compact ledger of the generation whose steps it holds."""
+        led, self._gen_ledger = self._gen_ledger, None
+        if led is not None:
+            g, first, last, sample, batch, t, members = led
+            self._write(rec(t, "ok", "contribute", JOB, gen=g, step=first, last=last,
+                            sample=sample, batch=batch, shards=batch // self.sc.workload.micro_batch,
+                            workers=members_field(members)))
 
     def _rollback(self, step: int) -> None:
         segs = self.segments
@@ -701,15 +845,17 @@ class Simulation:
         """The keeper closed a generation: the members enter it after the latency."""
         if self.state == DONE:
             return
-        if self.state in (SYNC, RUN, CKPT):
+        if self.state in (SYNC, RUN, CKPT, WAIT):
             self._abandon(now)  # cannot happen without a roll call; be safe
+        self._cast(now, everything=True)  # a new generation: the old one's votes fail
+        self._flush_gen_ledger()
         self._acct(now)
         self.state = IDLE
         self.stalled = False
         self.carry = 0.0
-        if f.cursor < self.cursor:
+        if f.cursor < self.committed:
             self._rollback(f.cursor.step)
-        self.cursor = f.cursor
+        self.cursor = self.committed = f.cursor
         self.gen = f.generation
         self.members = f.members
         n = len(f.members)
@@ -774,6 +920,8 @@ class Simulation:
 
     def _on_due(self, now: float) -> None:
         st = self.state
+        if st == CKPT:
+            self._cast(now)  # the checkpoint is written once its step passed
         if st == SYNC:
             self._start_segment(now)
         elif st == RUN:
@@ -787,7 +935,9 @@ class Simulation:
         """A segment ended at a boundary: checkpoint, finish, answer or continue."""
         step = self.cursor.step
         if self.policy.complete(step):
-            self._finish(now, True, "steps reached")
+            # the keeper decides: its verdict on the last step's vote
+            self.state = WAIT
+            self._at(now + self.lat, self._final_vote)
             return
         if self.policy.checkpoint_due(step):
             self._acct(now)
@@ -803,12 +953,31 @@ class Simulation:
             for _, f in faults:
                 self._fault(now, f)
 
+    def _final_vote(self) -> None:
+        if self.state != WAIT:
+            return  # a roll call came first: the step is redone
+        now = self.env.now
+        self._cast(now)
+        if self.keeper_complete:
+            self._finish(now, True, "steps reached")
+
     def _checkpoint_done(self, now: float) -> None:
+        if self.committed != self.cursor:
+            # the checkpoint is of the step being voted on: written once it passed
+            last = self.runs[-1] if self.runs else None
+            if last is not None and not last.refused:
+                assert last.closed and last.voted < last.n, last
+                self._set_due(max(now, last.vote_at(last.n, self.lat)))
+                return
+            self._acct(now)  # refused: the state is not the lineage's, a roll call comes
+            self.state = WAIT
+            self._set_due(None)
+            return
         self._acct(now)
         self.counts["checkpoints"] += 1
         self._write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
-        reporter = next((m for m in self.members if self._alive(m)), None)
-        if reporter is not None:
+        reporter = self._voter()  # the lowest live member
+        if self._alive(reporter):
             msg = Checkpointed(reporter, int(self.inc[reporter]), self.gen, self.cursor)
             t = now + self.lat
             if t < self.env.peek() and not self.agents:
@@ -823,6 +992,9 @@ class Simulation:
         if self.state == DONE:
             return
         to = IdRuns.of(to)
+        current = call.generation == self.gen + 1
+        if current:
+            self._cast(now)  # the round is open: no vote still on its way can pass
         if self.agents:
             for w, a in list(self.agents.items()):
                 if w not in to:
@@ -831,9 +1003,9 @@ class Simulation:
                     self.held.setdefault(w, []).append(call)
                 elif self.proc[w]:
                     if self.is_member[w] and self._holds_state(w):
-                        a.step_committed(now, self.cursor)  # its trainer committed with the rest
+                        a.step_committed(now, self.committed)  # its trainer committed with the rest
                     self._agent_actions(now, w, a.receive(now, call))
-        if call.generation != self.gen + 1:
+        if not current:
             return  # an old round; the members already answered
         # Whatever the reason, a member abandons the step in flight (or the
         # state copy, or the checkpoint write) and joins (rollcall.core.messages.RollCall).
@@ -843,8 +1015,9 @@ class Simulation:
     def _answer(self, now: float, to: IdRuns) -> None:
         """The live members answer the roll call with the cursor their agents hold."""
         self.answered = self.gen + 1
-        synced = self.state in (RUN, CKPT)  # the stale members finished the copy / load
+        synced = self.state in (RUN, CKPT, WAIT)  # the stale members finished the copy / load
         self._abandon(now)
+        self._cast(now, everything=True)
         # ``to`` are members of the current generation (the round is for gen+1)
         quiet = self.member_flags & ~(self.proc & ~self.paused)
         # Id sets throughout: the answer of 10^4 members is a few mask operations.
@@ -860,7 +1033,7 @@ class Simulation:
                 workers = workers - empty
                 batches.append(JoinBatch(empty, None))
         if workers:
-            batches.insert(0, JoinBatch(workers, self.cursor))
+            batches.insert(0, JoinBatch(workers, self.committed))
         if batches:
             self._at(now + self.lat, self._kreceive_at, batches)
 
@@ -870,8 +1043,9 @@ class Simulation:
         due, which nodes get a fresh process (a stopped process is killed by
         the teardown too, and its node relaunched)."""
         self.counts["restarts"] += 1
-        if self.state in (SYNC, RUN, CKPT):
+        if self.state in (SYNC, RUN, CKPT, WAIT):
             self._abandon(now)
+        self._cast(now, everything=True)
         self._acct(now)
         self.stalled = False
         members = _flags_of_ids(teardown, len(self.proc))
@@ -920,16 +1094,26 @@ class Simulation:
             return
         if self.state == RUN and not self.stalled:
             self._close_segment(now, None, abandon=True)
-        self._acct(now)
-        if not completed and self.state == RUN:
-            self.acc["lost"] += self.carry
+        if completed:
+            assert not self.runs, "the keeper completed the job with votes outstanding"
+            self.mark = now  # the job's time ended with its last step (elapsed_s)
+            self.end_s = self.end_s or self.elapsed_s
+        else:
+            self._acct(now)
+            if self.state == RUN:
+                self.acc["lost"] += self.carry
+            for run in self.runs:  # votes nobody will answer: the steps are lost
+                self.acc["lost"] += (run.n - run.voted) * run.step_s
+                run.voted = run.n
+                self._write_run(run)
+            self.runs.clear()
+            self.end_s = self.end_s or now
+        self._flush_gen_ledger()
         self.state = DONE
         self.completed = completed
         self.end_reason = reason
-        if not self.end_s:
-            self.end_s = now
         self._write(rec(now, "info", "end", DRIVER, completed=completed,
-                        cursor=self.cursor.to_json(), reason=reason))
+                        cursor=self.committed.to_json(), reason=reason))
         if not self.done.triggered:
             self.done.succeed()
 
@@ -1047,14 +1231,19 @@ def _flags_of_ids(ids: IdRuns, n: int) -> np.ndarray:
     return np.unpackbits(raw, count=n, bitorder="little").view(np.bool_)
 
 
-def run(scenario: Scenario, out_dir: str | Path) -> dict:
-    """Simulate ``scenario`` (its seed, its strategy); write history.jsonl and summary.json."""
+def run(scenario: Scenario, out_dir: str | Path, ledger: Optional[bool] = None) -> dict:
+    """Simulate ``scenario`` (its seed, its strategy); write history.jsonl and summary.json.
+
+    ``ledger``: True writes the per-sample ledger whatever the run's size,
+    False the compact form; by default the per-sample one up to
+    ``LEDGER_SAMPLES`` samples (and dataset ids), the compact one beyond.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     hist = out / "history.jsonl"
     if hist.exists():
         hist.unlink()  # a rerun into the same directory starts a fresh history
-    sim = Simulation(scenario, out)
+    sim = Simulation(scenario, out, ledger=ledger)
     summary = sim.run()
     write_summary(out, summary)
     return summary

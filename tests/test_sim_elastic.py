@@ -22,6 +22,12 @@ def _records(out: Path) -> list[dict]:
     return [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
 
 
+def _step_s(sc, commit: dict) -> float:
+    """The step time of a commit record: from its first step's start to the
+    last step's end (the keeper commits it one network latency later)."""
+    return (commit["t"] - sc.network.latency_s - commit["t0"]) / (commit["last"] - commit["step"] + 1)
+
+
 def test_constant_batch_steps_longer_while_shrunk(tmp_path: Path) -> None:
     sc = load_scenario(KPJ)
     s = run(sc, tmp_path)
@@ -32,7 +38,7 @@ def test_constant_batch_steps_longer_while_shrunk(tmp_path: Path) -> None:
         if r["f"] == "commit":
             assert r["batch"] == 64
             n = r["last"] - r["step"] + 1
-            per_gen.setdefault(r["gen"], set()).add(round((r["t"] - r["t0"]) / n, 6))
+            per_gen.setdefault(r["gen"], set()).add(round(_step_s(sc, r), 6))
     w = sc.workload
     for gen, times in per_gen.items():
         # each member computes ceil(shards / members) micro-batches, then one allreduce
@@ -70,7 +76,7 @@ def test_shrink_policy_takes_smaller_batches(tmp_path: Path) -> None:
     for r in recs:
         if r["f"] == "commit":
             n = r["last"] - r["step"] + 1
-            assert (r["t"] - r["t0"]) / n == pytest.approx(0.205), size[r["gen"]]
+            assert _step_s(sc, r) == pytest.approx(0.205), size[r["gen"]]
 
 
 def test_newcomer_pays_the_state_copy(tmp_path: Path) -> None:
@@ -145,7 +151,7 @@ def test_exact_reduction_costs_its_extra_exchange_and_nothing_else(tmp_path: Pat
             n = r["last"] - r["step"] + 1
             want = (math.ceil(exact.shards_per_step / gens[r["gen"]]) * exact.workload.micro_batch_s
                     + exact.exchange_s(gens[r["gen"]]))
-            assert (r["t"] - r["t0"]) / n == pytest.approx(want, abs=1e-6)
+            assert _step_s(exact, r) == pytest.approx(want, abs=1e-6)
 
 
 def test_measured_step_times_and_warmup_replace_the_step_model(tmp_path: Path) -> None:
@@ -169,7 +175,7 @@ def test_measured_step_times_and_warmup_replace_the_step_model(tmp_path: Path) -
             if want is None:
                 shards = math.ceil(sc.shards_per_step / n)
                 want = shards * sc.workload.micro_batch_s + sc.exchange_s(n)
-            per_step = (r["t"] - r["t0"]) / (r["last"] - r["step"] + 1)
+            per_step = _step_s(base, r)
             assert per_step == pytest.approx(want, abs=1e-6), (n, r)
             seen.add(n)
     assert {3, 4} <= seen and seen - {3, 4}  # both measured sizes and a modelled one ran

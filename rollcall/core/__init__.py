@@ -24,7 +24,7 @@ from rollcall.core.agent import Abort, Action, Agent, Enter, Log, SendToKeeper, 
 from rollcall.core.checkers import CheckReport, DataSpec, check, summarize_report
 from rollcall.core.detector import TimeoutDetector, make_detector
 from rollcall.core.failures import Draws, FailureModel
-from rollcall.core.history import DRIVER, JOB, KEEPER, NEMESIS, commit, rec
+from rollcall.core.history import DRIVER, JOB, KEEPER, NEMESIS, commit, members_field, rec
 from rollcall.core.idset import EMPTY, IdRuns
 from rollcall.core.job import JobPolicy
 from rollcall.core.keeper import (
@@ -51,6 +51,6 @@ __all__ = [
     "RecoveryPlan", "Record", "Refused", "Relaunch", "Reload", "RestartJob", "RollCall",
     "Send", "SendToKeeper", "ShardSpec", "StepFailed", "Stop", "TimeoutDetector", "ToKeeper",
     "ToWorker", "WorkerId", "check", "commit", "describe_assignment", "from_ranges",
-    "lr_scale", "make_detector", "plan_step", "rank_range", "rec", "sample_ids",
+    "lr_scale", "make_detector", "members_field", "plan_step", "rank_range", "rec", "sample_ids",
     "split_bytes", "step_batch", "summarize_report",
 ]

@@ -12,7 +12,14 @@ A run is valid when, from its ``history.jsonl`` alone, one can show:
   duplicate);
 - under ``batch: constant``, every committed step carried the global batch;
 - where workers logged per-sample ledgers (``contribute``), the samples of
-  each committed step are exactly those the data order prescribes.
+  each committed step are exactly those the data order prescribes, and only
+  members contributed. A simulator at scale writes the compact form (one
+  record per run of steps naming the generation's ``workers``: each, at its
+  rank, contributed its shards of every step): there the check is that the
+  workers are the members and their shards cover each committed step's
+  batch exactly once, at the step's stream offsets; the dataset ids follow
+  from the offsets by the data order, and each epoch is then consumed once
+  because the lineage's offsets are contiguous (checked above).
 
 The lineage is rebuilt per generation, so the checker does not depend on
 the order in which processes' records were merged.
@@ -20,9 +27,12 @@ the order in which processes' records were merged.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from rollcall.core.types import Cursor, RunSet
 
@@ -66,6 +76,7 @@ class CheckReport:
 class _Gen:
     members: RunSet
     cursor: Cursor
+    runs: list  # the members as the record wrote them (inclusive id runs)
     commits: dict[int, dict] = field(default_factory=dict)  # first step -> record
 
 
@@ -76,6 +87,7 @@ def check(records: Iterable[dict], spec: DataSpec) -> CheckReport:
     order: list[int] = []
     entered: dict[Any, int] = {}
     contributions: dict[tuple[int, int], list[dict]] = defaultdict(list)
+    compact: dict[int, list[dict]] = defaultdict(list)  # gen -> compact ledger records
     pending_enters: list[dict] = []
     pending_commits: list[dict] = []
     for r in records:
@@ -87,7 +99,10 @@ def check(records: Iterable[dict], spec: DataSpec) -> CheckReport:
         elif f == "commit":
             pending_commits.append(r)
         elif f == "contribute":
-            contributions[(r["gen"], r["step"])].append(r)
+            if "workers" in r:
+                compact[r["gen"]].append(r)
+            else:
+                contributions[(r["gen"], r["step"])].append(r)
         elif f == "restart":
             report.restarts += 1
         elif f == "recovery":
@@ -98,8 +113,8 @@ def check(records: Iterable[dict], spec: DataSpec) -> CheckReport:
     for r in pending_commits:
         _commit(report, gens, r)
     _lineage(report, gens, order, spec)
-    if contributions:
-        _ledger(report, gens, contributions, spec)
+    if contributions or compact:
+        _ledger(report, gens, contributions, compact, spec)
     report.valid = report.valid and not report.violations
     return report
 
@@ -113,7 +128,7 @@ def _generation(report: CheckReport, gens: dict[int, _Gen], order: list[int], r:
         if gens[g].members != members:
             report.fail(f"generation {g} has two member lists")
         return
-    gens[g] = _Gen(members, Cursor.from_json(r["cursor"]))
+    gens[g] = _Gen(members, Cursor.from_json(r["cursor"]), r["members"])
     order.append(g)
 
 
@@ -216,45 +231,117 @@ def _lineage(report: CheckReport, gens: dict[int, _Gen], order: list[int], spec:
 
 
 def _ledger(report: CheckReport, gens: dict[int, _Gen],
-            contributions: dict[tuple[int, int], list[dict]], spec: DataSpec) -> None:
+            contributions: dict[tuple[int, int], list[dict]],
+            compact: dict[int, list[dict]], spec: DataSpec) -> None:
     """Per-sample proof: committed steps hold exactly the prescribed samples."""
-    from rollcall.core.reshard import sample_ids
-
     for (g, step), recs in contributions.items():
         members = gens[g].members if g in gens else ()
         for r in recs:
             if r["process"] not in members:
                 report.fail(f"worker {r['process']} contributed to step {step} of "
                             f"generation {g} as a non-member")
-    n = spec.dataset_samples
-    per_epoch: dict[int, Counter] = defaultdict(Counter)
+    usable = _compact_ledger(report, gens, compact, spec)
     for c in report.lineage:
-        g = c["gen"]
-        for step in range(c["step"], c["last"] + 1):
-            lo = c["sample"] + (step - c["step"]) * c["batch"]
-            ids = sample_ids(spec.seed, n, lo, lo + c["batch"])
-            want = Counter(ids)
-            got: Counter = Counter()
-            for r in contributions.get((g, step), ()):
-                got.update(r["samples"])
-            extra, missing = got - want, want - got
-            if extra or missing:
-                report.samples_duplicated += sum(extra.values())
-                report.samples_skipped += sum(missing.values())
-                report.fail(f"step {step} of generation {g}: ledger differs from the data "
-                            f"order ({sum(extra.values())} extra, {sum(missing.values())} missing)")
-            offsets: dict[int, list[int]] = defaultdict(list)
-            for q, sid in zip(range(lo, lo + c["batch"]), ids):
-                offsets[sid].append(q)
-            for sid, k in got.items():  # what was really trained on, by epoch
-                for _ in range(k):
-                    q = offsets[sid].pop(0) if offsets[sid] else lo
-                    per_epoch[q // n][sid] += 1
-    last_full = report.samples_consumed // n
-    for epoch in range(last_full):
-        counts = per_epoch.get(epoch, Counter())
-        if len(counts) != n or any(v != 1 for v in counts.values()):
-            report.fail(f"epoch {epoch} not consumed exactly once")
+        rs = usable.get(c["gen"])
+        steps = _unproved(report, c, rs) if rs else range(c["step"], c["last"] + 1)
+        for step in steps:
+            _step_ledger(report, c, step, contributions, spec)
+    # Each lineage step trained on exactly its offsets' dataset ids, and the
+    # lineage's offsets run from 0 without a gap or an overlap (_lineage):
+    # so every epoch it completed was consumed exactly once.
+
+
+def _unproved(report: CheckReport, c: dict, rs: list[tuple[int, int, int, int]]) -> Iterator[int]:
+    """The steps of lineage commit ``c`` that no compact record of its
+    generation proves (``rs``: the records' (step, last, sample, batch),
+    sorted, disjoint); a record at other offsets than the commit's is a
+    violation."""
+    first, last, batch = c["step"], c["last"], c["batch"]
+    pos = first
+    i = max(0, bisect.bisect_right(rs, (first, math.inf)) - 1)
+    for step, r_last, sample, r_batch in itertools.islice(rs, i, None):
+        if step > last:
+            break
+        lo, hi = max(step, pos), min(r_last, last)
+        if lo > hi:
+            continue
+        if r_batch != batch or sample + (lo - step) * batch != c["sample"] + (lo - first) * batch:
+            report.fail(f"the ledger of steps {lo}..{hi} of generation {c['gen']} is not at "
+                        f"the committed batch's offsets")
+            continue
+        yield from range(pos, lo)
+        pos = hi + 1
+    yield from range(pos, last + 1)
+
+
+def _step_ledger(report: CheckReport, c: dict, step: int,
+                 contributions: dict[tuple[int, int], list[dict]], spec: DataSpec) -> None:
+    """One committed step against its per-sample contributions: the members
+    trained on exactly the dataset ids of the step's stream offsets."""
+    from rollcall.core.reshard import sample_ids
+
+    g = c["gen"]
+    lo = c["sample"] + (step - c["step"]) * c["batch"]
+    want = sample_ids(spec.seed, spec.dataset_samples, lo, lo + c["batch"])
+    got = [sid for r in contributions.get((g, step), ()) for sid in r["samples"]]
+    if len(got) == len(want) and sorted(got) == sorted(want):
+        return
+    extra, missing = Counter(got) - Counter(want), Counter(want) - Counter(got)
+    report.samples_duplicated += sum(extra.values())
+    report.samples_skipped += sum(missing.values())
+    report.fail(f"step {step} of generation {g}: ledger differs from the data "
+                f"order ({sum(extra.values())} extra, {sum(missing.values())} missing)")
+
+
+def _compact_ledger(report: CheckReport, gens: dict[int, _Gen], compact: dict[int, list[dict]],
+                    spec: DataSpec) -> dict[int, list[tuple[int, int, int, int]]]:
+    """Check the compact ledger records on their own; return, per
+    generation, the sorted (step, last, sample, batch) of those that may
+    prove lineage steps (:func:`_unproved` matches them to the commits).
+
+    A record proves a lineage step when its workers are the generation's
+    members, its shards split the step's batch in whole micro-batches that
+    the ranks cover once, and its offsets are the step's. Cost: O(records +
+    lineage commits), and O(members) once per (shards, members) shape.
+    """
+    shapes: dict[tuple[int, int], bool] = {}
+    usable: dict[int, list[tuple[int, int, int, int]]] = {}  # gen -> (step, last, sample, batch)
+    for g, rs in compact.items():
+        rs = sorted(rs, key=lambda r: r["step"])
+        for a, b in zip(rs, rs[1:]):
+            if b["step"] <= a["last"]:
+                report.fail(f"steps {b['step']}..{a['last']} of generation {g} are in the "
+                            f"ledger twice")
+        gen = gens.get(g)
+        usable[g] = []
+        n_members = len(gen.members) if gen is not None else 0
+        for r in rs:
+            if gen is None or (r["workers"] != gen.runs and RunSet(r["workers"]) != gen.members):
+                report.fail(f"the ledger of steps {r['step']}..{r['last']} of generation {g} "
+                            f"names workers other than the members")
+                continue
+            shape = (r["shards"], n_members)
+            if shape not in shapes:
+                shapes[shape] = _ranks_cover(*shape)
+            if not shapes[shape] or r["batch"] != r["shards"] * spec.micro_batch:
+                report.fail(f"the ledger of steps {r['step']}..{r['last']} of generation {g} "
+                            f"splits its batch into shards the ranks do not cover")
+                continue
+            usable[g].append((r["step"], r["last"], r["sample"], r["batch"]))
+    return usable
+
+
+def _ranks_cover(shards: int, members: int) -> bool:
+    """Whether the ranks' shard ranges split ``0..shards`` in order, once each."""
+    from rollcall.core.reshard import rank_range
+
+    pos = 0
+    for r in range(members):
+        lo, hi = rank_range(shards, members, r)
+        if lo != pos or hi < lo:
+            return False
+        pos = hi
+    return pos == shards
 
 
 def summarize_report(report: CheckReport) -> dict[str, Any]:

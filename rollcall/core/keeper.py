@@ -352,31 +352,40 @@ class Keeper:
         return life
 
     def commit(self, now: float, worker: WorkerId, incarnation: int, generation: int,
-               step: int) -> CommitVerdict:
-        """The commit vote: may ``worker`` apply step ``step`` of ``generation``?
+               step: int, last: Optional[int] = None) -> CommitVerdict:
+        """The commit vote: may ``worker`` apply steps ``step..last`` of ``generation``?
 
         Only a current member, in the life the generation admitted, stamped
         with the current generation. While a roll call is open nothing new
         commits (the members are abandoning the step), but a step another
         member already committed still may: it is the lineage's state, and a
         survivor left a step behind would hold replicas nobody can use.
+
+        ``last`` (default ``step``) votes a run of steps at once: none of the
+        rule's conditions depends on the step, so the answer is the one each
+        step would get in turn (a simulator that steps a whole job at once
+        votes a run of steps in O(1)). A run is either all new (it starts
+        right after the last committed step) or all committed already.
         """
+        last = step if last is None else last
+        assert last >= step, (step, last)
         if self.failed is not None:
             return CommitVerdict(False, "job-failed")
         if generation != self.generation or worker not in self.members:
             return CommitVerdict(False, "stale-generation")
         if self.incarnation_of(worker) != incarnation:
             return CommitVerdict(False, "stale-incarnation")
-        last = self._committed
-        done = last is not None and step <= last
+        done_to = self._committed
+        done = done_to is not None and last <= done_to
         if self.round is not None and not done:
             return CommitVerdict(False, "round-open")
         if done:
             return CommitVerdict(True, "ok")
-        assert step == self.cursor.step if last is None else step == last + 1, (step, last)
-        self._committed = step
+        nxt = self.cursor.step if done_to is None else done_to + 1
+        assert step == nxt, ("a vote skips or overlaps committed steps", step, last, done_to)
+        self._committed = last
         policy = self.config.policy
-        complete = policy is not None and policy.complete(step + 1)
+        complete = policy is not None and policy.complete(last + 1)
         self.completed = self.completed or complete
         return CommitVerdict(True, "ok", first=True, complete=complete)
 

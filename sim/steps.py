@@ -1,0 +1,64 @@
+"""Runs of steps the simulated job has computed, on their way to the commit vote.
+
+The sim steps a whole job at once: a *run* is the steps of one segment
+(from a start to a checkpoint, an interruption, a scripted fault or the
+end). Each step's commit vote reaches the keeper one network latency after
+the step ends, and only the keeper's answer (:meth:`Keeper.commit`) makes
+it count. The keeper's state changes only inside a keeper call, so the
+driver casts, before each call at ``T``, the votes of every step whose vote
+arrived by ``T`` (:meth:`StepRun.arrived`): the keeper answers each exactly
+as it would have at the vote's own arrival. A run is voted in pieces, one
+piece per keeper call it spans, and written as one ``commit`` record (the
+steps that passed) once its last vote is cast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+from rollcall.core import Cursor
+
+_EPS = 1e-9  # the driver's tolerance for "the step ended by t" (float sums of step_s)
+
+
+@dataclass(slots=True)
+class StepRun:
+    """Steps ``first..`` of generation ``gen``, computed from ``t0`` at ``step_s`` each."""
+
+    gen: int
+    first: int
+    sample: int
+    batch: int
+    t0: float
+    step_s: float
+    cap: int                 # steps the segment may reach (its stop)
+    members: Sequence[int]   # the generation's members, in rank order
+    n: Optional[int] = None  # steps computed, once the segment closed (None: running)
+    voted: int = 0           # votes cast so far (steps first..first+voted-1)
+    passed: int = 0          # of which the keeper committed (a prefix: a refusal is final)
+    refused: bool = False
+    voter: Optional[int] = None  # the member whose vote committed the first step
+
+    def arrived(self, t: float, latency_s: float) -> int:
+        """How many of the run's steps had their vote reach the keeper by ``t``."""
+        limit = self.cap if self.n is None else self.n
+        k = int((t - latency_s - self.t0) / self.step_s + _EPS) if self.step_s > 0 else limit
+        return max(0, min(limit, k))
+
+    def vote_at(self, k: int, latency_s: float) -> float:
+        """When the vote of the run's ``k``-th step (1-based) reaches the keeper."""
+        assert 1 <= k, k
+        return self.t0 + k * self.step_s + latency_s
+
+    @property
+    def closed(self) -> bool:
+        return self.n is not None
+
+    @property
+    def done(self) -> bool:
+        """Closed, and every vote cast."""
+        return self.n is not None and self.voted == self.n
+
+    def cursor_after(self, k: int) -> Cursor:
+        return Cursor(self.first + k, self.sample + k * self.batch)
