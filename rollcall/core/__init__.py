@@ -9,6 +9,8 @@ only the names below; the submodules' other names are internals.
 - :mod:`~rollcall.core.keeper`: the record-keeper (membership, generations,
   resume point, restarts and relaunches, the commit vote, shard recovery).
 - :mod:`~rollcall.core.agent`: a worker's side of the protocol.
+- :mod:`~rollcall.core.agents`: many agents at once, grouped by identical
+  state (a simulator's bulk nodes), shown equivalent to single agents.
 - :mod:`~rollcall.core.detector`: the failure-detector policy.
 - :mod:`~rollcall.core.reshard`: data order, virtual shards, batch policy.
 - :mod:`~rollcall.core.placement`, :mod:`~rollcall.core.sharding`: sharded state.
@@ -20,7 +22,10 @@ only the names below; the submodules' other names are internals.
 
 from __future__ import annotations
 
-from rollcall.core.agent import Abort, Action, Agent, Enter, Log, SendToKeeper, Stop
+from rollcall.core.agent import (
+    Abort, Action, Agent, AgentState, Enter, Log, Phase, SendToKeeper, Stop,
+)
+from rollcall.core.agents import AgentBatch, GroupAction, LifeSource
 from rollcall.core.checkers import CheckReport, DataSpec, check, summarize_report
 from rollcall.core.detector import TimeoutDetector, make_detector
 from rollcall.core.failures import Draws, FailureModel
@@ -44,13 +49,14 @@ from rollcall.core.sharding import ShardSpec, split_bytes
 from rollcall.core.types import Cursor, WorkerId, from_ranges
 
 __all__ = [
-    "Abort", "Action", "Agent", "Broadcast", "CheckReport", "Checkpointed", "CommitVerdict",
-    "Copy", "Cursor", "DRIVER", "DataSpec", "Draws", "EMPTY", "Enter", "FailureModel", "Formed",
-    "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
-    "Keeper", "KeeperConfig", "Leave", "Lives", "Log", "Membership", "NEMESIS", "Output",
-    "RecoveryPlan", "Record", "Refused", "Relaunch", "Reload", "RestartJob", "RollCall",
-    "Send", "SendToKeeper", "ShardSpec", "StepFailed", "Stop", "TimeoutDetector", "ToKeeper",
-    "ToWorker", "WorkerId", "check", "commit", "describe_assignment", "from_ranges",
-    "lr_scale", "make_detector", "members_field", "plan_step", "rank_range", "rec", "sample_ids",
-    "split_bytes", "step_batch", "summarize_report",
+    "Abort", "Action", "Agent", "AgentBatch", "AgentState", "Broadcast", "CheckReport",
+    "Checkpointed", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec", "Draws", "EMPTY",
+    "Enter", "FailureModel", "Formed", "GroupAction", "Heartbeat", "IdRuns", "JOB", "JobFailed",
+    "JobPolicy", "Join", "JoinBatch", "KEEPER", "Keeper", "KeeperConfig", "Leave", "LifeSource",
+    "Lives", "Log", "Membership", "NEMESIS", "Output", "Phase", "RecoveryPlan", "Record",
+    "Refused", "Relaunch", "Reload", "RestartJob", "RollCall", "Send", "SendToKeeper",
+    "ShardSpec", "StepFailed", "Stop", "TimeoutDetector", "ToKeeper", "ToWorker", "WorkerId",
+    "check", "commit", "describe_assignment", "from_ranges", "lr_scale", "make_detector",
+    "members_field", "plan_step", "rank_range", "rec", "sample_ids", "split_bytes", "step_batch",
+    "summarize_report",
 ]

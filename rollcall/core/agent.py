@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Optional, Union
+from typing import Optional, Sequence, Union
 
 from rollcall.core.history import members_field, rec
 from rollcall.core.messages import (
@@ -99,6 +99,26 @@ class Log:
 Action = Union[SendToKeeper, Enter, Abort, Stop, Log]
 
 
+@dataclass(frozen=True, slots=True)
+class AgentState:
+    """Everything an :class:`Agent` holds but who it is (worker id, incarnation)
+    and its settings.
+
+    Two agents in equal states answer every input alike, up to their own id,
+    life and rank: :class:`rollcall.core.agents.AgentBatch` keeps one state per
+    group of agents, and :meth:`Agent.restore` turns a state back into an agent.
+    """
+
+    phase: Phase
+    generation: int
+    members: Sequence[WorkerId]
+    cursor: Optional[Cursor]
+    counter: int
+    beat_at: Optional[float]
+    retry_at: Optional[float]
+    failed_step: int
+
+
 class Agent:
     """One worker's membership state machine."""
 
@@ -116,6 +136,26 @@ class Agent:
         self._beat_at: Optional[float] = None
         self._retry_at: Optional[float] = None
         self._failed_step = 0
+
+    @classmethod
+    def restore(cls, worker: WorkerId, incarnation: int, heartbeat_s: float,
+                state: AgentState, join_retry_s: Optional[float] = None) -> "Agent":
+        """The agent of ``worker``'s life ``incarnation`` in ``state`` (see :meth:`state`)."""
+        agent = cls(worker, incarnation, heartbeat_s, join_retry_s)
+        agent.phase = state.phase
+        agent.generation = state.generation
+        agent.members = state.members  # type: ignore[assignment]
+        agent.cursor = state.cursor
+        agent.counter = state.counter
+        agent._beat_at = state.beat_at
+        agent._retry_at = state.retry_at
+        agent._failed_step = state.failed_step
+        return agent
+
+    def state(self) -> AgentState:
+        """A snapshot of everything but the identity: ``restore`` undoes it."""
+        return AgentState(self.phase, self.generation, self.members, self.cursor, self.counter,
+                          self._beat_at, self._retry_at, self._failed_step)
 
     # --- driver API -----------------------------------------------------------
 

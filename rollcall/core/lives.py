@@ -165,6 +165,42 @@ class Lives(Sequence[int]):
         """The same lives for a subset of the members (no copy)."""
         return Lives(members & self.members, self._own, self._cohort, self._base, self._delta)
 
+    def agreeing(self, ws: IdRuns, other: "Lives") -> IdRuns:
+        """The members of both ``self`` and ``other`` in ``ws`` that have the
+        same life in each, compared sparsely.
+
+        A life is a base (``base`` in the cohort, 0 outside) plus a stored
+        value; so ``ws`` splits into four regions by cohort, and in each only
+        the ids stored on either side can differ from the region's rule (see
+        :func:`_agreeing`). Costs the runs and the stored lives, never a step
+        per member: a batch of agents checks a generation's admissions so.
+        """
+        ws = ws & self.members & other.members
+        mine, theirs = self._cohort, other._cohort
+        both = ws & mine & theirs
+        only_mine = (ws & mine) - both
+        only_theirs = (ws & theirs) - both
+        neither = ws - mine - theirs
+        out = EMPTY
+        for region, base_a, a, base_b, b in (
+                (both, self._base, self._delta, other._base, other._delta),
+                (only_mine, self._base, self._delta, 0, other._own),
+                (only_theirs, 0, self._own, other._base, other._delta),
+                (neither, 0, self._own, 0, other._own)):
+            if region:
+                out = out | _agreeing(region, base_a, a, base_b, b)
+        return out
+
+    def having(self, ws: IdRuns, life: int) -> IdRuns:
+        """The members of ``ws`` whose life is ``life``, sparsely (as :meth:`agreeing`)."""
+        ws = ws & self.members
+        inside = ws & self._cohort
+        outside = ws - inside
+        out = _agreeing(inside, self._base, self._delta, life, _NONE) if inside else EMPTY
+        if outside:
+            out = out | _agreeing(outside, 0, self._own, life, _NONE)
+        return out
+
     def same_as(self, other: "Lives") -> bool:
         """Same members with the same lives, compared sparsely.
 
@@ -214,3 +250,22 @@ class Lives(Sequence[int]):
 
     def __reduce__(self):
         return (Lives, (self.members, self._own, self._cohort, self._base, self._delta))
+
+
+_NONE = _Layers()  # no stored value: every id reads 0
+
+
+def _agreeing(ws: IdRuns, base_a: int, a: _Layers, base_b: int, b: _Layers) -> IdRuns:
+    """The ids of ``ws`` where ``base_a + a[w] == base_b + b[w]``.
+
+    An id stored on neither side agrees exactly when the bases do; so with
+    equal bases only the ids whose stored values may differ are looked at,
+    and otherwise only the stored ids can agree.
+    """
+    if base_a == base_b:
+        if a is b:
+            return ws
+        differ = [w for w in a.changed_keys(b) if w in ws and a.get(w) != b.get(w)]
+        return ws - IdRuns.of(differ) if differ else ws
+    stored = set(a.keys()).union(b.keys())
+    return IdRuns.of(w for w in stored if w in ws and base_a + a.get(w) == base_b + b.get(w))
