@@ -24,21 +24,29 @@ What is simulated, and where the core decides
   (last call, join timeout, relaunch timeout: the round fields behind
   ``Keeper.get_timer``, without the expiry of healthy workers whose beats
   are not simulated).
-* **Roll calls** are answered in batches: the live members a ``RollCall``
-  reaches abandon the step in flight (whatever the reason, as the core
-  prescribes) and answer with one :class:`JoinBatch` carrying the cursor
-  their agents hold (what each survivor's :class:`rollcall.core.agent.Agent`
-  would send; members still copying or loading the state hold none).
-  Processes relaunched after a restart answer with one ``JoinBatch`` of new
-  lives (``incarnations``); single newcomers send ``Join``.
+* **Agents.** Every process runs the core's worker side: the bulk as one
+  :class:`rollcall.core.AgentBatch` (N agents held as groups of identical
+  state, shown equal to N single :class:`Agent`s by
+  ``tests/test_agent_batch.py``), with heartbeats not simulated (liveness is
+  reported to the keeper in bulk, above). Roll calls, memberships and the
+  keeper's single sends reach the batch after the latency, and what its
+  agents answer goes to the keeper: the first joins and a relaunch's new
+  lives as one ``JoinBatch`` each, a roll call's answers as one per group
+  (the members holding the committed state with their cursor, the stale
+  ones still copying or loading with none). The driver only reports facts
+  to them: the trainers hold the committed state (``step_committed``), a
+  process started (``start``), died or was torn down (``discard``). A
+  newcomer's agent (repair, scripted join) starts singly (its ``Join``)
+  and joins the batch. Small runs (``ledger == "samples"``) also write the
+  agents' per-worker records (``enter``, ``abort``, ``fenced``).
 * **Paused workers** are silent for ``for_s``. While a member is silent the
   all-or-nothing gradient exchange cannot complete, so the job stalls. A
-  paused node gets a real core :class:`Agent` (rebuilt through its public
-  API); messages sent to it are held until it resumes. If it resumes before
-  the detector fires, training continues where it stopped. If it was
-  evicted, its agent's first heartbeat is refused by the keeper
-  (``not-member``), the agent is fenced and rejoins as a newcomer, which
-  opens a growth round.
+  paused node's agent is taken out of the batch (in its exact state);
+  messages sent to it are held until it resumes, then handed to it, and it
+  goes back into the batch. If it resumes before the detector fires,
+  training continues where it stopped. If it was evicted, its agent's first
+  heartbeat is refused by the keeper (``not-member``), the agent is fenced
+  and rejoins as a newcomer, which opens a growth round.
 * **Steps** are simulated at job level in ranges: a generation's step time is
   ``max micro-batches per member * micro_batch_s + exchange_s`` (the
   reduction's exchange, ``Scenario.exchange_s``: exact mode costs more) with the
@@ -109,7 +117,7 @@ import simpy
 
 from rollcall.config import data_spec, draws, job_policy, keeper_config
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, NEMESIS, Agent, Broadcast, Checkpointed, Cursor, Enter, Formed, IdRuns,
+    DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Broadcast, Checkpointed, Cursor, Enter, Formed, IdRuns,
     JobFailed, Join, JoinBatch, Keeper, Log, Membership, Record, Relaunch, RestartJob, RollCall,
     Send, SendToKeeper, Stop, check, commit, describe_assignment, members_field, rank_range, rec,
     sample_ids, step_batch, summarize_report,
@@ -185,10 +193,12 @@ class Simulation:
         self.member_flags = np.zeros(n, bool)
         self.is_member = np.zeros(n, bool)
         self._plans: dict[int, tuple[int, float, dict]] = {}  # members -> batch, step time, shards
-        # exceptional nodes driven through a real core Agent (paused / fenced)
+        # every process's core Agent: the bulk in one AgentBatch (heartbeats
+        # not simulated: sim liveness is reported in bulk), the exceptional
+        # ones (paused, fenced, newcomers until admitted) as single Agents
+        self.bulk = AgentBatch(sc.detector.heartbeat_s, heartbeats=False)
         self.agents: dict[int, Agent] = {}
         self.held: dict[int, list[Any]] = {}
-        self.last_membership: Optional[Membership] = None
         # --- random streams ------------------------------------------------
         self.seed = sc.seed
         self.fail_heap: list[tuple[float, int, int]] = []
@@ -328,8 +338,7 @@ class Simulation:
                 if isinstance(msg, RollCall):
                     self._at(now + self.lat, self._roll_call, out.to, msg)
                 elif isinstance(msg, Membership):
-                    self.last_membership = msg
-                    self._membership(now, msg)
+                    self._at(now + self.lat, self._membership, out.to, msg)
             elif isinstance(out, Send):
                 self._send_agent(now, out.to, out.message)
             elif isinstance(out, RestartJob):
@@ -349,29 +358,39 @@ class Simulation:
     # ------------------------------------------------------------------ agents
 
     def _agent_for(self, now: float, w: int) -> Agent:
-        """The core Agent of node ``w``, rebuilt through its public API."""
+        """Node ``w``'s core Agent as a single one (taken out of the batch)."""
         a = self.agents.get(w)
-        if a is not None:
-            return a
-        a = Agent(w, int(self.inc[w]), self.sc.detector.heartbeat_s)
-        a.start(float(self.phase[w]), None)  # a process starts holding no state
-        m = self.last_membership
-        if m is not None and self.is_member[w] and m.admits(w, int(self.inc[w])):
-            a.receive(now, m)
-            if self._holds_state(w):
-                a.state_ready(now, self.committed)
-        self.agents[w] = a
+        if a is None:
+            a = self.agents[w] = self.bulk.take(w, now)
         return a
 
-    def _holds_state(self, w: int) -> bool:
-        """Whether member ``w``'s trainer holds the job's state (copy / load done)."""
-        return w not in self.stale or self.state in (RUN, CKPT, WAIT)
+    def _batch_actions(self, now: float, out: list) -> list:
+        """What the batch's agents send the keeper; their records too, on
+        runs small enough to keep one per worker (``ledger == "samples"``)."""
+        msgs = []
+        for g in out:
+            msgs += g.messages()
+            if isinstance(g.action, Log) and self.ledger == "samples":
+                for _, act in g.expand():
+                    self._write(act.record)
+            assert not isinstance(g.action, Stop), "a bulk agent is never fenced"
+        return msgs
 
     def _send_agent(self, now: float, w: int, msg: Any) -> None:
         a = self.agents.get(w)
         if a is None:
-            return  # bulk nodes never send anything the keeper would answer singly
-        self._at(now + self.lat, self._deliver, w, a, msg)
+            self._at(now + self.lat, self._deliver_bulk, w, msg)
+        else:
+            self._at(now + self.lat, self._deliver, w, a, msg)
+
+    def _deliver_bulk(self, w: int, msg: Any) -> None:
+        now = self.env.now
+        if w in self.agents:  # taken out of the batch meanwhile (paused)
+            self._deliver(w, self.agents[w], msg)
+            return
+        msgs = self._batch_actions(now, self.bulk.receive(now, msg, IdRuns.of((w,))))
+        if msgs:
+            self._at(now + self.lat, self._kreceive_at, msgs)
 
     def _deliver(self, w: int, a: Agent, msg: Any) -> None:
         if self.agents.get(w) is not a or not self.proc[w]:
@@ -391,6 +410,7 @@ class Simulation:
             elif isinstance(act, Stop):
                 self.proc[w] = False
                 self.agents.pop(w, None)
+                self.bulk.discard((w,))
             elif isinstance(act, Enter):
                 pass  # the job follows the keeper's Formed output
         if msgs:
@@ -401,9 +421,9 @@ class Simulation:
 
     # ------------------------------------------------------------------ nodes
 
-    def _launch(self, now: float, w: int, incarnation: int) -> Join:
-        """Start a worker process on node ``w`` as ``incarnation``; return the
-        Join its agent sends."""
+    def _launch(self, now: float, w: int, incarnation: int) -> list:
+        """Start a worker process on node ``w`` as ``incarnation``; return
+        what its agent sends first (a Join), the agent joining the batch."""
         assert incarnation >= self.inc[w], (w, incarnation, int(self.inc[w]))
         self.inc[w] = incarnation
         self.proc[w] = True
@@ -411,7 +431,10 @@ class Simulation:
         self.phase[w] = now
         self.agents.pop(w, None)
         self.held.pop(w, None)
-        return Join(w, int(self.inc[w]), None)
+        a = Agent(w, incarnation, self.sc.detector.heartbeat_s)  # the node ran no process
+        msgs = [act.message for act in a.start(now, None) if isinstance(act, SendToKeeper)]
+        self.bulk.absorb(a)
+        return msgs
 
     def _arrive(self, now: float, w: int, lifetime: Optional[float]) -> None:
         """Hardware of node ``w`` comes up (start, repair, newcomer)."""
@@ -457,6 +480,7 @@ class Simulation:
                 self._go_silent(now, w)
         self.agents.pop(w, None)
         self.held.pop(w, None)
+        self.bulk.discard((w,))
         if self.sc.cluster.repair_s is not None:
             self._at(now + self.sc.cluster.repair_s, self._repaired, w)
 
@@ -468,8 +492,7 @@ class Simulation:
         self._write(rec(now, "info", "fault", NEMESIS, kind="repair", workers=[w]))
         life = self.keeper.node_up(now, w)
         self._arrive(now, w, self.draws.next_lifetime(w))
-        join = self._launch(now, w, life)
-        self._at(now + self.lat, self._kreceive_at, [join])
+        self._at(now + self.lat, self._kreceive_at, self._launch(now, w, life))
 
     def _pause(self, now: float, w: int, for_s: float) -> None:
         self.counts["pauses"] += 1
@@ -494,6 +517,9 @@ class Simulation:
             actions += a.receive(now, msg)
         actions += a.handle_timer(now)  # the beat that was due while stopped
         self._agent_actions(now, w, actions)
+        if self.agents.get(w) is a:  # beating again: back among the bulk
+            del self.agents[w]
+            self.bulk.absorb(a)
         if self.is_member[w]:
             self.silent_members -= 1
             if self.silent_members == 0:
@@ -576,7 +602,7 @@ class Simulation:
                 self.next_join_id += 1
                 self.counts["joins"] += 1
                 self._arrive(now, w, self.draws.next_lifetime(w))
-                joins.append(self._launch(now, w, 0))
+                joins += self._launch(now, w, 0)
             self._write(rec(now, "info", "fault", NEMESIS, kind="join",
                             workers=[j.worker for j in joins]))
             self._at(now + self.lat, self._kreceive_at, joins)
@@ -895,14 +921,16 @@ class Simulation:
         """Members of the current generation whose process does not beat."""
         return int(np.count_nonzero(self.member_flags & ~(self.proc & ~self.paused)))
 
-    def _membership(self, now: float, m: Membership) -> None:
-        """Members driven by their own agent rejoin the bulk once admitted."""
-        for w in list(self.agents):
-            if self.is_member[w]:
-                if self.paused[w]:
-                    self.held.setdefault(w, []).append(m)
-                else:
-                    self.agents.pop(w)
+    def _membership(self, to: IdRuns, m: Membership) -> None:
+        """A generation's member list reaches the agents it was sent to."""
+        now = self.env.now
+        to = IdRuns.of(to)
+        for w in self.agents:  # only paused processes have an agent of their own
+            if w in to:
+                self.held.setdefault(w, []).append(m)
+        msgs = self._batch_actions(now, self.bulk.receive(now, m, to))
+        if msgs:
+            self._at(now + self.lat, self._kreceive_at, msgs)
 
     def _enter(self, gen: int, cost: float) -> None:
         if gen != self.gen or self.state != IDLE or self.answered > gen:
@@ -992,50 +1020,25 @@ class Simulation:
         if self.state == DONE:
             return
         to = IdRuns.of(to)
-        current = call.generation == self.gen + 1
-        if current:
+        for w in self.agents:  # only paused processes have an agent of their own
+            if w in to:
+                self.held.setdefault(w, []).append(call)
+        if call.generation == self.gen + 1:
+            # Whatever the reason, a member abandons the step in flight (or the
+            # state copy, or the checkpoint write) and joins (rollcall.core.messages.RollCall).
             self._cast(now)  # the round is open: no vote still on its way can pass
-        if self.agents:
-            for w, a in list(self.agents.items()):
-                if w not in to:
-                    continue
-                if self.paused[w]:
-                    self.held.setdefault(w, []).append(call)
-                elif self.proc[w]:
-                    if self.is_member[w] and self._holds_state(w):
-                        a.step_committed(now, self.committed)  # its trainer committed with the rest
-                    self._agent_actions(now, w, a.receive(now, call))
-        if not current:
-            return  # an old round; the members already answered
-        # Whatever the reason, a member abandons the step in flight (or the
-        # state copy, or the checkpoint write) and joins (rollcall.core.messages.RollCall).
-        bulk = to - IdRuns.of(self.agents) if self.agents else to
-        self._answer(now, bulk)
-
-    def _answer(self, now: float, to: IdRuns) -> None:
-        """The live members answer the roll call with the cursor their agents hold."""
-        self.answered = self.gen + 1
-        synced = self.state in (RUN, CKPT, WAIT)  # the stale members finished the copy / load
-        self._abandon(now)
-        self._cast(now, everything=True)
-        # ``to`` are members of the current generation (the round is for gen+1)
-        quiet = self.member_flags & ~(self.proc & ~self.paused)
-        # Id sets throughout: the answer of 10^4 members is a few mask operations.
-        workers = IdRuns.of(to)
-        if quiet.any():  # rare: a paused or dead member the round still expects
-            workers = workers - _ids_of_flags(quiet)
-        batches = []
-        if self.stale and not synced:
-            # a stale member holds no state until its copy or load is done
-            # (Agent.state_ready): it answers without a cursor
-            empty = workers & self.stale
-            if empty:
-                workers = workers - empty
-                batches.append(JoinBatch(empty, None))
-        if workers:
-            batches.insert(0, JoinBatch(workers, self.committed))
-        if batches:
-            self._at(now + self.lat, self._kreceive_at, batches)
+            self.answered = self.gen + 1
+            synced = self.state in (RUN, CKPT, WAIT)  # the stale members finished the copy / load
+            self._abandon(now)
+            self._cast(now, everything=True)
+            # the fact the agents are told: their trainers hold the committed
+            # state (a stale member, before its copy or load is done, none)
+            holders = to if synced or not self.stale else to - self.stale
+            self.bulk.step_committed(now, self.committed, holders)
+        msgs = self._batch_actions(now, self.bulk.receive(now, call, to))
+        if msgs:  # the members with a state first, then those without
+            msgs.sort(key=lambda m: m.cursor is None)
+            self._at(now + self.lat, self._kreceive_at, msgs)
 
     def _restart(self, now: float, teardown: IdRuns) -> None:
         """Checkpoint-restart: the process of every worker in ``teardown`` (the
@@ -1056,6 +1059,7 @@ class Simulation:
         for w in [w for w in self.agents if members[w]]:
             self.agents.pop(w, None)
             self.held.pop(w, None)
+        self.bulk.discard(teardown)
         self.is_member[:] = False
         self.silent_members = 0
         self.state = IDLE
@@ -1084,10 +1088,11 @@ class Simulation:
             for w in [w for w in self.agents if up[w]]:
                 self.agents.pop(w, None)
                 self.held.pop(w, None)
-        # what each relaunched agent sends first, Join(w, new incarnation, no
-        # state), as one batch of new lives: the keeper's own sparse table, so
-        # a relaunch of 10^4 workers is admitted in O(changes)
-        self._at(now + self.lat, self._kreceive_at, [JoinBatch(ids, None, order.incarnations)])
+        # each relaunched agent sends Join(w, new incarnation, no state): one
+        # batch of new lives, the keeper's own sparse table, so a relaunch of
+        # 10^4 workers is admitted in O(changes)
+        msgs = self._batch_actions(now, self.bulk.start(now, ids, order.incarnations))
+        self._at(now + self.lat, self._kreceive_at, msgs)
 
     def _finish(self, now: float, completed: bool, reason: str) -> None:
         if self.state == DONE:
@@ -1139,8 +1144,9 @@ class Simulation:
         self.proc[:n0] = True
         self._write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
                         strategy=sc.strategy.kind, workers=self.W, spares=sc.cluster.spares))
-        # every agent's first message: Join(w, 0, None), fed as one batch
-        self._at(self.lat, self._kreceive_at, [JoinBatch(tuple(range(n0)), None)])
+        # every agent's first message, Join(w, 0, None): one batch
+        msgs = self._batch_actions(0.0, self.bulk.start(0.0, IdRuns.span(0, n0 - 1), 0))
+        self._at(self.lat, self._kreceive_at, msgs)
         self._job_proc = env.process(self._job_process())
         self._fail_proc = env.process(self._failure_process())
         env.process(self._schedule_process())

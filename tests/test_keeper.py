@@ -45,14 +45,14 @@ def test_first_generation_waits_for_last_call_then_closes() -> None:
     assert k.get_timer() == 0.6
     out = k.handle_timer(0.6)
     (f,) = formed(out)
-    assert f.generation == 1 and f.members == (0, 1)
+    assert f.generation == 1 and tuple(f.members) == (0, 1)
 
 
 def test_round_closes_at_once_when_full() -> None:
     k = keeper(n_max=2)
     k.receive(0.0, Join(0, 0, None))
     (f,) = formed(k.receive(0.0, Join(1, 0, None)))
-    assert f.members == (0, 1)
+    assert tuple(f.members) == (0, 1)
 
 
 def test_extra_joiners_wait_as_standby_and_replace_the_dead() -> None:
@@ -60,13 +60,13 @@ def test_extra_joiners_wait_as_standby_and_replace_the_dead() -> None:
     k.receive(0.0, Join(0, 0, None))
     k.receive(0.0, Join(1, 0, None))
     k.receive(0.0, Join(2, 0, None))  # a spare: no room
-    assert k.members == (0, 1) and 2 in k.standby
+    assert tuple(k.members) == (0, 1) and 2 in k.standby
     k.receive(1.0, Join(0, 0, Cursor(5, 40), generation=1))  # stays a member: rejoin
     out = k.exited(1.0, 1, 0)
     out += k.receive(1.0, JoinBatch((0,), Cursor(5, 40)))
     out += k.handle_timer(2.0)
     f = formed(out)[-1]
-    assert f.members == (0, 2) and f.source == 0 and f.stale == (2,)
+    assert tuple(f.members) == (0, 2) and f.source == 0 and tuple(f.stale) == (2,)
 
 
 def test_detector_evicts_silent_member_and_survivors_resume_at_the_most_advanced_state() -> None:
@@ -77,11 +77,11 @@ def test_detector_evicts_silent_member_and_survivors_resume_at_the_most_advanced
             k.receive(t, Heartbeat(w, 0, 1, int(t)))
     out = k.handle_timer(4.0)  # worker 2 silent since 1.0 (its join): dead at 4.0
     calls = [o for o in out if isinstance(o, Broadcast) and isinstance(o.message, RollCall)]
-    assert calls and calls[0].to == (0, 1)
+    assert calls and tuple(calls[0].to) == (0, 1)
     out = k.receive(4.1, Join(0, 0, Cursor(7, 56), 1))
     out += k.receive(4.1, Join(1, 0, Cursor(6, 48), 1))
     (f,) = formed(out)
-    assert f.members == (0, 1) and f.cursor == Cursor(7, 56) and f.source == 0 and f.stale == (1,)
+    assert tuple(f.members) == (0, 1) and f.cursor == Cursor(7, 56) and f.source == 0 and tuple(f.stale) == (1,)
 
 
 def test_slow_member_is_waited_for_until_the_detector_says_dead() -> None:
@@ -97,7 +97,7 @@ def test_slow_member_is_waited_for_until_the_detector_says_dead() -> None:
     assert not formed(k.handle_timer(3.9))
     out = k.handle_timer(4.0)
     (f,) = formed(out)
-    assert f.members == (0, 1)
+    assert tuple(f.members) == (0, 1)
 
 
 def test_evicted_worker_is_refused_then_rejoins_as_newcomer() -> None:
@@ -107,7 +107,7 @@ def test_evicted_worker_is_refused_then_rejoins_as_newcomer() -> None:
         k.receive(3.5, Heartbeat(w, 0, 1, 1))
     k.handle_timer(4.0)
     k.receive(4.1, JoinBatch((0, 1), Cursor(2, 16)))
-    assert k.generation == 2 and k.members == (0, 1)
+    assert k.generation == 2 and tuple(k.members) == (0, 1)
     out = k.receive(9.0, Heartbeat(2, 0, 1, 7))  # wakes up, stamped with generation 1
     (refusal,) = [o.message for o in out if isinstance(o, Send)]
     assert refusal == Refused(2, 0, 2, "not-member")
@@ -115,7 +115,7 @@ def test_evicted_worker_is_refused_then_rejoins_as_newcomer() -> None:
     assert [o for o in out if isinstance(o, Broadcast) and isinstance(o.message, RollCall)]
     k.receive(9.2, JoinBatch((0, 1), Cursor(4, 32)))
     (f,) = formed(k.handle_timer(9.7))
-    assert f.members == (0, 1, 2) and f.source == 0 and f.stale == (2,)
+    assert tuple(f.members) == (0, 1, 2) and f.source == 0 and tuple(f.stale) == (2,)
 
 
 def test_stale_incarnation_is_fenced() -> None:
@@ -160,7 +160,7 @@ def test_leave_opens_a_round_without_the_leaver() -> None:
     start(k, 3)
     k.receive(1.0, Leave(2, 0))
     (f,) = formed(k.receive(1.1, JoinBatch((0, 1), Cursor(3, 24))))
-    assert f.members == (0, 1) and f.reason == "leave"
+    assert tuple(f.members) == (0, 1) and f.reason == "leave"
 
 
 def test_checkpoint_restart_relaunches_and_resumes_from_checkpoint() -> None:
@@ -176,8 +176,8 @@ def test_checkpoint_restart_relaunches_and_resumes_from_checkpoint() -> None:
         out += k.receive(40.0, Join(w, 1, None))
     out += k.handle_timer(40.5)  # new lives all: a last call for more of them
     (f,) = formed(out)
-    assert f.members == (0, 1, 2) and f.cursor == Cursor(50, 400) and f.source is None
-    assert f.stale == (0, 1, 2)
+    assert tuple(f.members) == (0, 1, 2) and f.cursor == Cursor(50, 400) and f.source is None
+    assert tuple(f.stale) == (0, 1, 2)
 
 
 def test_detector_verdicts() -> None:
@@ -219,7 +219,7 @@ def test_state_of_an_abandoned_branch_is_not_resumed() -> None:
     k.receive(2.0, Heartbeat(0, 0, 1, 1))
     k.handle_timer(3.0)                                       # 1 (paused) evicted
     (f,) = formed(k.receive(3.0, Join(0, 0, Cursor(200, 1600), 1)))
-    assert f.members == (0,) and f.cursor == Cursor(200, 1600)
+    assert tuple(f.members) == (0,) and f.cursor == Cursor(200, 1600)
     k.exited(4.0, 0, 0)                                       # the last holder dies
     out = k.receive(5.0, Join(2, 0, None))                    # a newcomer, no state
     out += k.handle_timer(5.5)
@@ -228,4 +228,4 @@ def test_state_of_an_abandoned_branch_is_not_resumed() -> None:
     out += k.receive(6.0, JoinBatch((2,), Cursor(176, 1408)))
     out += k.handle_timer(6.5)
     f = formed(out)[-1]
-    assert f.cursor == Cursor(176, 1408) and f.source == 2 and f.stale == (1,)
+    assert f.cursor == Cursor(176, 1408) and f.source == 2 and tuple(f.stale) == (1,)

@@ -85,7 +85,7 @@ def test_losing_one_worker_copies_its_shards_from_buddies_and_resumes_from_a_sur
     c = Cursor(7, 56)
     out = lose(k, {1}, {0: c, 2: c, 3: c})
     f = formed(out)
-    assert not f.fallback and f.cursor == c and f.source == 0 and f.stale == ()
+    assert not f.fallback and f.cursor == c and f.source == 0 and tuple(f.stale) == ()
     plan = f.recovery
     assert plan is not None and not plan.reloads and not plan.lost
     old = Placement(f1.placement)
@@ -107,7 +107,7 @@ def test_without_buddies_a_loss_falls_back_to_the_last_checkpoint() -> None:
     out = lose(k, {2}, {0: Cursor(9, 72), 1: Cursor(9, 72)})
     f = formed(out)
     assert f.fallback and f.cursor == Cursor(4, 32) and f.source is None
-    assert f.stale == f.members == (0, 1)  # everybody reloads the checkpoint
+    assert tuple(f.stale) == tuple(f.members) == (0, 1)  # everybody reloads the checkpoint
     plan = f.recovery
     assert plan is not None and plan.lost == (2,) and not plan.copies
     assert sorted((x.shard, x.dst) for x in plan.reloads) == sorted(
@@ -124,7 +124,7 @@ def test_fallback_without_any_checkpoint_starts_over_from_the_origin() -> None:
     k = sharded(2, 1)
     start(k, 2)
     f = formed(lose(k, {1}, {0: Cursor(3, 24)}))
-    assert f.fallback and f.cursor == Cursor() and f.source is None and f.stale == (0,)
+    assert f.fallback and f.cursor == Cursor() and f.source is None and tuple(f.stale) == (0,)
 
 
 def test_a_member_still_copying_holds_nothing_its_shard_is_lost_with_the_others() -> None:
@@ -188,7 +188,7 @@ def test_checkpoint_restart_places_anew_and_never_calls_it_a_fallback() -> None:
     out += k.receive(6.0, JoinBatch((0, 1), None, (1, 1)))
     out += k.handle_timer(6.5)  # the last call for more new lives
     f = formed(out)
-    assert f.members == (0, 1) and f.cursor == Cursor(4, 32) and f.source is None
+    assert tuple(f.members) == (0, 1) and f.cursor == Cursor(4, 32) and f.source is None
     assert not f.fallback and f.recovery is None
     assert sorted(chain.from_iterable(f.placement)) == [0, 0, 1]  # r=1: three shards on two
     (r,) = recovery_records(out)
@@ -203,7 +203,7 @@ def test_growth_copies_nothing_while_every_shard_has_its_replicas() -> None:
     out += k.receive(3.0, JoinBatch((0, 1, 2), Cursor(6, 48)))
     out += k.handle_timer(10.0)
     f = formed(out)
-    assert f.members == (0, 1, 2, 3) and not f.fallback and f.stale == (3,)
+    assert tuple(f.members) == (0, 1, 2, 3) and not f.fallback and tuple(f.stale) == (3,)
     assert f.recovery.copies == () and f.placement == f1.placement
 
 

@@ -213,5 +213,5 @@ def test_keeper_never_sends_to_nobody() -> None:
     """A smoke check that the harness delivers keeper traffic at all."""
     w = World(3, min_workers=2)
     w.advance(1.0)
-    assert w.keeper.generation == 1 and w.keeper.members == (0, 1, 2)
+    assert w.keeper.generation == 1 and tuple(w.keeper.members) == (0, 1, 2)
     assert KEEPER == -1

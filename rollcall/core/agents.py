@@ -261,9 +261,14 @@ class AgentBatch:
     def discard(self, workers: Ids) -> None:
         """The processes of ``workers`` are gone: their agents leave the batch."""
         ws = IdRuns.of(workers)
+        m, left = ws.mask, len(ws)
         for key, ids in list(self._groups.items()):
-            if not ids.isdisjoint(ws):
-                self._cut(key, ids, ids & ws)
+            if ids.mask & m:
+                part = ids & ws
+                self._cut(key, ids, part)
+                left -= len(part)
+                if not left:
+                    break  # an id is in one group at most
         if self._counters:
             for w in [w for w in self._counters if w in ws]:
                 del self._counters[w]
@@ -357,9 +362,9 @@ class AgentBatch:
         out: list[GroupAction] = []
         moved: list[tuple[Key, IdRuns]] = []
         for key, ids in (only if only is not None else list(self._groups.items())):
-            part = ids if sel is None else ids & sel
-            if not part:
+            if sel is not None and not (ids.mask & sel.mask):
                 continue
+            part = ids if sel is None else ids & sel
             if only is None:
                 self._cut(key, ids, part)
             state, src = key

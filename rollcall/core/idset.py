@@ -37,7 +37,7 @@ class IdRuns(Sequence[int]):
     """An immutable sorted set of non-negative ints: a bitmask, with its
     maximal runs derived on demand."""
 
-    __slots__ = ("_m", "_n", "_lo_", "_hi_", "_cum_", "_hash")
+    __slots__ = ("_m", "_n", "_lo_", "_hi_", "_cum_")
 
     def __init__(self, runs: Iterable[Sequence[int]] = ()) -> None:
         """From inclusive ``[lo, hi]`` runs in increasing order (checked)."""
@@ -64,7 +64,6 @@ class IdRuns(Sequence[int]):
         self._lo_ = lo
         self._hi_ = hi
         self._cum_: Optional[list[int]] = None
-        self._hash: Optional[int] = None
 
     @classmethod
     def _raw(cls, lo: list[int], hi: list[int], m: Optional[int] = None) -> "IdRuns":
@@ -243,13 +242,12 @@ class IdRuns(Sequence[int]):
     # --- comparison -----------------------------------------------------------
 
     def __eq__(self, other: object) -> bool:
-        """Same ids; against a tuple, the same ordered ids (a member list was
-        a sorted tuple). Nothing else compares equal: equal objects must hash
-        alike, and a list is unhashable while a frozenset hashes otherwise."""
+        """Same ids. Only another id set compares equal (compare a tuple with
+        ``tuple(ids)``): equal objects must hash alike, and the hash is the
+        bitmask's, O(1) in Python, where a tuple's would cost a step per id
+        (agents' states keyed by their member lists are hashed all the time)."""
         if isinstance(other, IdRuns):
             return self._m == other._m
-        if isinstance(other, tuple):
-            return len(other) == len(self) and other == tuple(self)
         return NotImplemented
 
     def __ne__(self, other: object) -> bool:
@@ -257,10 +255,7 @@ class IdRuns(Sequence[int]):
         return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
-        """The hash of the equal tuple, so either may key a dict (O(n) once)."""
-        if self._hash is None:
-            self._hash = hash(tuple(self))
-        return self._hash
+        return hash(self._m)
 
     def __repr__(self) -> str:
         return f"IdRuns({self.runs()!r})"

@@ -262,9 +262,11 @@ def _agreeing(ws: IdRuns, base_a: int, a: _Layers, base_b: int, b: _Layers) -> I
     equal bases only the ids whose stored values may differ are looked at,
     and otherwise only the stored ids can agree.
     """
+    if base_a == base_b and a is b:
+        return ws
+    if len(ws) <= len(a) + len(b):  # fewer ids than stored lives: look at each id
+        return IdRuns.of([w for w in ws if base_a + a.get(w) == base_b + b.get(w)])
     if base_a == base_b:
-        if a is b:
-            return ws
         differ = [w for w in a.changed_keys(b) if w in ws and a.get(w) != b.get(w)]
         return ws - IdRuns.of(differ) if differ else ws
     stored = set(a.keys()).union(b.keys())
