@@ -118,14 +118,15 @@ import simpy
 from rollcall.config import data_spec, draws, job_policy, keeper_config
 from rollcall.core import (
     DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Broadcast, Checkpointed, Cursor, Enter, Formed, IdRuns,
-    JobFailed, Join, JoinBatch, Keeper, Log, Membership, Record, Relaunch, RestartJob, RollCall,
+    JobFailed, Keeper, Log, Membership, Record, Relaunch, RestartJob, RollCall,
     Send, SendToKeeper, Stop, check, commit, describe_assignment, members_field, rank_range, rec,
     sample_ids, step_batch, summarize_report,
 )
-from rollcall.results import SUMMARY_KEYS, HistoryWriter, write_summary
+from rollcall.results import SUMMARY_KEYS, write_summary
 from rollcall.scenario import Scenario
 
 from sim.sharded import copy_time
+from sim.state import Nodes, Recorder, Tally
 from sim.steps import StepRun
 
 __all__ = ["run", "Simulation"]
@@ -175,34 +176,39 @@ class Simulation:
         self.keeper = Keeper(config)
         self.policy = job_policy(sc)
         self.draws = draws(sc)  # node lifetimes and random targets, as on real
-        w = sc.workload
         self.W = sc.cluster.workers
         self.n_nodes = sc.worker_id_limit
         n = self.n_nodes
-        # --- per-node state, flat arrays -------------------------------------
-        self.exists = np.zeros(n, bool)      # the machine has arrived
-        self.hw = np.zeros(n, bool)          # hardware up
-        self.proc = np.zeros(n, bool)        # a worker process (current incarnation) runs
-        self.paused = np.zeros(n, bool)      # stopped (silent) process
-        self.inc = np.zeros(n, np.int64)     # incarnation of the current/last process
-        self.phase = np.zeros(n)             # when the current process's agent started
-        self.life = np.zeros(n, np.int64)    # hardware life counter (cancels stale failures)
-        self.pause_epoch = np.zeros(n, np.int64)
-        # the current generation's member list, and which of its members still
-        # have a life in it (a restart's teardown clears these, not the list)
-        self.member_flags = np.zeros(n, bool)
-        self.is_member = np.zeros(n, bool)
+        self.nodes = Nodes.zeros(n)  # the physical world, per node
         self._plans: dict[int, tuple[int, float, dict]] = {}  # members -> batch, step time, shards
         # every process's core Agent: the bulk in one AgentBatch (heartbeats
         # not simulated: sim liveness is reported in bulk), the exceptional
         # ones (paused, fenced, newcomers until admitted) as single Agents
         self.bulk = AgentBatch(sc.detector.heartbeat_s, heartbeats=False)
         self.agents: dict[int, Agent] = {}
-        self.held: dict[int, list[Any]] = {}
+        self.undelivered: dict[int, list[Any]] = {}
         # --- random streams ------------------------------------------------
         self.seed = sc.seed
         self.fail_heap: list[tuple[float, int, int]] = []
-        # --- job -----------------------------------------------------------
+        self._init_job(ledger)
+        self.tally = Tally(self.W)  # where the simulated time went, and counters
+        self.completed = False
+        self.end_reason = ""
+        self.recorder = Recorder(Path(out_dir) if out_dir is not None else None, flush_every)
+        self.records = self.recorder.records  # the history, kept for the checkers
+        self._alarms: set[tuple[float, bool]] = set()
+        self.keeper_s = 0.0  # wall time spent inside the core's Keeper (profiling aid)
+        self.check_s = 0.0
+        self.done = self.env.event()
+        self._job_proc: Optional[simpy.Process] = None
+        self._job_waiting = False
+        self._job_wait: Optional[float] = None
+        self._fail_proc: Optional[simpy.Process] = None
+        self._fail_wait: Optional[float] = None
+
+    def _init_job(self, ledger: Optional[bool]) -> None:
+        """The job's state: where it stands, its running segment, its votes."""
+        sc, w = self.sc, self.sc.workload
         self.state = IDLE
         self.gen = 0
         self.members: tuple[int, ...] = ()
@@ -236,54 +242,18 @@ class Simulation:
             if f.trigger == "at_step":
                 self.step_faults.setdefault(int(f.when), []).append((i, f))
         self.next_join_id = self.W + sc.cluster.spares
-        # --- accounting ----------------------------------------------------
-        self.mark = 0.0
-        self.acc = dict(lost=0.0, stall=0.0, recovery=0.0, checkpoint=0.0)
-        self.segments: list[list[float]] = []  # [first, last, step_s] finally-committed runs
-        self.counts = dict(failures=0, crashes=0, kills=0, pauses=0, joins=0, repairs=0,
-                           detections=0, evictions=0, checkpoints=0, restarts=0, rounds=0,
-                           keeper_calls=0, rack_kills=0)
-        self.elapsed_s = 0.0
-        self.end_s = 0.0
-        self.completed = False
-        self.end_reason = ""
-        self.min_members = self.W
-        # --- history -------------------------------------------------------
-        self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.writer = HistoryWriter(self.out_dir) if self.out_dir is not None else None
-        self.records: list[dict] = []  # the history, also kept in memory for the checkers
-        self._buf: list[dict] = []
-        self.flush_every = flush_every
-        self._alarms: set[tuple[float, bool]] = set()
-        self.keeper_s = 0.0  # wall time spent inside the core's Keeper (profiling aid)
-        self.check_s = 0.0
-        self.done = self.env.event()
-        self._job_proc: Optional[simpy.Process] = None
-        self._job_waiting = False
-        self._job_wait: Optional[float] = None
-        self._fail_proc: Optional[simpy.Process] = None
-        self._fail_wait: Optional[float] = None
 
     # ------------------------------------------------------------------ plumbing
 
     def _write(self, record: dict) -> None:
-        self._buf.append(record)
-        if len(self._buf) >= self.flush_every:
-            self._flush()
-
-    def _flush(self) -> None:
-        if self._buf:
-            if self.writer is not None:
-                self.writer.write_many(self._buf)
-            self.records.extend(self._buf)
-            self._buf = []
+        self.recorder.write(record)
 
     def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
         ev = self.env.timeout(max(0.0, t - self.env.now))
         ev.callbacks.append(lambda _ev: fn(*args))
 
     def _alive(self, w: int) -> bool:
-        return bool(self.proc[w] and not self.paused[w])
+        return bool(self.nodes.proc[w] and not self.nodes.paused[w])
 
     # ------------------------------------------------------------------ keeper
 
@@ -291,7 +261,7 @@ class Simulation:
         if self.state == DONE:
             return
         self._cast(now)  # the votes that reached the keeper first
-        self.counts["keeper_calls"] += 1
+        self.tally.counts["keeper_calls"] += 1
         t = _perf()
         out = self.keeper.receive_many(now, messages)
         self.keeper_s += _perf() - t
@@ -302,10 +272,10 @@ class Simulation:
         if self.state == DONE or (not detection and self.keeper.next_round_deadline() is None):
             return  # a round timer outlived its round: the keeper has nothing due
         self._cast(now)
-        self.counts["keeper_calls"] += 1
+        self.tally.counts["keeper_calls"] += 1
         # Every tracked worker but the silent ones beat just now: name the
         # few silent nodes (down, or paused), not the 10^4 live ones.
-        silent = _ids_of_flags(~(self.proc & ~self.paused))
+        silent = _ids_of_flags(~(self.nodes.proc & ~self.nodes.paused))
         t = _perf()
         self.keeper.observe_alive_except(now, silent)
         out = self.keeper.handle_timer(now)
@@ -326,11 +296,11 @@ class Simulation:
                 self._write(r)
                 f = r["f"]
                 if f == "evict":
-                    self.counts["evictions"] += 1
+                    self.tally.counts["evictions"] += 1
                     if r.get("reason") == "timeout":
-                        self.counts["detections"] += 1
+                        self.tally.counts["detections"] += 1
                 elif f == "round" and r["type"] == "invoke":
-                    self.counts["rounds"] += 1
+                    self.tally.counts["rounds"] += 1
             elif isinstance(out, Formed):
                 self._formed(now, out)
             elif isinstance(out, Broadcast):
@@ -393,10 +363,10 @@ class Simulation:
             self._at(now + self.lat, self._kreceive_at, msgs)
 
     def _deliver(self, w: int, a: Agent, msg: Any) -> None:
-        if self.agents.get(w) is not a or not self.proc[w]:
+        if self.agents.get(w) is not a or not self.nodes.proc[w]:
             return
-        if self.paused[w]:
-            self.held.setdefault(w, []).append(msg)
+        if self.nodes.paused[w]:
+            self.undelivered.setdefault(w, []).append(msg)
             return
         self._agent_actions(self.env.now, w, a.receive(self.env.now, msg))
 
@@ -408,7 +378,7 @@ class Simulation:
             elif isinstance(act, Log):
                 self._write(act.record)
             elif isinstance(act, Stop):
-                self.proc[w] = False
+                self.nodes.proc[w] = False
                 self.agents.pop(w, None)
                 self.bulk.discard((w,))
             elif isinstance(act, Enter):
@@ -424,13 +394,13 @@ class Simulation:
     def _launch(self, now: float, w: int, incarnation: int) -> list:
         """Start a worker process on node ``w`` as ``incarnation``; return
         what its agent sends first (a Join), the agent joining the batch."""
-        assert incarnation >= self.inc[w], (w, incarnation, int(self.inc[w]))
-        self.inc[w] = incarnation
-        self.proc[w] = True
-        self.paused[w] = False
-        self.phase[w] = now
+        assert incarnation >= self.nodes.inc[w], (w, incarnation, int(self.nodes.inc[w]))
+        self.nodes.inc[w] = incarnation
+        self.nodes.proc[w] = True
+        self.nodes.paused[w] = False
+        self.nodes.started_at[w] = now
         self.agents.pop(w, None)
-        self.held.pop(w, None)
+        self.undelivered.pop(w, None)
         a = Agent(w, incarnation, self.sc.detector.heartbeat_s)  # the node ran no process
         msgs = [act.message for act in a.start(now, None) if isinstance(act, SendToKeeper)]
         self.bulk.absorb(a)
@@ -438,14 +408,14 @@ class Simulation:
 
     def _arrive(self, now: float, w: int, lifetime: Optional[float]) -> None:
         """Hardware of node ``w`` comes up (start, repair, newcomer)."""
-        self.exists[w] = True
-        self.hw[w] = True
-        self.life[w] += 1
+        self.nodes.exists[w] = True
+        self.nodes.hw[w] = True
+        self.nodes.life[w] += 1
         if lifetime is not None:
             self._push_failure(now + lifetime, w)
 
     def _push_failure(self, t: float, w: int) -> None:
-        heapq.heappush(self.fail_heap, (t, w, int(self.life[w])))
+        heapq.heappush(self.fail_heap, (t, w, int(self.nodes.life[w])))
         if (self._fail_wait is not None and t < self._fail_wait and self._fail_proc is not None
                 and self.env.active_process is not self._fail_proc):
             self._fail_wait = None
@@ -453,33 +423,33 @@ class Simulation:
 
     def _go_silent(self, now: float, w: int) -> None:
         """Node ``w`` stops beating now: tell the keeper its last beat, schedule the verdict."""
-        t_d = self.detector.detection_time(now, float(self.phase[w]), self.lat)
+        t_d = self.detector.detection_time(now, float(self.nodes.started_at[w]), self.lat)
         self.keeper.observe_alive(t_d - self.detector.timeout_s, (w,))
         self._alarm(t_d)
-        if self.is_member[w]:
+        if self.nodes.is_member[w]:
             self.silent_members += 1
             if self.silent_members == 1:
                 self._stall(now)
 
     def _node_down(self, now: float, w: int, kind: str, record: bool = True) -> None:
-        if not self.hw[w]:
+        if not self.nodes.hw[w]:
             return
-        self.counts["failures"] += 1
-        self.counts["crashes" if kind == "crash" else "kills"] += 1
+        self.tally.counts["failures"] += 1
+        self.tally.counts["crashes" if kind == "crash" else "kills"] += 1
         if record:
             self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
-        self.hw[w] = False
-        self.life[w] += 1
+        self.nodes.hw[w] = False
+        self.nodes.life[w] += 1
         self.keeper.node_down(now, w)
-        if self.proc[w]:
-            self.proc[w] = False
-            if self.paused[w]:
-                self.paused[w] = False  # already silent; its verdict is scheduled
-                self.pause_epoch[w] += 1
+        if self.nodes.proc[w]:
+            self.nodes.proc[w] = False
+            if self.nodes.paused[w]:
+                self.nodes.paused[w] = False  # already silent; its verdict is scheduled
+                self.nodes.pause_epoch[w] += 1
             else:
                 self._go_silent(now, w)
         self.agents.pop(w, None)
-        self.held.pop(w, None)
+        self.undelivered.pop(w, None)
         self.bulk.discard((w,))
         if self.sc.cluster.repair_s is not None:
             self._at(now + self.sc.cluster.repair_s, self._repaired, w)
@@ -488,39 +458,39 @@ class Simulation:
         if self.state == DONE:
             return
         now = self.env.now
-        self.counts["repairs"] += 1
+        self.tally.counts["repairs"] += 1
         self._write(rec(now, "info", "fault", NEMESIS, kind="repair", workers=[w]))
         life = self.keeper.node_up(now, w)
         self._arrive(now, w, self.draws.next_lifetime(w))
         self._at(now + self.lat, self._kreceive_at, self._launch(now, w, life))
 
     def _pause(self, now: float, w: int, for_s: float) -> None:
-        self.counts["pauses"] += 1
+        self.tally.counts["pauses"] += 1
         self._write(rec(now, "info", "fault", NEMESIS, kind="pause", workers=[w], for_s=for_s))
         if not self._alive(w):
             return
         self._agent_for(now, w)  # the paused process keeps its agent's state
-        self.paused[w] = True
-        self.pause_epoch[w] += 1
+        self.nodes.paused[w] = True
+        self.nodes.pause_epoch[w] += 1
         self._go_silent(now, w)
-        self._at(now + for_s, self._resume, w, int(self.pause_epoch[w]))
+        self._at(now + for_s, self._resume, w, int(self.nodes.pause_epoch[w]))
 
     def _resume(self, w: int, epoch: int) -> None:
-        if self.pause_epoch[w] != epoch or not self.paused[w] or self.state == DONE:
+        if self.nodes.pause_epoch[w] != epoch or not self.nodes.paused[w] or self.state == DONE:
             return
         now = self.env.now
         self._write(rec(now, "info", "fault", NEMESIS, kind="resume", workers=[w]))
-        self.paused[w] = False
+        self.nodes.paused[w] = False
         a = self._agent_for(now, w)
         actions: list = []
-        for msg in self.held.pop(w, []):
+        for msg in self.undelivered.pop(w, []):
             actions += a.receive(now, msg)
         actions += a.handle_timer(now)  # the beat that was due while stopped
         self._agent_actions(now, w, actions)
         if self.agents.get(w) is a:  # beating again: back among the bulk
             del self.agents[w]
             self.bulk.absorb(a)
-        if self.is_member[w]:
+        if self.nodes.is_member[w]:
             self.silent_members -= 1
             if self.silent_members == 0:
                 self._unstall(now)
@@ -530,7 +500,7 @@ class Simulation:
     def _failure_process(self):
         heap = self.fail_heap
         while True:
-            while heap and (heap[0][2] != self.life[heap[0][1]] or not self.hw[heap[0][1]]):
+            while heap and (heap[0][2] != self.nodes.life[heap[0][1]] or not self.nodes.hw[heap[0][1]]):
                 heapq.heappop(heap)
             if not heap:
                 self._fail_wait = float("inf")
@@ -547,7 +517,7 @@ class Simulation:
                     continue
             self._fail_wait = None
             t, w, life = heapq.heappop(heap)
-            if life == self.life[w] and self.hw[w] and self.state != DONE:
+            if life == self.nodes.life[w] and self.nodes.hw[w] and self.state != DONE:
                 self._node_down(self.env.now, w, "crash")
 
     def _schedule_process(self):
@@ -577,8 +547,8 @@ class Simulation:
             rack = self.draws.pick(sorted({sc.rack_of(w) for w in self.members if self._alive(w)}))
             if rack is None:
                 return
-        victims = [w for w in sc.rack_workers(int(rack)) if self.hw[w]]
-        self.counts["rack_kills"] += 1
+        victims = [w for w in sc.rack_workers(int(rack)) if self.nodes.hw[w]]
+        self.tally.counts["rack_kills"] += 1
         self._write(rec(now, "info", "fault", NEMESIS, kind="kill_rack", rack=int(rack),
                         workers=victims))
         for w in victims:
@@ -588,7 +558,7 @@ class Simulation:
         action = f.action
         if action == "kill":
             for w in self._pick(f.targets):
-                if self.hw[w]:
+                if self.nodes.hw[w]:
                     self._node_down(now, w, "kill")
         elif action == "kill_rack":
             self._kill_rack(now, f.rack)
@@ -600,7 +570,7 @@ class Simulation:
             for _ in range(f.join):
                 w = self.next_join_id
                 self.next_join_id += 1
-                self.counts["joins"] += 1
+                self.tally.counts["joins"] += 1
                 self._arrive(now, w, self.draws.next_lifetime(w))
                 joins += self._launch(now, w, 0)
             self._write(rec(now, "info", "fault", NEMESIS, kind="join",
@@ -659,17 +629,17 @@ class Simulation:
         Running time is attributed by :meth:`_close_segment` (committed steps
         are productive until a rollback, a step abandoned mid-flight is lost).
         """
-        dt = now - self.mark
+        dt = now - self.tally.mark
         if dt > 0:
             if self.stalled:
-                self.acc["stall"] += dt
+                self.tally.acc["stall"] += dt
             elif self.state == CKPT:
-                self.acc["checkpoint"] += dt
+                self.tally.acc["checkpoint"] += dt
             elif self.state in (IDLE, SYNC):
-                self.acc["recovery"] += dt
+                self.tally.acc["recovery"] += dt
             elif self.state == WAIT:  # the last step's vote was refused: a roll call comes
-                self.acc["lost"] += dt
-        self.mark = now
+                self.tally.acc["lost"] += dt
+        self.tally.mark = now
 
     def _start_segment(self, now: float) -> None:
         self._acct(now)
@@ -702,27 +672,27 @@ class Simulation:
         self.cursor = Cursor(c0.step + k, c0.sample + k * self.batch)
         partial = max(0.0, now - (t0 + k * s))
         if abandon:
-            self.acc["lost"] += partial
+            self.tally.acc["lost"] += partial
         else:
             self.carry = partial
-        self.mark = now
+        self.tally.mark = now
 
     # ------------------------------------------------------------------ commit votes
 
     def _voter(self) -> int:
         """The member whose commit vote reaches the keeper first: the lowest live one."""
         w = self._last_voter
-        if w is not None and self.member_flags[w] and self.proc[w] and not self.paused[w]:
+        if w is not None and self.nodes.member_flags[w] and self.nodes.proc[w] and not self.nodes.paused[w]:
             if w == self.members[0] or not self._alive_below(w):
                 return w
-        w = next((m for m in self.members if self.proc[m] and not self.paused[m]),
+        w = next((m for m in self.members if self.nodes.proc[m] and not self.nodes.paused[m]),
                  self.members[0])  # none is left: their votes were already on the way
         self._last_voter = w
         return w
 
     def _alive_below(self, w: int) -> bool:
         """Whether a member below ``w`` beats (a paused one resumed, say)."""
-        return bool(np.count_nonzero(self.member_flags[:w] & self.proc[:w] & ~self.paused[:w]))
+        return bool(np.count_nonzero(self.nodes.member_flags[:w] & self.nodes.proc[:w] & ~self.nodes.paused[:w]))
 
     def _cast(self, t: float, everything: bool = False) -> None:
         """Cast the commit votes that reached the keeper by ``t`` (see
@@ -747,24 +717,24 @@ class Simulation:
         first, last = run.first + run.voted, run.first + k - 1
         if not run.refused:
             w = self._voter()
-            verdict = self.keeper.commit(t, w, int(self.inc[w]), run.gen, first, last)
+            verdict = self.keeper.commit(t, w, int(self.nodes.inc[w]), run.gen, first, last)
             if verdict.ok:
                 assert run.t0 + k * run.step_s + self.lat <= t + _EPS, "a vote passed before it arrived"
                 assert verdict.first, "the sim votes each step once"
                 run.passed = k
                 run.voter = w if run.voter is None else run.voter
                 self.committed = run.cursor_after(k)
-                self.elapsed_s = run.t0 + k * run.step_s
+                self.tally.elapsed_s = run.t0 + k * run.step_s
                 self._productive(first, last, run.step_s)
                 self.keeper_complete = self.keeper_complete or verdict.complete
             else:
                 run.refused = True  # final: the generation is over for commits
         if run.refused:
-            self.acc["lost"] += (k - run.voted) * run.step_s
+            self.tally.acc["lost"] += (k - run.voted) * run.step_s
         run.voted = k
 
     def _productive(self, first: int, last: int, step_s: float) -> None:
-        segs = self.segments
+        segs = self.tally.segments
         if segs and segs[-1][1] == first - 1 and segs[-1][2] == step_s:
             segs[-1][1] = last
         else:
@@ -820,15 +790,15 @@ class Simulation:
                             workers=members_field(members)))
 
     def _rollback(self, step: int) -> None:
-        segs = self.segments
+        segs = self.tally.segments
         while segs and segs[-1][1] >= step:
             first, last, s = segs[-1]
             keep_last = step - 1
             if first <= keep_last:
-                self.acc["lost"] += (last - keep_last) * s
+                self.tally.acc["lost"] += (last - keep_last) * s
                 segs[-1][1] = keep_last
             else:
-                self.acc["lost"] += (last - first + 1) * s
+                self.tally.acc["lost"] += (last - first + 1) * s
                 segs.pop()
 
     def _abandon(self, now: float) -> None:
@@ -836,7 +806,7 @@ class Simulation:
         if self.state == RUN:
             if self.stalled:
                 self._acct(now)
-                self.acc["lost"] += self.carry
+                self.tally.acc["lost"] += self.carry
                 self.carry = 0.0
             else:
                 self._close_segment(now, None, abandon=True)
@@ -885,9 +855,9 @@ class Simulation:
         self.gen = f.generation
         self.members = f.members
         n = len(f.members)
-        self.member_flags = _flags_of_ids(f.members, len(self.proc))
-        self.is_member = self.member_flags.copy()
-        self.min_members = min(self.min_members, n)
+        self.nodes.member_flags = _flags_of_ids(f.members, len(self.nodes.proc))
+        self.nodes.is_member = self.nodes.member_flags.copy()
+        self.tally.min_members = min(self.tally.min_members, n)
         plan = self._plans.get(n)
         if plan is None:
             w = self.sc.workload
@@ -919,7 +889,7 @@ class Simulation:
 
     def _count_silent(self) -> int:
         """Members of the current generation whose process does not beat."""
-        return int(np.count_nonzero(self.member_flags & ~(self.proc & ~self.paused)))
+        return int(np.count_nonzero(self.nodes.member_flags & ~(self.nodes.proc & ~self.nodes.paused)))
 
     def _membership(self, to: IdRuns, m: Membership) -> None:
         """A generation's member list reaches the agents it was sent to."""
@@ -927,7 +897,7 @@ class Simulation:
         to = IdRuns.of(to)
         for w in self.agents:  # only paused processes have an agent of their own
             if w in to:
-                self.held.setdefault(w, []).append(m)
+                self.undelivered.setdefault(w, []).append(m)
         msgs = self._batch_actions(now, self.bulk.receive(now, m, to))
         if msgs:
             self._at(now + self.lat, self._kreceive_at, msgs)
@@ -1002,11 +972,11 @@ class Simulation:
             self._set_due(None)
             return
         self._acct(now)
-        self.counts["checkpoints"] += 1
+        self.tally.counts["checkpoints"] += 1
         self._write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
         reporter = self._voter()  # the lowest live member
         if self._alive(reporter):
-            msg = Checkpointed(reporter, int(self.inc[reporter]), self.gen, self.cursor)
+            msg = Checkpointed(reporter, int(self.nodes.inc[reporter]), self.gen, self.cursor)
             t = now + self.lat
             if t < self.env.peek() and not self.agents:
                 self._kreceive(t, [msg])  # nothing else happens first: deliver it now
@@ -1022,7 +992,7 @@ class Simulation:
         to = IdRuns.of(to)
         for w in self.agents:  # only paused processes have an agent of their own
             if w in to:
-                self.held.setdefault(w, []).append(call)
+                self.undelivered.setdefault(w, []).append(call)
         if call.generation == self.gen + 1:
             # Whatever the reason, a member abandons the step in flight (or the
             # state copy, or the checkpoint write) and joins (rollcall.core.messages.RollCall).
@@ -1045,22 +1015,22 @@ class Simulation:
         members) is torn down; the keeper's :class:`Relaunch` says, when it is
         due, which nodes get a fresh process (a stopped process is killed by
         the teardown too, and its node relaunched)."""
-        self.counts["restarts"] += 1
+        self.tally.counts["restarts"] += 1
         if self.state in (SYNC, RUN, CKPT, WAIT):
             self._abandon(now)
         self._cast(now, everything=True)
         self._acct(now)
         self.stalled = False
-        members = _flags_of_ids(teardown, len(self.proc))
-        assert np.array_equal(members, self.member_flags), "the keeper tears down its members"
-        self.pause_epoch += members  # a stopped process is killed too: no resume
-        self.proc &= ~members
-        self.paused &= ~members
+        members = _flags_of_ids(teardown, len(self.nodes.proc))
+        assert np.array_equal(members, self.nodes.member_flags), "the keeper tears down its members"
+        self.nodes.pause_epoch += members  # a stopped process is killed too: no resume
+        self.nodes.proc &= ~members
+        self.nodes.paused &= ~members
         for w in [w for w in self.agents if members[w]]:
             self.agents.pop(w, None)
-            self.held.pop(w, None)
+            self.undelivered.pop(w, None)
         self.bulk.discard(teardown)
-        self.is_member[:] = False
+        self.nodes.is_member[:] = False
         self.silent_members = 0
         self.state = IDLE
         self._set_due(None)
@@ -1070,24 +1040,24 @@ class Simulation:
         if self.state == DONE:
             return
         ids = order.workers
-        up = _flags_of_ids(ids, len(self.proc))
-        assert not (up & ~self.hw).any(), "the keeper relaunches no node it was told is down"
-        assert not (up & self.proc).any(), "a relaunched node runs no process"
-        self.inc += up
+        up = _flags_of_ids(ids, len(self.nodes.proc))
+        assert not (up & ~self.nodes.hw).any(), "the keeper relaunches no node it was told is down"
+        assert not (up & self.nodes.proc).any(), "a relaunched node runs no process"
+        self.nodes.inc += up
         # The driver's incarnation counters move in step with the keeper's
         # (each relaunch is the next life): checked in full on small jobs, at
         # both ends and the middle on large ones (a full check costs O(n)).
         n = len(ids)
         sample = ids if n <= 64 else (ids[0], ids[n // 2], ids[n - 1])
-        assert all(int(self.inc[w]) == order.incarnations.of(w) for w in sample), \
+        assert all(int(self.nodes.inc[w]) == order.incarnations.of(w) for w in sample), \
             "relaunch incarnations out of step with the keeper"
-        self.proc |= up
-        self.paused &= ~up
-        np.copyto(self.phase, now, where=up)
+        self.nodes.proc |= up
+        self.nodes.paused &= ~up
+        np.copyto(self.nodes.started_at, now, where=up)
         if self.agents:
             for w in [w for w in self.agents if up[w]]:
                 self.agents.pop(w, None)
-                self.held.pop(w, None)
+                self.undelivered.pop(w, None)
         # each relaunched agent sends Join(w, new incarnation, no state): one
         # batch of new lives, the keeper's own sparse table, so a relaunch of
         # 10^4 workers is admitted in O(changes)
@@ -1101,18 +1071,18 @@ class Simulation:
             self._close_segment(now, None, abandon=True)
         if completed:
             assert not self.runs, "the keeper completed the job with votes outstanding"
-            self.mark = now  # the job's time ended with its last step (elapsed_s)
-            self.end_s = self.end_s or self.elapsed_s
+            self.tally.mark = now  # the job's time ended with its last step (elapsed_s)
+            self.tally.end_s = self.tally.end_s or self.tally.elapsed_s
         else:
             self._acct(now)
             if self.state == RUN:
-                self.acc["lost"] += self.carry
+                self.tally.acc["lost"] += self.carry
             for run in self.runs:  # votes nobody will answer: the steps are lost
-                self.acc["lost"] += (run.n - run.voted) * run.step_s
+                self.tally.acc["lost"] += (run.n - run.voted) * run.step_s
                 run.voted = run.n
                 self._write_run(run)
             self.runs.clear()
-            self.end_s = self.end_s or now
+            self.tally.end_s = self.tally.end_s or now
         self._flush_gen_ledger()
         self.state = DONE
         self.completed = completed
@@ -1141,7 +1111,7 @@ class Simulation:
         if self.draws.model is not None:  # every node's first life
             self.fail_heap = [(self.draws.next_lifetime(w), w, 1) for w in range(n0)]
             heapq.heapify(self.fail_heap)
-        self.proc[:n0] = True
+        self.nodes.proc[:n0] = True
         self._write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
                         strategy=sc.strategy.kind, workers=self.W, spares=sc.cluster.spares))
         # every agent's first message, Join(w, 0, None): one batch
@@ -1161,9 +1131,7 @@ class Simulation:
             if self.done.triggered or env.peek() != float("inf"):
                 raise
             self._finish(env.now, False, "stuck: no events left")
-        self._flush()
-        if self.writer is not None:
-            self.writer.close()
+        self.recorder.close()
         self.events = next(env._eid)  # events scheduled so far (simpy's own counter)
         # validity comes from the core's checkers over the history: the very
         # records just written, not a parse of them (JSON keeps every value
@@ -1177,8 +1145,8 @@ class Simulation:
     def summary(self) -> dict:
         sc = self.sc
         report = self.report
-        productive = sum((last - first + 1) * s for first, last, s in self.segments)
-        elapsed = self.elapsed_s
+        productive = self.tally.productive_s()
+        elapsed = self.tally.elapsed_s
         ideal = sc.ideal_step_s
         out = {
             "scenario": sc.name,
@@ -1192,30 +1160,30 @@ class Simulation:
             "productive_s": productive,
             "ettr": productive / elapsed if elapsed > 0 else 0.0,
             "goodput": (sc.workload.steps * ideal / elapsed) if (elapsed > 0 and self.completed) else 0.0,
-            "lost_work_s": self.acc["lost"],
-            "stall_s": self.acc["stall"],
-            "recovery_s": self.acc["recovery"],
-            "checkpoint_s": self.acc["checkpoint"],
-            "failures": self.counts["failures"],
+            "lost_work_s": self.tally.acc["lost"],
+            "stall_s": self.tally.acc["stall"],
+            "recovery_s": self.tally.acc["recovery"],
+            "checkpoint_s": self.tally.acc["checkpoint"],
+            "failures": self.tally.counts["failures"],
             "wall_s": self.wall_s,
             # extras
-            "end_s": self.end_s,
+            "end_s": self.tally.end_s,
             "end_reason": self.end_reason,
             "ideal_step_s": ideal,
-            "checkpoints": self.counts["checkpoints"],
-            "detections": self.counts["detections"],
-            "evictions": self.counts["evictions"],
-            "crashes": self.counts["crashes"],
-            "kills": self.counts["kills"],
-            "rack_kills": self.counts["rack_kills"],
-            "pauses": self.counts["pauses"],
-            "joins": self.counts["joins"],
-            "repairs": self.counts["repairs"],
-            "rounds": self.counts["rounds"],
-            "min_members": self.min_members,
+            "checkpoints": self.tally.counts["checkpoints"],
+            "detections": self.tally.counts["detections"],
+            "evictions": self.tally.counts["evictions"],
+            "crashes": self.tally.counts["crashes"],
+            "kills": self.tally.counts["kills"],
+            "rack_kills": self.tally.counts["rack_kills"],
+            "pauses": self.tally.counts["pauses"],
+            "joins": self.tally.counts["joins"],
+            "repairs": self.tally.counts["repairs"],
+            "rounds": self.tally.counts["rounds"],
+            "min_members": self.tally.min_members,
             "events": self.events,
-            "keeper_calls": self.counts["keeper_calls"],
-            "sim_per_wall": (self.end_s / self.wall_s) if self.wall_s > 0 else 0.0,
+            "keeper_calls": self.tally.counts["keeper_calls"],
+            "sim_per_wall": (self.tally.end_s / self.wall_s) if self.wall_s > 0 else 0.0,
             "keeper_wall_s": self.keeper_s,
             "check_wall_s": self.check_s,
         }

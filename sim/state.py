@@ -1,0 +1,101 @@
+"""The simulator's own state, in three parts small enough to read.
+
+* :class:`Nodes`: per-node facts as flat numpy arrays (the physical world:
+  hardware, processes, which life each runs), so that 10^5 nodes cost mask
+  operations, not Python loops;
+* :class:`Tally`: where every simulated second went, and the counters of
+  the summary;
+* :class:`Recorder`: the history, written in batches to ``history.jsonl``
+  and kept in memory for the checkers.
+
+None of them decides anything: decisions are the core's (:mod:`sim.driver`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from rollcall.results import HistoryWriter
+
+
+@dataclass
+class Nodes:
+    """Per-node state over node ids ``0..n-1``."""
+
+    exists: np.ndarray       # the machine has arrived
+    hw: np.ndarray           # hardware up
+    proc: np.ndarray         # a worker process (current incarnation) runs
+    paused: np.ndarray       # stopped (silent) process
+    inc: np.ndarray          # incarnation of the current / last process
+    started_at: np.ndarray   # when the current process's agent started (its beat phase)
+    life: np.ndarray         # hardware life counter (cancels stale failure events)
+    pause_epoch: np.ndarray  # bumped per pause and teardown (cancels stale resumes)
+    # the current generation's member list, and which of its members still
+    # have a process in it (a restart's teardown clears these, not the list)
+    member_flags: np.ndarray
+    is_member: np.ndarray
+
+    @classmethod
+    def zeros(cls, n: int) -> "Nodes":
+        flags = [np.zeros(n, bool) for _ in range(4)]
+        return cls(*flags, np.zeros(n, np.int64), np.zeros(n), np.zeros(n, np.int64),
+                   np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool))
+
+    def beating(self) -> np.ndarray:
+        """Nodes whose process runs and beats."""
+        return self.proc & ~self.paused
+
+
+@dataclass
+class Tally:
+    """Where the simulated time went (see :mod:`sim.driver`'s accounting)."""
+
+    workers: int
+    mark: float = 0.0  # time attributed up to here
+    acc: dict[str, float] = field(default_factory=lambda: dict(
+        lost=0.0, stall=0.0, recovery=0.0, checkpoint=0.0))
+    segments: list[list[float]] = field(default_factory=list)  # [first, last, step_s] committed
+    counts: dict[str, int] = field(default_factory=lambda: dict(
+        failures=0, crashes=0, kills=0, pauses=0, joins=0, repairs=0, detections=0,
+        evictions=0, checkpoints=0, restarts=0, rounds=0, keeper_calls=0, rack_kills=0))
+    elapsed_s: float = 0.0  # the end of the last committed step
+    end_s: float = 0.0
+    min_members: int = 0
+
+    def __post_init__(self) -> None:
+        self.min_members = self.min_members or self.workers
+
+    def productive_s(self) -> float:
+        return sum((last - first + 1) * s for first, last, s in self.segments)
+
+
+class Recorder:
+    """The history: in memory (``records``) and, with a run directory, on disk
+    in batches of ``flush_every`` records (a crash keeps what was flushed)."""
+
+    def __init__(self, out_dir: Optional[Path], flush_every: int = 4096) -> None:
+        self.writer = HistoryWriter(out_dir) if out_dir is not None else None
+        self.records: list[dict] = []
+        self.flush_every = flush_every
+        self._buf: list[dict] = []
+
+    def write(self, record: dict) -> None:
+        self._buf.append(record)
+        if len(self._buf) >= self.flush_every:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._buf:
+            if self.writer is not None:
+                self.writer.write_many(self._buf)
+            self.records.extend(self._buf)
+            self._buf = []
+
+    def close(self) -> None:
+        self.flush()
+        if self.writer is not None:
+            self.writer.close()
