@@ -83,7 +83,7 @@ class Worker:
         self.stopped = False
         self.store_port: Optional[int] = None
         self.acks: dict[tuple[int, int], bool] = {}
-        self.pending: Optional[tuple[int, int, Cursor]] = None
+        self.awaiting_ack: Optional[tuple[int, int, Cursor]] = None
         self.deferred: list = []  # keeper messages held while a commit is in flight
         self.started = False
         self.wake = threading.Event()
@@ -162,7 +162,7 @@ class Worker:
         kind = frame[0]
         with self.lock:
             if kind == "msg":
-                if self.pending is not None:
+                if self.awaiting_ack is not None:
                     # A commit of ours is in flight and its answer is on its
                     # way: hear it first, so that a roll call is answered
                     # with the state this worker really ends up holding.
@@ -172,11 +172,11 @@ class Worker:
             elif kind == "ack":
                 _, gen, step, ok = frame
                 self.acks[(gen, step)] = ok
-                p = self.pending
+                p = self.awaiting_ack
                 if ok and p is not None and p[:2] == (gen, step):
                     # the trainer applies an accepted step whatever comes next
                     self.apply(self.agent.step_committed(self.now(), p[2]))
-                self.pending = None
+                self.awaiting_ack = None
                 deferred, self.deferred = self.deferred, []
                 if self.started:
                     for message in deferred:
@@ -540,7 +540,7 @@ class Worker:
             self.check(gen)
             if not self.agent.may_step(gen):
                 raise Aborted()
-            self.pending = (gen, cursor.step, nxt)
+            self.awaiting_ack = (gen, cursor.step, nxt)
             self.send(("commit", self.worker, self.incarnation, gen, cursor.step, commit))
             while (gen, cursor.step) not in self.acks and not self.stopped:
                 self.cond.wait(0.5)

@@ -268,19 +268,19 @@ class Keeper:
         self.cursor = Cursor()
         self.source: Optional[WorkerId] = None
         self.stale: IdRuns = EMPTY
-        self.incarnations: Lives = LifeTable().snapshot(EMPTY)  # paired with members
+        self.member_lives: Lives = LifeTable().snapshot(EMPTY)  # paired with members
         self.checkpoint: Optional[Cursor] = None
         self.round: Optional[Round] = None
         self.failed: Optional[str] = None
         # the latest life of each worker; lives a restart ordered that have not
-        # joined yet are ``pending`` (their admitted life is the one before)
-        self.lives = LifeTable()
-        self.pending: IdRuns = EMPTY
+        # joined yet are ``awaiting_relaunch`` (their admitted life is the one before)
+        self.life_table = LifeTable()
+        self.awaiting_relaunch: IdRuns = EMPTY
         self._standby: dict[Optional[Cursor], IdRuns] = {}
         self.standby_gen: dict[WorkerId, int] = {}
         self.resumes: list[tuple[int, int]] = []  # (generation, resume step)
         self.counter: dict[WorkerId, int] = {}  # heartbeat counters; absent: -1
-        self.live = Liveness()  # the lives watched, and when each last advanced
+        self.liveness = Liveness()  # the lives watched, and when each last advanced
         self._out: list[Output] = []
         # sharded state: the current generation's placement and recovery
         self.placement: Optional[Placement] = None
@@ -314,7 +314,7 @@ class Keeper:
         simulate every beat of every healthy node: the effect on the detector
         is the one each worker's next beat would have had.
         """
-        self.live.advance(now, IdRuns.of(workers))
+        self.liveness.advance(now, IdRuns.of(workers))
 
     def observe_alive_except(self, now: float, silent: Iterable[WorkerId]) -> None:
         """:meth:`observe_alive` for every tracked worker but ``silent``.
@@ -322,11 +322,11 @@ class Keeper:
         What a simulator knows cheaply: the few nodes that stopped beating,
         not the 10^4 that did not. Costs the silent ones, not the job.
         """
-        self.live.advance_except(now, IdRuns.of(silent))
+        self.liveness.advance_except(now, IdRuns.of(silent))
 
     def exited(self, now: float, worker: WorkerId, incarnation: int) -> list[Output]:
         """The worker's process is known to be gone (its host saw it exit)."""
-        if self.incarnation_of(worker) == incarnation and worker in self.live:
+        if self.incarnation_of(worker) == incarnation and worker in self.liveness:
             self._declare_dead(now, worker, "exited")
         return self._flush()
 
@@ -345,8 +345,8 @@ class Keeper:
         """
         if worker in self.down:
             self.down = self.down - (worker,)
-        life = self.lives.get(worker)
-        unstarted = worker in self.pending and worker not in self._relaunched
+        life = self.life_table.get(worker)
+        unstarted = worker in self.awaiting_relaunch and worker not in self._relaunched
         life = max(life if unstarted else life + 1, self._promised.get(worker, -1) + 1)
         self._promised[worker] = life  # never the same life twice
         return life
@@ -408,7 +408,7 @@ class Keeper:
         if self.failed is not None:
             return None
         times = []
-        oldest = self.live.earliest()
+        oldest = self.liveness.earliest()
         if oldest is not None:
             times.append(self.config.detector.expiry(oldest))
         deadline = self.next_round_deadline()
@@ -421,9 +421,9 @@ class Keeper:
             return []
         dead: list[WorkerId] = []
         expiry = self.config.detector.expiry
-        oldest = self.live.earliest()
+        oldest = self.liveness.earliest()
         if oldest is not None and expiry(oldest) <= now:
-            dead = self.live.expired(lambda t: expiry(t) <= now)
+            dead = self.liveness.expired(lambda t: expiry(t) <= now)
         for worker in dead:  # sorted
             self._declare_dead(now, worker, "timeout")
         r = self.round
@@ -442,8 +442,8 @@ class Keeper:
 
     def incarnation_of(self, worker: WorkerId) -> int:
         """The life of ``worker`` last admitted (0 for a worker never seen)."""
-        life = self.lives.get(worker)
-        return life - 1 if worker in self.pending else life
+        life = self.life_table.get(worker)
+        return life - 1 if worker in self.awaiting_relaunch else life
 
     @property
     def standby(self) -> IdRuns:
@@ -470,7 +470,7 @@ class Keeper:
         elif isinstance(message, StepFailed):
             self._step_failed(now, message)
         elif isinstance(message, Leave):
-            if message.worker in self.live:
+            if message.worker in self.liveness:
                 self.down = self.down | (message.worker,)  # gone for good: no relaunch
                 self._declare_dead(now, message.worker, "left")
         elif isinstance(message, Checkpointed):
@@ -479,19 +479,19 @@ class Keeper:
             raise TypeError(f"unknown message {message!r}")
 
     def _incarnation_ok(self, now: float, worker: WorkerId, incarnation: int) -> bool:
-        if incarnation >= self.lives.get(worker):
+        if incarnation >= self.life_table.get(worker):
             return True
         self._refuse(now, worker, incarnation, "message", "stale-incarnation")
         return False
 
     def _heartbeat(self, now: float, hb: Heartbeat) -> None:
         w = hb.worker
-        if w not in self.live or hb.incarnation != self.incarnation_of(w):
+        if w not in self.liveness or hb.incarnation != self.incarnation_of(w):
             self._refuse(now, w, hb.incarnation, "heartbeat", "not-member")
             return
         if hb.counter > self.counter.get(w, -1):
             self.counter[w] = hb.counter
-            self.live.set(now, w)
+            self.liveness.set(now, w)
         # Heal lost messages: a member behind the record learns the answer
         # again, an expected member that missed the roll call hears it again.
         r = self.round
@@ -502,19 +502,19 @@ class Keeper:
 
     def _join(self, now: float, join: Join) -> None:
         w, inc = join.worker, join.incarnation
-        tracked = w in self.live
+        tracked = w in self.liveness
         known = self.incarnation_of(w)
         if tracked and inc > known:
             # A new life of a worker we still track: its old life is over.
             self._declare_dead(now, w, "restarted")
             tracked = False
         new_life = not tracked or inc > known
-        self.lives.set(w, inc)
-        if w in self.pending:
-            self.pending = self.pending - (w,)
+        self.life_table.set(w, inc)
+        if w in self.awaiting_relaunch:
+            self.awaiting_relaunch = self.awaiting_relaunch - (w,)
         if new_life:
             self.counter.pop(w, None)
-        self.live.set(now, w)
+        self.liveness.set(now, w)
         one = IdRuns.span(w, w)
         r = self.round
         if r is not None:
@@ -553,7 +553,7 @@ class Keeper:
                 # Workers never seen (or back from repair, untracked) joining
                 # without state: what ``_join`` does to each, done to all at
                 # once (admission by id order is the same: ``Keeper._close``).
-                new = workers - fast - self.live.tracked - self.members - self.pending
+                new = workers - fast - self.liveness.tracked - self.members - self.awaiting_relaunch
                 if new:
                     counter = self.counter
                     for w in [w for w in counter if w in new]:
@@ -569,7 +569,7 @@ class Keeper:
             fast = self._new_lives(workers, batch.incarnations, claimed) \
                 if r is not None else EMPTY
         if fast:
-            self.live.track(now, fast)
+            self.liveness.track(now, fast)
             r.add(fast, batch.cursor)
         for w in workers - fast:  # in id order
             inc = claimed(w)
@@ -582,18 +582,18 @@ class Keeper:
         """The workers of a relaunch batch that can be admitted wholesale:
         lives newer than any the keeper knows, whose old life is not tracked
         (a life a restart ordered counts as newer)."""
-        ws = workers - self.live.tracked
+        ws = workers - self.liveness.tracked
         if not ws:
             return EMPTY
-        if isinstance(lives, Lives) and ws.issubset(self.pending) \
-                and self.lives.snapshot(ws).same_as(lives.restricted(ws)):
+        if isinstance(lives, Lives) and ws.issubset(self.awaiting_relaunch) \
+                and self.life_table.snapshot(ws).same_as(lives.restricted(ws)):
             fresh = ws  # exactly the lives a RestartJob ordered
         else:
-            pending, table = self.pending, self.lives
-            fresh = IdRuns.of(w for w in ws if claimed(w) > table.get(w) - (w in pending))
+            awaiting, table = self.awaiting_relaunch, self.life_table
+            fresh = IdRuns.of(w for w in ws if claimed(w) > table.get(w) - (w in awaiting))
             for w in fresh:
                 table.set(w, claimed(w))
-        self.pending = self.pending - fresh
+        self.awaiting_relaunch = self.awaiting_relaunch - fresh
         counter = self.counter
         for w in [w for w in counter if w in fresh]:
             del counter[w]
@@ -630,7 +630,7 @@ class Keeper:
                 self._standby[c] = rest
 
     def _declare_dead(self, now: float, worker: WorkerId, reason: str) -> None:
-        self.live.drop(worker)
+        self.liveness.drop(worker)
         self.counter.pop(worker, None)
         self._standby_drop(IdRuns.span(worker, worker))
         self.standby_gen.pop(worker, None)
@@ -649,9 +649,9 @@ class Keeper:
             # Every current life is over: the members whose node is still up
             # are relaunched, each as its next life (the only one accepted now).
             members = self.members
-            self.lives.bump(members)
-            self.pending = self.pending | members
-            self.live.drop_many(members)
+            self.life_table.bump(members)
+            self.awaiting_relaunch = self.awaiting_relaunch | members
+            self.liveness.drop_many(members)
             counter = self.counter
             for w in [w for w in counter if w in members]:
                 del counter[w]
@@ -673,7 +673,7 @@ class Keeper:
         assert r.joined.isdisjoint(workers), "a joiner is no longer expected (Round.add)"
         if workers:
             self._relaunched = self._relaunched | workers
-            self._out.append(Relaunch(r.generation - 1, workers, self.lives.snapshot(workers)))
+            self._out.append(Relaunch(r.generation - 1, workers, self.life_table.snapshot(workers)))
 
     def _open(self, now: float, reason: str, expect: bool = True,
               relaunch: IdRuns = EMPTY) -> None:
@@ -681,7 +681,7 @@ class Keeper:
         previous = self.members if expect else EMPTY
         r = Round(self.generation + 1, reason, now, previous)
         if expect:
-            r.expected = self.live.tracked & previous
+            r.expected = self.liveness.tracked & previous
         else:
             r.expected = relaunch
             cfg = self.config
@@ -739,11 +739,11 @@ class Keeper:
         room = self.config.max_workers - len(old)
         new = r.joined - r.previous
         admitted, overflow = new.head(room), new.tail(room)
-        for held, ws in r.by_cursor.items():  # the overflow waits as standbys
+        for claimed, ws in r.by_cursor.items():  # the overflow waits as standbys
             over = ws & overflow
             if over:
-                self._standby_add(over, held)
-                if held is not None:  # a lineage only matters with state
+                self._standby_add(over, claimed)
+                if claimed is not None:  # a lineage only matters with state
                     for w in over:
                         self.standby_gen[w] = r.state_gen.get(w, r.generation - 1)
         members = old | admitted
@@ -758,7 +758,7 @@ class Keeper:
         self.generation = r.generation
         self.resumes.append((r.generation, cursor.step))
         self.members = members
-        self.incarnations = self.lives.snapshot(members)
+        self.member_lives = self.life_table.snapshot(members)
         self.cursor = cursor
         self.source = source
         self.stale = stale
@@ -792,9 +792,9 @@ class Keeper:
         fresh = self.config.strategy == CHECKPOINT_RESTART and source is None
         prev = self.recovery
         # no step committed since the last generation formed: its copies may be unfinished
-        pending = [(c.shard, c.dst) for c in prev.copies] if prev is not None and \
+        in_flight = [(c.shard, c.dst) for c in prev.copies] if prev is not None and \
             cursor == self.cursor else []
-        d = decide(spec, self.placement, members, holding, fresh, pending)
+        d = decide(spec, self.placement, members, holding, fresh, in_flight)
         self._steps_lost = 0
         if d.fallback:
             back = self.checkpoint or Cursor()
@@ -851,9 +851,9 @@ class Keeper:
 
     def _membership(self) -> Membership:
         if self.placement is None:
-            return Membership(self.generation, self.members, self.incarnations, self.cursor,
+            return Membership(self.generation, self.members, self.member_lives, self.cursor,
                               self.source, self.stale)
-        return Membership(self.generation, self.members, self.incarnations, self.cursor,
+        return Membership(self.generation, self.members, self.member_lives, self.cursor,
                           self.source, self.stale, self.placement.shards, self.recovery,
                           self.fallback)
 

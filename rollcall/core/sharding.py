@@ -19,7 +19,7 @@ Rules (checked in ``tests/test_keeper_sharded.py``):
   a member of the new generation *and* answered the roll call holding the
   state at the resume cursor (a member still copying its state when the
   round opened holds nothing usable). A replica that the previous
-  generation's plan was copying (``pending``) counts only once that
+  generation's plan was copying (``in_flight``) counts only once that
   generation committed a step: nobody steps before every member is ready,
   so a committed step proves the copies done, while a round that resumes
   where the previous one did cannot tell a finished copy from a broken one.
@@ -98,11 +98,11 @@ class ShardDecision:
 
 def decide(spec: ShardSpec, previous: Optional[Placement], members: Sequence[WorkerId],
            holding: Iterable[WorkerId], fresh: bool,
-           pending: Iterable[tuple[int, WorkerId]] = ()) -> ShardDecision:
+           in_flight: Iterable[tuple[int, WorkerId]] = ()) -> ShardDecision:
     """Place or replan the shards for a generation of ``members``.
 
     ``holding``: the workers that hold the state at the resume cursor (only
-    those of them in ``previous`` matter). ``pending``: ``(shard, worker)``
+    those of them in ``previous`` matter). ``in_flight``: ``(shard, worker)``
     replicas not known to have arrived (struck out too). ``fresh``: no state
     survives whatever the placement (checkpoint-restart), so place anew.
     """
@@ -111,7 +111,7 @@ def decide(spec: ShardSpec, previous: Optional[Placement], members: Sequence[Wor
         placement = initial_placement(spec.n_shards, members, spec.replicas, domains)
         return ShardDecision(placement, None, False, True)
     keep = set(holding)
-    gone = set(pending)
+    gone = set(in_flight)
     stripped = Placement(tuple(tuple(w for w in h if w in keep and (s, w) not in gone)
                                for s, h in enumerate(previous.shards)))
     plan = replan(stripped, members, spec.replicas, domains)
