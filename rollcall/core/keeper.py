@@ -348,7 +348,8 @@ class Keeper:
         life = self.life_table.get(worker)
         unstarted = worker in self.awaiting_relaunch and worker not in self._relaunched
         life = max(life if unstarted else life + 1, self._promised.get(worker, -1) + 1)
-        self._promised[worker] = life  # never the same life twice
+        assert life > self._promised.get(worker, -1), "never the same life twice"
+        self._promised[worker] = life
         return life
 
     def commit(self, now: float, worker: WorkerId, incarnation: int, generation: int,
@@ -424,13 +425,15 @@ class Keeper:
         oldest = self.liveness.earliest()
         if oldest is not None and expiry(oldest) <= now:
             dead = self.liveness.expired(lambda t: expiry(t) <= now)
-        for worker in dead:  # sorted
+        assert dead == sorted(dead), "verdicts in id order (the history is deterministic)"
+        for worker in dead:
             self._declare_dead(now, worker, "timeout")
         r = self.round
         if r is not None and r.relaunch_at is not None and now >= r.relaunch_at:
             self._relaunch(now, r)
         if r is not None and r.expect_until is not None and now >= r.expect_until and r.expected:
-            for worker in r.expected:  # sorted
+            assert isinstance(r.expected, IdRuns), "an id set: evictions in id order"
+            for worker in r.expected:
                 self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=worker,
                                             incarnation=None, reason="never-relaunched")))
             r.expected = EMPTY
@@ -571,7 +574,9 @@ class Keeper:
         if fast:
             self.liveness.track(now, fast)
             r.add(fast, batch.cursor)
-        for w in workers - fast:  # in id order
+        slow = workers - fast
+        assert isinstance(slow, IdRuns), "an id set: joins admitted in id order"
+        for w in slow:
             inc = claimed(w)
             if self._incarnation_ok(now, w, inc):
                 self._join(now, Join(w, inc, batch.cursor))
@@ -831,7 +836,9 @@ class Keeper:
                 break
             holders = r.by_cursor[best]
             for group in (old, new):
-                for w in holders & group:  # sorted: the first match is the lowest id
+                candidates = holders & group
+                assert isinstance(candidates, IdRuns), "in id order: the first match is the lowest"
+                for w in candidates:
                     if self._on_lineage(best, r.state_gen.get(w)):
                         return best, w
         return fallback, None
