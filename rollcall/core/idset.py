@@ -37,7 +37,7 @@ class IdRuns(Sequence[int]):
     """An immutable sorted set of non-negative ints: a bitmask, with its
     maximal runs derived on demand."""
 
-    __slots__ = ("_m", "_n", "_lo_", "_hi_", "_cum_")
+    __slots__ = ("_m", "_n", "_lo_", "_hi_", "_cum_", "_runs_")
 
     def __init__(self, runs: Iterable[Sequence[int]] = ()) -> None:
         """From inclusive ``[lo, hi]`` runs in increasing order (checked)."""
@@ -64,6 +64,7 @@ class IdRuns(Sequence[int]):
         self._lo_ = lo
         self._hi_ = hi
         self._cum_: Optional[list[int]] = None
+        self._runs_: Optional[list[list[int]]] = None
 
     @classmethod
     def _raw(cls, lo: list[int], hi: list[int], m: Optional[int] = None) -> "IdRuns":
@@ -149,8 +150,13 @@ class IdRuns(Sequence[int]):
         return self._cum_
 
     def runs(self) -> list[list[int]]:
-        """Inclusive ``[lo, hi]`` runs, the history's member-list format."""
-        return list(map(list, zip(self._lo, self._hi)))
+        """Inclusive ``[lo, hi]`` runs, the history's member-list format.
+
+        Built once per set and shared (a generation's member list goes into
+        many records): callers must not change it."""
+        if self._runs_ is None:
+            self._runs_ = list(map(list, zip(self._lo, self._hi)))
+        return self._runs_
 
     @property
     def n_runs(self) -> int:
