@@ -185,6 +185,11 @@ class LifeTableModel(RuleBasedStateMachine):
         snap = self.table.snapshot(members)
         want = {w: self.model.get(w, 0) for w in members}
         assert list(snap) == [want[w] for w in members]
+        # the history's form (relaunch records): one common life, the rest listed
+        common, others = snap.common_and_others()
+        assert others == sorted(others) and all(life != common for _, life in others)
+        assert {w: dict(others).get(w, common) for w in members} == want
+        assert snap.common_and_others(len(members) - 1) == (common, None)  # not listed
         self.snaps.append((snap, want))
 
     @invariant()

@@ -8,9 +8,10 @@ answers out. Each rule is shown by feeding facts and reading the outputs.
 from __future__ import annotations
 
 from rollcall.core import (
-    Formed, JobPolicy, Join, JoinBatch, Keeper, KeeperConfig, Relaunch, RestartJob, StepFailed,
-    TimeoutDetector,
+    Formed, JobPolicy, Join, JoinBatch, Keeper, KeeperConfig, Record, Relaunch, RestartJob,
+    StepFailed, TimeoutDetector,
 )
+from rollcall.core.keeper import RELAUNCH_LISTED_MAX
 
 
 def keeper(n_max: int = 3, restart_delay_s: float = 0.0, steps: int = 10,
@@ -32,6 +33,12 @@ def of(out: list, kind: type) -> list:
     return [o for o in out if isinstance(o, kind)]
 
 
+def relaunch_records(out: list) -> list[dict]:
+    """The history's account of each Relaunch (what a checker can read)."""
+    return [{k: o.record[k] for k in ("gen", "not_relaunched", "incarnation", "others")}
+            for o in of(out, Record) if o.record["f"] == "relaunch"]
+
+
 def test_a_lost_node_is_not_relaunched_whichever_report_comes_first() -> None:
     for first in ("exit", "step-failed"):
         k = keeper()
@@ -45,6 +52,8 @@ def test_a_lost_node_is_not_relaunched_whichever_report_comes_first() -> None:
         assert tuple(restart.teardown) == (0, 1, 2)  # every member process goes
         (relaunch,) = of(out, Relaunch)
         assert relaunch.lives() == {0: 1, 1: 1}, first
+        assert relaunch_records(out) == [{"gen": 1, "not_relaunched": [[2, 2]],
+                                          "incarnation": 1, "others": []}], first
 
 
 def test_a_crashed_process_on_a_healthy_node_is_relaunched() -> None:
@@ -67,6 +76,37 @@ def test_relaunch_waits_restart_delay_and_skips_a_node_lost_meanwhile() -> None:
     out += k.handle_timer(32.6)  # new lives only: the last call passes
     (f,) = of(out, Formed)
     assert tuple(f.members) == (0, 2)  # nobody waits for worker 1
+
+
+def test_the_relaunch_record_names_each_life_started() -> None:
+    """A newcomer that joined the restart round is at its first life when
+    the next restart relaunches it; the record groups the lives by value."""
+    k = keeper(n_max=4)
+    start(k, 3)
+    k.node_down(2.0, 2)
+    out = k.exited(2.0, 2, 0)
+    (relaunch,) = of(out, Relaunch)
+    out = k.receive_many(2.1, [JoinBatch(relaunch.workers, None, relaunch.incarnations),
+                              Join(3, 0, None)])
+    out += k.handle_timer(2.7)  # the newcomer's last call passes
+    (f,) = of(out, Formed)
+    assert tuple(f.members) == (0, 1, 3)
+    out = k.exited(3.0, 0, 1)  # a crash on a healthy node: it is relaunched too
+    (relaunch,) = of(out, Relaunch)
+    assert relaunch.lives() == {0: 2, 1: 2, 3: 1}
+    assert relaunch_records(out) == [{"gen": 2, "not_relaunched": [], "incarnation": 2,
+                                      "others": [[3, 1]]}]
+
+
+def test_a_large_relaunch_record_names_the_common_life_only() -> None:
+    n = RELAUNCH_LISTED_MAX + 1
+    k = keeper(n_max=n)
+    start(k, n)
+    out = k.exited(2.0, 0, 0)
+    (relaunch,) = of(out, Relaunch)
+    assert len(relaunch.workers) == n
+    assert relaunch_records(out) == [{"gen": 1, "not_relaunched": [], "incarnation": 1,
+                                      "others": None}]
 
 
 def test_a_repaired_node_starts_as_a_life_never_handed_out_before() -> None:

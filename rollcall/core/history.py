@@ -22,6 +22,15 @@ Records used (``f``, who writes it, fields beyond t/type/f/process):
 - ``evict``     keeper  info    worker, incarnation, reason
 - ``refuse``    keeper  info    worker, what, reason      a stale stamp refused
 - ``restart``   keeper  info    gen, reason               whole-job restart ordered
+- ``relaunch``  keeper  info    gen, not_relaunched, incarnation, others
+                                 the lives a restart of ``gen`` starts (the
+                                 keeper's ``Relaunch``): every member of ``gen``
+                                 but the id runs ``not_relaunched`` (their node
+                                 is down), each at life ``incarnation`` except
+                                 the ``[worker, life]`` pairs of ``others`` (by
+                                 id); ``others`` null: not listed (over 1024
+                                 workers, ``keeper.RELAUNCH_LISTED_MAX``); no
+                                 record when nobody is relaunched
 - ``checkpoint`` any    ok      gen, cursor               a durable checkpoint
 - ``enter``     worker  ok      gen, members               a worker entered a generation
 - ``abort``     worker  fail    gen, reason                in-flight step abandoned

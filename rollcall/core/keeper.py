@@ -71,6 +71,10 @@ from rollcall.core.types import Cursor, WorkerId, runs_of_sorted
 
 ELASTIC = "elastic"
 CHECKPOINT_RESTART = "checkpoint-restart"
+# A relaunch record lists each life that differs from the common one for up
+# to this many workers; beyond, listing them (every node repaired so far, on
+# every restart of a 10^4-node run) would cost the sim more than the restart.
+RELAUNCH_LISTED_MAX = 1024
 
 
 @dataclass(frozen=True)
@@ -678,7 +682,20 @@ class Keeper:
         assert r.joined.isdisjoint(workers), "a joiner is no longer expected (Round.add)"
         if workers:
             self._relaunched = self._relaunched | workers
-            self._out.append(Relaunch(r.generation - 1, workers, self.life_table.snapshot(workers)))
+            lives = self.life_table.snapshot(workers)
+            self._out.append(Record(self._relaunch_record(now, r.generation - 1, lives)))
+            self._out.append(Relaunch(r.generation - 1, workers, lives))
+
+    def _relaunch_record(self, now: float, gen: int, lives: Lives) -> dict:
+        """The history's account of a Relaunch (rollcall.core.history): the
+        members of ``gen`` it leaves out (a few runs, where the relaunched
+        set would repeat the member list's) and the lives it starts."""
+        workers = lives.members
+        assert gen == self.generation and workers.issubset(self.members), "relaunch of members"
+        common, others = lives.common_and_others(RELAUNCH_LISTED_MAX)
+        return rec(now, "info", "relaunch", KEEPER, gen=gen,
+                   not_relaunched=(self.members - workers).runs(), incarnation=common,
+                   others=None if others is None else [[w, life] for w, life in others])
 
     def _open(self, now: float, reason: str, expect: bool = True,
               relaunch: IdRuns = EMPTY) -> None:

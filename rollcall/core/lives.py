@@ -201,6 +201,39 @@ class Lives(Sequence[int]):
             out = out | _agreeing(outside, 0, self._own, life, _NONE)
         return out
 
+    def common_and_others(self, listed_max: Optional[int] = None,
+                          ) -> tuple[int, Optional[list[tuple[int, int]]]]:
+        """``(life, others)``: every member is at ``life`` except the
+        ``(worker, life)`` pairs of ``others`` (by worker id); ``others`` is
+        None, not listed, when there are more than ``listed_max`` members.
+
+        The history's form of a relaunch set (``relaunch`` records). A
+        restart relaunches members of the cohort, most at the cohort's life;
+        the others are those whose life differs (a newcomer since the last
+        restart, a repaired node). At scale those are every node repaired in
+        the run, on every restart, hence ``listed_max``.
+        """
+        ws = self.members
+        inside = ws & self._cohort
+        outside = ws - inside
+        common = self._base if inside else 0
+        if listed_max is not None and len(ws) > listed_max:
+            return common, None
+        others: dict[int, int] = {}
+        if inside:
+            for w in self._delta.keys():
+                if w in inside:
+                    others[w] = self._base + self._delta.get(w)
+        if outside:
+            if common:  # outside the cohort a life is 0 unless one is stored
+                others.update((w, 0) for w in outside)
+            for w in self._own.keys():
+                if w in outside:
+                    others[w] = self._own.get(w)
+        out = sorted((w, life) for w, life in others.items() if life != common)
+        assert all(self.of(w) == life for w, life in out[:8]), "others are members' lives"
+        return common, out
+
     def same_as(self, other: "Lives") -> bool:
         """Same members with the same lives, compared sparsely.
 
