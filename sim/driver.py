@@ -211,7 +211,7 @@ class Simulation:
         sc, w = self.sc, self.sc.workload
         self.state = IDLE
         self.gen = 0
-        self.members: tuple[int, ...] = ()
+        self.members: IdRuns = EMPTY
         self.cursor = Cursor()     # what the members computed
         self.committed = Cursor()  # what the keeper committed (the trainers applied)
         self.runs: deque[StepRun] = deque()  # computed steps whose votes are not all cast
@@ -681,12 +681,12 @@ class Simulation:
 
     def _voter(self) -> int:
         """The member whose commit vote reaches the keeper first: the lowest live one."""
-        w = self._last_voter
-        if w is not None and self.nodes.member_flags[w] and self.nodes.proc[w] and not self.nodes.paused[w]:
-            if w == self.members[0] or not self._alive_below(w):
+        w, nodes = self._last_voter, self.nodes
+        if w is not None and nodes.member_flags[w] and nodes.proc[w] and not nodes.paused[w]:
+            if w == self.members.first() or not self._alive_below(w):
                 return w
-        w = next((m for m in self.members if self.nodes.proc[m] and not self.nodes.paused[m]),
-                 self.members[0])  # none is left: their votes were already on the way
+        w = next((m for m in self.members if nodes.proc[m] and not nodes.paused[m]),
+                 self.members.first())  # none is left: their votes were already on the way
         self._last_voter = w
         return w
 
@@ -853,7 +853,7 @@ class Simulation:
             self._rollback(f.cursor.step)
         self.cursor = self.committed = f.cursor
         self.gen = f.generation
-        self.members = f.members
+        self.members = IdRuns.of(f.members)
         n = len(f.members)
         self.nodes.member_flags = _flags_of_ids(f.members, len(self.nodes.proc))
         self.nodes.is_member = self.nodes.member_flags.copy()
