@@ -1,137 +1,323 @@
 """An in-memory world for driving the core's protocol in tests.
 
-One keeper, a set of agents, a message queue whose faults (delay, loss,
-duplication, reordering) the test controls, and a clock that only moves when
-told. Every output of the core is turned into an effect here and nowhere
+One keeper, a set of worker processes, a message queue whose faults (delay,
+loss, duplication, reordering) the test controls, and a clock that only moves
+when told. Every output of the core is turned into an effect here and nowhere
 else, the way a real driver would; the observations the invariants need are
 collected on the way.
+
+A worker id may have several processes alive at once: a paused process whose
+id was started again (``restart_paused``) wakes up as a *zombie*, an older
+life. Messages addressed to an id reach every process of it (a stronger
+adversary than one socket per life); each agent filters by incarnation.
+
+Besides what each agent believes, the world keeps the ground truth of what
+each process's trainer holds (``Proc.state``, ``Proc.shards``), so the
+keeper's decisions (who is stale, who is a source, which replica survives)
+can be checked against facts rather than against the claims they were made
+from. Contributions commit only through the production rule: the worker asks
+while its agent says it may (``Agent.may_step``, as ``real/worker.py`` does)
+and the keeper's commit vote (``Keeper.commit``) answers.
+
+Two driver styles of the simulator run here too: ``batched`` feeds joins as
+``JoinBatch`` (the job's first arrival, the members' answers to a roll call,
+brand-new workers, a relaunch's new lives), and ``bulk`` reports liveness in
+bulk (``observe_alive_except`` before every keeper timer, ``observe_alive``
+when a process goes silent) besides the heartbeats.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rollcall.core.agent import Abort, Agent, Enter, Log, Phase, SendToKeeper, Stop
+from rollcall.core.checkers import DataSpec
 from rollcall.core.detector import TimeoutDetector
+from rollcall.core.history import commit, rec
 from rollcall.core.keeper import (
-    Broadcast, Formed, JobFailed, Keeper, KeeperConfig, Record, Relaunch, RestartJob, Send,
+    Broadcast, CommitVerdict, Formed, JobFailed, Keeper, KeeperConfig, Record, Relaunch,
+    RestartJob, Send,
 )
-from rollcall.core.messages import Membership
+from rollcall.core.liveness import Liveness
+from rollcall.core.messages import Join, JoinBatch, Membership, Refused, RollCall
+from rollcall.core.reshard import plan_step, sample_ids
+from rollcall.core.sharding import ShardSpec
 from rollcall.core.types import Cursor, WorkerId
 
 KEEPER = -1
+ORIGIN = Cursor()
+
+# The data the model's steps consume: small enough that runs cross epochs.
+GLOBAL_BATCH = 8
+MICRO_BATCH = 2
+DATA = DataSpec(seed=7, dataset_samples=24, global_batch=GLOBAL_BATCH, micro_batch=MICRO_BATCH)
+
+RUNNING, PAUSED, CRASHED, LEFT = "running", "paused", "crashed", "left"
+
+
+class SmallBulkLiveness(Liveness):
+    """The keeper's liveness record with its bulk path taken from two workers
+    on (the production threshold, 8, only trades speed), so that a model of
+    a handful of workers runs the grouped code a simulator of 10^4 runs."""
+
+    __slots__ = ()
+    BULK_MIN = 2
+
+
+@dataclass(eq=False)
+class Proc:
+    """One process life of a worker id: its agent and what its trainer holds."""
+
+    agent: Agent
+    status: str = RUNNING
+    held: list = field(default_factory=list)  # the socket buffer while paused
+    state: Optional[Cursor] = None  # the training state the trainer holds
+    shards: frozenset[int] = frozenset()  # sharded state: replicas held at ``state``
+    enter: Optional[Enter] = None  # the generation last entered
+    ready: bool = False  # the copies and loads ``enter`` asked for are done
+    ask: Optional["Ask"] = None  # its commit request, until it read the answer
+
+    @property
+    def worker(self) -> WorkerId:
+        return self.agent.worker
+
+    @property
+    def life(self) -> tuple[WorkerId, int]:
+        return self.agent.worker, self.agent.incarnation
+
+    @property
+    def alive(self) -> bool:
+        return self.status in (RUNNING, PAUSED) and self.agent.phase is not Phase.STOPPED
+
+    @property
+    def running(self) -> bool:
+        return self.status == RUNNING and self.agent.phase is not Phase.STOPPED
+
+
+@dataclass(eq=False)
+class Ask:
+    """A participant's request to commit the step of ``generation`` at
+    ``cursor`` (``real/worker.py``): sent when the exchange completes (or when
+    the paused participant wakes), answered by the keeper's commit vote on
+    arrival, read by the worker when it runs. Until then the worker defers
+    every other message, so a roll call is answered with the state it ends
+    up holding."""
+
+    proc: "Proc"
+    generation: int
+    cursor: Cursor
+    sent: bool = False
+    verdict: Optional[CommitVerdict] = None
 
 
 @dataclass
 class Exchange:
     """The all-or-nothing collective of one step over a generation's group.
 
-    A physical effect, not a decision: only the group's members can take
-    part, stamped with its generation. Whether the result counts is the
-    keeper's commit vote (``Keeper.commit``), asked by each member after.
+    A physical effect, not a decision: only processes that entered the
+    generation take part, each holding the state at ``cursor`` (its copies
+    and loads done). Whether the result counts is the keeper's commit vote,
+    asked by each participant after.
     """
 
     generation: int
-    step: int
-    members: frozenset[WorkerId]
-    arrived: set[WorkerId] = field(default_factory=set)
+    cursor: Cursor
+    members: tuple[WorkerId, ...]
+    arrived: dict[WorkerId, Proc] = field(default_factory=dict)
 
-    def offer(self, worker: WorkerId, generation: int, step: int) -> str:
-        if generation != self.generation:
-            return "stale-generation"
-        if worker not in self.members:
+    def offer(self, p: Proc) -> str:
+        if not p.agent.may_step(self.generation):
+            return "not-active"
+        if p.worker not in self.members:
             return "not-member"
-        if step != self.step:
-            return "wrong-step"
-        self.arrived.add(worker)
+        if not p.ready or p.state != self.cursor:
+            return "not-ready"
+        if p.worker in self.arrived:
+            return "again"
+        self.arrived[p.worker] = p
         return "accepted"
 
     @property
     def complete(self) -> bool:
-        return self.arrived >= self.members
+        return len(self.arrived) == len(self.members)
 
 
 @dataclass(order=True)
 class Flight:
     at: float
     seq: int
-    dst: int = field(compare=False)
+    dst: Any = field(compare=False)  # KEEPER, a worker id, or a tuple of ids (a multicast)
     msg: Any = field(compare=False)
-    src_incarnation: int = field(compare=False, default=0)
+    # a JoinBatch: the (worker, incarnation, generation) of each sender
+    lives: tuple = field(compare=False, default=())
 
 
 class World:
     def __init__(self, n: int, *, min_workers: int = 1, max_workers: Optional[int] = None,
                  heartbeat_s: float = 0.5, timeout_s: float = 3.0, last_call_s: float = 0.5,
-                 latency_s: float = 0.01, strategy: str = "elastic") -> None:
+                 latency_s: float = 0.01, strategy: str = "elastic",
+                 sharding: Optional[ShardSpec] = None, batched: bool = False,
+                 bulk: bool = False) -> None:
         self.now = 0.0
         self.latency_s = latency_s
         self.heartbeat_s = heartbeat_s
-        self.timeout_s = timeout_s
+        self.batched = batched
+        self.bulk = bulk
         self.keeper = Keeper(KeeperConfig(
             min_workers=min_workers, max_workers=max_workers or n, last_call_s=last_call_s,
             detector=TimeoutDetector(heartbeat_s, timeout_s), strategy=strategy,
-            relaunch_timeout_s=4 * timeout_s))
-        self.agents: dict[int, Agent] = {}
-        self.crashed: set[int] = set()
-        self.paused: set[int] = set()
-        self.left: set[int] = set()
+            relaunch_timeout_s=4 * timeout_s, sharding=sharding))
+        if bulk:
+            self.keeper.live = SmallBulkLiveness()
+        self.procs: dict[WorkerId, list[Proc]] = {}  # every life of each id, oldest first
         self.flights: list[Flight] = []
-        self.held: dict[int, list[Any]] = {}
+        self.sent: deque[Flight] = deque(maxlen=32)  # recent traffic the network may replay
         self._seq = itertools.count()
-        # observations
-        self.views: dict[int, tuple[int, ...]] = {}       # gen -> members, as decided
-        self.entered: dict[int, list[int]] = {}            # worker -> gens entered, in order
-        self.acted_outside: list[str] = []
-        self.accepted: list[tuple[int, int, int]] = []     # (worker, gen, step) accepted
-        self.records: list[dict] = []
+        self._answers: Optional[dict[Optional[Cursor], list[tuple]]] = None
+        self._quiet_join = False  # the Join a spawn sends travels in a batch instead
         self.exchange: Optional[Exchange] = None
         self.failed: Optional[str] = None
         self.nodes_lost: set[int] = set()  # crashed with their node (keeper told)
+        # observations
+        self.views: dict[int, Membership] = {}  # gen -> the member list, as decided
+        self.entered: dict[tuple[int, int], list[int]] = {}  # life -> gens entered
+        self.violations: list[str] = []
+        self.accepted: list[tuple[int, int, int, int]] = []  # (worker, life, gen, step)
+        self.records: list[dict] = []
+        self.joined: set[tuple[int, int]] = set()  # lives whose join reached the keeper
+        self.newest: dict[int, int] = {}  # worker -> newest life that reached the keeper
+        self.lineage: list[Cursor] = [ORIGIN]  # the end of every committed prefix
+        self.durable: set[Cursor] = set()  # checkpoints written
+        self.ordered_again: list[tuple[int, int]] = []  # lives a Relaunch named, already started
+        # lives whose Join sent before they entered a later generation reached the
+        # keeper (a late copy), per generation decided after: what the keeper
+        # decides from such a claim is a known gap, noted in ``known_gaps``
+        self.late_joins: set[tuple[int, int]] = set()
+        self.late_claims: dict[int, set[tuple[int, int]]] = {}
+        self.known_gaps: list[str] = []
         self.restarts = 0
-        for w in range(n):
-            self.spawn(w, 0)
+        self._batch_join(self.spawn_many(range(n)))
 
     # --- processes ------------------------------------------------------------
 
-    def spawn(self, w: int, incarnation: int) -> None:
-        agent = Agent(w, incarnation, self.heartbeat_s)
-        self.agents[w] = agent
-        self.crashed.discard(w)
-        self.paused.discard(w)
-        self.left.discard(w)
-        self._apply_agent(w, agent.start(self.now, None))
+    def spawn(self, w: int, incarnation: int) -> Proc:
+        """Start life ``incarnation`` of worker ``w``: its agent asks to join."""
+        assert all(p.agent.incarnation != incarnation for p in self.procs.get(w, ())), \
+            f"life {incarnation} of worker {w} started twice"
+        p = Proc(Agent(w, incarnation, self.heartbeat_s))
+        self.procs.setdefault(w, []).append(p)
+        self._apply_agent(p, p.agent.start(self.now, None))
+        return p
 
-    def resume(self, w: int) -> None:
-        self.paused.discard(w)
-        for msg in self.held.pop(w, []):
-            self.send(w, msg, delay=0.0)
+    def spawn_many(self, ids: Any, lives: Optional[dict[int, int]] = None) -> list[Proc]:
+        """Start several lives at once; when batched their joins travel as one."""
+        self._quiet_join = self.batched
+        try:
+            return [self.spawn(w, (lives or {}).get(w, 0)) for w in ids]
+        finally:
+            self._quiet_join = False
 
-    def live(self) -> set[int]:
-        return {w for w, a in self.agents.items()
-                if w not in self.crashed and w not in self.paused and w not in self.left
-                and a.phase is not Phase.STOPPED}
+    def latest(self, w: int) -> Proc:
+        return self.procs[w][-1]
+
+    def processes(self) -> list[Proc]:
+        """Every process ever started, by (worker, life)."""
+        return [p for w in sorted(self.procs) for p in self.procs[w]]
+
+    def running_ids(self) -> set[int]:
+        return {p.worker for p in self.processes() if p.running}
+
+    def admitted(self, generation: int, w: int) -> Optional[Proc]:
+        """The process of the life generation ``generation`` admitted for ``w``."""
+        m = self.views[generation]
+        life = m.incarnations[m.members.index(w)]
+        return next((p for p in self.procs.get(w, ()) if p.agent.incarnation == life), None)
+
+    def pause(self, p: Proc) -> None:
+        assert p.running
+        p.status = PAUSED
+        self._went_silent(p)
+
+    def resume(self, p: Proc) -> None:
+        """Wake a paused process: it sends the commit request it owed, or reads
+        the answer that came meanwhile, then what else its socket holds."""
+        assert p.status == PAUSED
+        p.status = RUNNING
+        ask = p.ask
+        if ask is not None and not ask.sent:
+            self._send_ask(ask)
+        elif ask is not None and ask.verdict is not None:
+            self._read_answer(ask)
+        else:
+            self._read_held(p)
+
+    def _read_held(self, p: Proc) -> None:
+        while p.held and p.running and p.ask is None:
+            self._apply_agent(p, p.agent.receive(self.now, p.held.pop(0)))
+
+    def crash(self, p: Proc) -> None:
+        if p.status == RUNNING:
+            self._went_silent(p)
+        p.status = CRASHED
+        p.held, p.ask = [], None
+
+    def _went_silent(self, p: Proc) -> None:
+        """Bulk liveness: the keeper hears when the life it tracks last beat."""
+        k = self.keeper
+        if self.bulk and p.agent.incarnation == k.incarnation_of(p.worker):
+            k.observe_alive(self.now, (p.worker,))
 
     # --- network --------------------------------------------------------------
 
-    def send(self, dst: int, msg: Any, delay: Optional[float] = None, incarnation: int = 0) -> None:
+    def send(self, dst: Any, msg: Any, delay: Optional[float] = None, lives: tuple = ()) -> None:
         at = self.now + (self.latency_s if delay is None else delay)
-        heapq.heappush(self.flights, Flight(at, next(self._seq), dst, msg, incarnation))
+        flight = Flight(at, next(self._seq), dst, msg, lives)
+        heapq.heappush(self.flights, flight)
+        if not isinstance(msg, Ask):
+            self.sent.append(flight)
 
     def deliver(self, flight: Flight) -> None:
-        if flight.dst == KEEPER:
-            self._apply_keeper(self.keeper.receive(self.now, flight.msg))
+        if isinstance(flight.msg, Ask):
+            self._commit_vote(flight.msg)
+        elif flight.dst == KEEPER:
+            self._to_keeper(flight)
+        elif isinstance(flight.dst, tuple):
+            self._multicast(flight.dst, flight.msg)
+        else:
+            self._to_worker(flight.dst, flight.msg)
+
+    def _to_worker(self, w: int, msg: Any) -> None:
+        for p in self.procs.get(w, ()):
+            if p.status == PAUSED or (p.running and p.ask is not None):
+                p.held.append(msg)  # in the socket buffer until it wakes, or reads its answer
+            elif p.running:
+                self._apply_agent(p, p.agent.receive(self.now, msg))
+
+    def _multicast(self, ws: tuple[int, ...], msg: Any) -> None:
+        """A roll call heard by many at once: the members' answers travel as
+        one JoinBatch per cursor held, as the simulator sends them."""
+        self._answers = {}
+        try:
+            for w in ws:
+                self._to_worker(w, msg)
+            answers, self._answers = self._answers, None
+        finally:
+            self._answers = None
+        for cursor, lives in answers.items():
+            self.send(KEEPER, JoinBatch(tuple(w for w, _, _ in lives), cursor), lives=tuple(lives))
+
+    def _batch_join(self, procs: list[Proc]) -> None:
+        """When batched, the first joins of brand-new ids travel as one
+        JoinBatch without incarnations (each is life 0, the keeper knows none)."""
+        if not self.batched or not procs:
             return
-        w = flight.dst
-        if w in self.crashed or w in self.left:
-            return
-        if w in self.paused:  # sits in the socket buffer until it wakes
-            self.held.setdefault(w, []).append(flight.msg)
-            return
-        self._apply_agent(w, self.agents[w].receive(self.now, flight.msg))
+        assert all(p.agent.incarnation == 0 and len(self.procs[p.worker]) == 1 for p in procs)
+        lives = tuple((p.worker, 0, 0) for p in procs)
+        self.send(KEEPER, JoinBatch(tuple(w for w, _, _ in lives), None), lives=lives)
 
     def advance(self, dt: float) -> None:
         """Move the clock, delivering due messages and firing due timers."""
@@ -140,7 +326,6 @@ class World:
         while True:
             budget -= 1
             assert budget > 0, "message storm: the protocol livelocked"
-
             t_msg = self.flights[0].at if self.flights else None
             t_tim, who = self._next_timer()
             candidates = [t for t in (t_msg, t_tim) if t is not None and t <= end]
@@ -156,21 +341,76 @@ class World:
 
     def _next_timer(self) -> tuple[Optional[float], Any]:
         best: tuple[Optional[float], Any] = (self.keeper.get_timer(), KEEPER)
-        for w, a in self.agents.items():
-            if w in self.crashed or w in self.paused or w in self.left:
-                continue
-            t = a.get_timer()
+        for p in self.processes():
+            t = p.agent.get_timer() if p.running else None
             if t is not None and (best[0] is None or t < best[0]):
-                best = (t, w)
+                best = (t, p)
         return best
 
     def _fire(self, who: Any) -> None:
         if who == KEEPER:
+            if self.bulk:
+                self.keeper.observe_alive_except(self.now, self._silent())
             self._apply_keeper(self.keeper.handle_timer(self.now))
         else:
-            self._apply_agent(who, self.agents[who].handle_timer(self.now))
+            self._apply_agent(who, who.agent.handle_timer(self.now))
 
-    # --- effects --------------------------------------------------------------
+    def _silent(self) -> list[int]:
+        """The ids whose life the keeper tracks is not beating (the simulator's
+        "every node but these few is alive")."""
+        k = self.keeper
+        beating = {p.worker for p in self.processes()
+                   if p.running and p.agent.incarnation == k.incarnation_of(p.worker)}
+        return sorted(set(self.procs) - beating)
+
+    # --- the keeper's side -----------------------------------------------------
+
+    def _to_keeper(self, flight: Flight) -> None:
+        msg, k = flight.msg, self.keeper
+        if isinstance(msg, JoinBatch) and msg.incarnations is None and any(
+                k.incarnation_of(w) != inc or w in k.pending for w, inc, _ in flight.lives):
+            # Without incarnations a batch stands for the lives the keeper
+            # knows (no restart ordered a newer one), which the simulator's
+            # in-order network guarantees. The model's delays and copies can
+            # break that; then the batch is the Joins it stands for (see
+            # test_a_stale_batch_does_what_its_joins_would_do).
+            for w, inc, gen in flight.lives:
+                self._note_late(w, inc, gen)
+                self._keeper_hears(Join(w, inc, msg.cursor, gen), ((w, inc),))
+        elif isinstance(msg, JoinBatch):
+            for w, inc, gen in flight.lives:
+                self._note_late(w, inc, gen)
+            self._keeper_hears(msg, tuple((w, inc) for w, inc, _ in flight.lives))
+        else:
+            joins = ((msg.worker, msg.incarnation),) if isinstance(msg, Join) else ()
+            if joins:
+                self._note_late(msg.worker, msg.incarnation, msg.generation)
+            self._keeper_hears(msg, joins)
+
+    def _note_late(self, w: int, inc: int, generation: int) -> None:
+        """A join stamped ``generation`` from a life that has entered a later one
+        since it sent it: a copy the network delivers late."""
+        entered = self.entered.get((w, inc))
+        if entered and entered[-1] > generation:
+            self.late_joins.add((w, inc))
+
+    def _keeper_hears(self, msg: Any, joins: tuple[tuple[int, int], ...]) -> None:
+        """Deliver ``msg``; a message from a life older than one that already
+        reached the keeper must be refused as stale, whatever it says."""
+        k = self.keeper
+        w, life = getattr(msg, "worker", None), getattr(msg, "incarnation", None)
+        older = w is not None and k.failed is None and life < self.newest.get(w, -1)
+        out = k.receive(self.now, msg)
+        for x, inc in joins:
+            self.joined.add((x, inc))
+            self.newest[x] = max(inc, self.newest.get(x, -1))
+        if older and not any(
+                isinstance(o, Send) and isinstance(o.message, Refused) and o.to == w
+                and o.message.incarnation == life and o.message.reason == "stale-incarnation"
+                for o in out):
+            self._violate(f"the keeper took {type(msg).__name__} from life {life} of worker "
+                          f"{w} after life {self.newest[w]} joined")
+        self._apply_keeper(out)
 
     def _apply_keeper(self, outputs: list) -> None:
         for out in outputs:
@@ -179,77 +419,377 @@ class World:
                 self.send(out.to, out.message)
             elif isinstance(out, Broadcast):
                 self._note_membership(out.message)
-                for w in out.to:
-                    self.send(w, out.message)
+                if self.batched and isinstance(out.message, RollCall):
+                    self.send(tuple(out.to), out.message)
+                else:
+                    for w in out.to:
+                        self.send(w, out.message)
             elif isinstance(out, Record):
                 self.records.append(out.record)
             elif isinstance(out, Formed):
-                self.exchange = Exchange(out.generation, out.cursor.step, frozenset(out.members))
+                self.exchange = Exchange(out.generation, out.cursor, tuple(out.members))
             elif isinstance(out, RestartJob):
                 self.restarts += 1
-                for w in out.teardown:  # every member process is killed
-                    if w not in self.left:
-                        self.crashed.add(w)
-                        self.paused.discard(w)
+                for w in out.teardown:  # every process of a member id (real/launcher.py)
+                    for p in self.procs.get(w, ()):
+                        if p.alive:
+                            self.crash(p)
             elif isinstance(out, Relaunch):
-                for w, inc in out.lives().items():
-                    # the keeper hears of a lost node at once; of a leave only
-                    # when the message arrives, so a leaver may be relaunched
-                    assert w not in self.nodes_lost, (w, out)
-                    if self.agents[w].incarnation < inc:  # a repeated order is harmless
-                        self.spawn(w, inc)
+                self._relaunch(out)
             elif isinstance(out, JobFailed):
                 self.failed = out.reason
 
-    def _note_membership(self, msg: Any) -> None:
-        if isinstance(msg, Membership):
-            seen = self.views.setdefault(msg.generation, msg.members)
-            if seen != msg.members:
-                self.acted_outside.append(
-                    f"two member lists for generation {msg.generation}: {seen} vs {msg.members}")
+    def _relaunch(self, order: Relaunch) -> None:
+        """Start the lives the keeper names, as one JoinBatch of new lives when
+        batched. A life already started is not started again (a repeated
+        order is harmless), but the keeper should never name one: noted in
+        ``ordered_again`` (``test_a_relaunch_names_a_life_node_up_handed_out``)."""
+        lives = order.lives()
+        for w in lives:
+            if w in self.nodes_lost:  # the keeper hears of a lost node at once
+                self._violate(f"relaunch of worker {w}, whose node is down: {order}")
+        fresh = {w: inc for w, inc in lives.items()
+                 if all(p.agent.incarnation != inc for p in self.procs.get(w, ()))}
+        self.ordered_again += [(w, inc) for w, inc in lives.items() if w not in fresh]
+        procs = self.spawn_many(sorted(fresh), fresh)
+        if self.batched and procs:
+            whole = len(fresh) == len(lives)
+            incs = order.incarnations if whole else tuple(fresh[w] for w in sorted(fresh))
+            ws = order.workers if whole else tuple(sorted(fresh))
+            self.send(KEEPER, JoinBatch(ws, None, incs),
+                      lives=tuple((w, fresh[w], 0) for w in sorted(fresh)))
 
-    def _apply_agent(self, w: int, actions: list) -> None:
-        agent = self.agents[w]
+    def _note_membership(self, msg: Any) -> None:
+        if not isinstance(msg, Membership):
+            return
+        seen = self.views.get(msg.generation)
+        if seen is None:
+            self.views[msg.generation] = msg
+            self._new_generation(msg)
+        elif (tuple(seen.members), tuple(seen.incarnations)) != (
+                tuple(msg.members), tuple(msg.incarnations)):
+            self._violate(f"two member lists for generation {msg.generation}: "
+                          f"{seen.members} vs {msg.members}")
+
+    # --- a generation's decision, checked against the facts ----------------------
+
+    def _violate(self, what: str, generation: Optional[int] = None,
+                 life: Optional[tuple[int, int]] = None) -> None:
+        """Note a violation, or a known gap: a claim of ``life`` the keeper took
+        from a late copy of its Join when it decided ``generation``
+        (``test_a_late_join_copy_names_a_source_that_moved_on``)."""
+        entry = f"t={self.now:.3f}: {what}"
+        if life is not None and life in self.late_claims.get(generation, ()):
+            self.known_gaps.append(entry)
+        else:
+            self.violations.append(entry)
+
+
+    def _new_generation(self, m: Membership) -> None:
+        """Generation ``m.generation`` was just decided; nothing moved since."""
+        self.late_claims[m.generation], self.late_joins = self.late_joins, set()
+        if len(m.members) > self.keeper.config.max_workers:
+            self._violate(f"generation {m.generation} has {len(m.members)} members")
+        for w, inc in zip(m.members, m.incarnations):
+            if (w, inc) not in self.joined:
+                self._violate(f"generation {m.generation} admits life {inc} of worker {w}, "
+                              f"which never asked to join")
+        self._check_resume(m)
+        if m.source is not None:
+            self._check_holders(m)
+        if m.placement is not None:
+            self._check_shards(m)
+
+    def _check_resume(self, m: Membership) -> None:
+        """The resume cursor ends a prefix of the committed steps, at or after the
+        checkpoint; without a source it is the checkpoint (or the origin)."""
+        c, ck, g = m.cursor, self.keeper.checkpoint, m.generation
+        if c in self.lineage:
+            del self.lineage[self.lineage.index(c) + 1:]  # the steps after it are lost
+        else:
+            self._violate(f"generation {g} resumes at {c}, which ends no prefix of the "
+                          f"lineage (it ends at {self.lineage[-1]})")
+        if ck is not None and c < ck:
+            self._violate(f"generation {g} resumes at {c}, behind the checkpoint {ck}")
+        if m.source is None and c != (ck or ORIGIN):
+            self._violate(f"generation {g} resumes at {c} without a source, "
+                          f"not at the checkpoint {ck}")
+
+    def _check_holders(self, m: Membership) -> None:
+        """Every member not told to copy (the source too) holds the state at the cursor."""
+        for w in m.members:
+            p = self.admitted(m.generation, w)
+            if w not in m.stale and p is not None and p.alive and p.state != m.cursor:
+                role = "the source" if w == m.source else "not stale"
+                self._violate(f"generation {m.generation}: worker {w} is {role} but holds "
+                              f"{p.state}, not {m.cursor}", m.generation, p.life)
+
+    def _check_shards(self, m: Membership) -> None:
+        """Holders are members; a plan copies only replicas that exist and keeps
+        only replicas that are held; a fallback copies nothing."""
+        g, members, plan = m.generation, set(m.members), m.recovery
+        for s, holders in enumerate(m.placement):
+            if not holders or not set(holders) <= members:
+                self._violate(f"generation {g}: shard {s} held by {holders}, members {members}")
+        if m.fallback:
+            if m.source is not None or set(m.stale) != members or plan is None or plan.copies:
+                self._violate(f"generation {g} falls back but copies or keeps state: {m}")
+            return
+        if plan is None:
+            return  # a fresh placement: every holder starts or loads its shards
+        if plan.reloads or plan.placement.shards != m.placement:
+            self._violate(f"generation {g}: a plan without fallback reloads or disagrees: {plan}")
+        for c in plan.copies:
+            src = self.admitted(g, c.src) if c.src in members else None
+            if src is None:
+                self._violate(f"generation {g} copies shard {c.shard} from non-member {c.src}")
+            elif src.alive and not self._holds(src, m.cursor, c.shard):
+                self._violate(f"generation {g} copies shard {c.shard} from worker {c.src}, "
+                              f"which does not hold it at {m.cursor}", g, src.life)
+        copied = {(c.shard, c.dst) for c in plan.copies}
+        for s, holders in enumerate(m.placement):
+            for h in holders:
+                p = self.admitted(g, h)
+                if (s, h) not in copied and p.alive and not self._holds(p, m.cursor, s):
+                    self._violate(f"generation {g}: worker {h} keeps shard {s}, which it does "
+                                  f"not hold at {m.cursor} ({sorted(p.shards)} at {p.state})",
+                                  g, p.life)
+
+    @staticmethod
+    def _holds(p: Optional[Proc], cursor: Cursor, shard: Optional[int] = None, *,
+               running: bool = False) -> bool:
+        """``p`` holds the state at ``cursor`` (and ``shard``); ``running``: and
+        can send it now (a paused or dead source fails a copy)."""
+        return (p is not None and (p.running if running else p.alive) and p.state == cursor
+                and (shard is None or shard in p.shards))
+
+    # --- the agents' side --------------------------------------------------------
+
+    def _apply_agent(self, p: Proc, actions: list) -> None:
         for act in actions:
             if isinstance(act, SendToKeeper):
-                self.send(KEEPER, act.message, incarnation=agent.incarnation)
+                self._from_agent(p, act.message)
             elif isinstance(act, Enter):
-                gens = self.entered.setdefault(w, [])
-                if gens and act.generation <= gens[-1]:
-                    self.acted_outside.append(f"worker {w} went back to {act.generation} from {gens[-1]}")
-                gens.append(act.generation)
-                decided = self.views.get(act.generation)
-                if decided is None or w not in decided or decided != act.members:
-                    self.acted_outside.append(
-                        f"worker {w} entered {act.generation} with {act.members}, decided {decided}")
+                self._entered(p, act)
             elif isinstance(act, Log):
                 self.records.append(act.record)
             elif isinstance(act, (Abort, Stop)):
-                pass
+                pass  # nothing in flight counts: an agent that moved on never asks to commit
 
-    # --- training -------------------------------------------------------------
+    def _from_agent(self, p: Proc, msg: Any) -> None:
+        if self._quiet_join and isinstance(msg, Join):
+            return  # the spawn's batch carries it
+        k = self.keeper
+        if (self._answers is not None and isinstance(msg, Join)
+                and k.is_member(p.worker, msg.generation)
+                and msg.incarnation == k.incarnation_of(p.worker)):
+            # a member of the current generation answering, as the life the keeper knows
+            self._answers.setdefault(msg.cursor, []).append(
+                (p.worker, msg.incarnation, msg.generation))
+            return
+        self.send(KEEPER, msg)
 
-    def contribute(self, w: int, forged_generation: Optional[int] = None) -> str:
-        """Worker ``w`` offers its gradient to the current exchange.
+    def _entered(self, p: Proc, e: Enter) -> None:
+        gens = self.entered.setdefault(p.life, [])
+        if gens and e.generation <= gens[-1]:
+            self._violate(f"life {p.life} went back to {e.generation} from {gens[-1]}")
+        gens.append(e.generation)
+        m = self.views.get(e.generation)
+        if m is None or tuple(m.members) != tuple(e.members) or not m.admits(*p.life):
+            self._violate(f"life {p.life} entered {e.generation} with {e.members}, "
+                          f"decided {m and m.members}")
+        if e.source is not None and not e.sync and p.state != e.cursor:
+            self._violate(f"life {p.life} entered {e.generation} as current at {e.cursor} "
+                          f"but holds {p.state}", e.generation, p.life)
+        p.enter, p.ready = e, False
+        moves = e.recovery is not None and any(
+            x.dst == p.worker for x in (*e.recovery.copies, *e.recovery.reloads))
+        if not (e.sync or moves):
+            self.recover(p)
 
-        ``forged_generation`` lets a test make a worker claim a generation, as
-        a stale worker that wakes up mid-step would.
-        """
-        agent = self.agents[w]
+    # --- training -----------------------------------------------------------------
+
+    def recover(self, p: Proc) -> bool:
+        """Do what ``p``'s Enter asks before the first step: copy the state from
+        the source, or load the checkpoint (start at the origin); copy and
+        reload shards. A copy from a process that does not hold what it
+        should (or is not running) fails, and the trainer reports the step."""
+        e, w = p.enter, p.worker
+        assert e is not None and not p.ready
+        if not p.agent.may_step(e.generation):
+            return False  # superseded before it was done
+        shards = set(p.shards) if p.state == e.cursor else set()
+        if e.source is None or (e.placement is not None and e.recovery is None):
+            self._load(p, e.cursor)
+            shards = set(_shards_of(e, w))
+        if e.source is not None and e.sync and not self._holds(
+                self.admitted(e.generation, e.source), e.cursor, running=True):
+            return self._copy_failed(p)
+        for c in e.recovery.copies if e.recovery is not None else ():
+            if c.dst == w:
+                if not self._holds(self.admitted(e.generation, c.src), e.cursor, c.shard,
+                                   running=True):
+                    return self._copy_failed(p)
+                shards.add(c.shard)
+        for r in e.recovery.reloads if e.recovery is not None else ():
+            if r.dst == w:
+                self._load(p, e.cursor)
+                shards.add(r.shard)
+        missing = set(_shards_of(e, w)) - shards
+        if missing:
+            self._violate(f"after its recovery for {e.generation} worker {w} lacks shards "
+                          f"{sorted(missing)}")
+        p.state, p.shards, p.ready = e.cursor, frozenset(shards), True
+        if e.sync:
+            self._apply_agent(p, p.agent.state_ready(self.now, e.cursor))
+        return True
+
+    def _load(self, p: Proc, cursor: Cursor) -> None:
+        if cursor != ORIGIN and cursor not in self.durable:
+            self._violate(f"worker {p.worker} told to load a checkpoint at {cursor}, "
+                          f"which was never written")
+
+    def _copy_failed(self, p: Proc) -> bool:
+        assert p.enter is not None
+        self._apply_agent(p, p.agent.step_failed(self.now, p.enter.cursor.step))
+        return False
+
+    def contribute(self, p: Proc) -> str:
+        """``p`` offers its gradient to the current exchange; when it completes,
+        every participant asks the commit vote (a paused one when it wakes)."""
         ex = self.exchange
         if ex is None:
             return "no-exchange"
-        gen = agent.generation if forged_generation is None else forged_generation
-        verdict = ex.offer(w, gen, ex.step)
-        if verdict == "accepted" and ex.complete:
-            # every member asks the production commit vote whether it counts
-            for m in sorted(ex.members):
-                a = self.agents.get(m)
-                if a is None or m in self.crashed or m in self.left:
-                    continue
-                v = self.keeper.commit(self.now, m, a.incarnation, ex.generation, ex.step)
-                if v.ok:
-                    self.accepted.append((m, ex.generation, ex.step))
-                    a.step_committed(self.now, Cursor(ex.step + 1, 0))
-            self.exchange = Exchange(ex.generation, ex.step + 1, ex.members)
+        verdict = ex.offer(p)
+        if verdict != "accepted":
+            return verdict
+        self._ledger(p, ex)
+        if ex.complete:
+            self.exchange = Exchange(ex.generation, _after(ex.cursor), ex.members)
+            for w in sorted(ex.arrived):
+                q = ex.arrived[w]
+                if q.alive:
+                    q.ask = Ask(q, ex.generation, ex.cursor)
+                    if q.running:
+                        self._send_ask(q.ask)
         return verdict
+
+    def _ledger(self, p: Proc, ex: Exchange) -> None:
+        """The per-sample record of what ``p`` trained on (as ``real/worker.py``)."""
+        plan = plan_step(ex.cursor, ex.members, global_batch=GLOBAL_BATCH, micro_batch=MICRO_BATCH)
+        ids = [i for j in plan.shards_of(p.worker) for offs in (plan.shard_offsets(j),)
+               for i in sample_ids(DATA.seed, DATA.dataset_samples, offs.start, offs.stop)]
+        if ids:
+            self.records.append(rec(self.now, "ok", "contribute", p.worker, gen=ex.generation,
+                                    step=ex.cursor.step, samples=ids))
+
+    def _send_ask(self, ask: Ask) -> None:
+        """The production commit rule, worker side: ask only while the agent
+        says it may step (``real/worker.py``); the request is never lost."""
+        p = ask.proc
+        if not p.agent.may_step(ask.generation):
+            p.ask = None
+            self._read_held(p)
+            return
+        ask.sent = True
+        self.send(KEEPER, ask)
+
+    def _commit_vote(self, ask: Ask) -> None:
+        """The request arrives (its sender may have died since): the keeper's
+        commit vote answers it."""
+        p, a = ask.proc, ask.proc.agent
+        v = self.keeper.commit(self.now, p.worker, a.incarnation, ask.generation, ask.cursor.step)
+        ask.verdict = v
+        if v.ok and a.incarnation != self.newest.get(p.worker):
+            self._violate(f"life {p.life} committed step {ask.cursor.step} of {ask.generation} "
+                          f"after life {self.newest.get(p.worker)} joined")
+        if v.first:
+            nxt = _after(ask.cursor)
+            if ask.cursor != self.lineage[-1]:
+                self._violate(f"step {ask.cursor.step} of {ask.generation} commits at "
+                              f"{ask.cursor}, but the lineage ends at {self.lineage[-1]}")
+            self.lineage.append(nxt)
+            self.records.append(commit(self.now, p.worker, ask.generation, ask.cursor.step,
+                                       ask.cursor.step, ask.cursor.sample, nxt.sample,
+                                       GLOBAL_BATCH, self.now))
+        if p.ask is ask and p.running:
+            self._read_answer(ask)
+
+    def _read_answer(self, ask: Ask) -> None:
+        """The worker reads the vote: on yes it applies the step, then it hears
+        the messages it deferred."""
+        p, v = ask.proc, ask.verdict
+        assert v is not None and p.ask is ask and p.running
+        p.ask = None
+        if v.ok:
+            if p.state != ask.cursor:
+                self._violate(f"life {p.life} applies step {ask.cursor.step} holding {p.state}")
+            nxt = _after(ask.cursor)
+            p.state = nxt
+            if p.enter is not None and p.enter.placement is not None:  # copies proven done
+                p.shards = frozenset(_shards_of(p.enter, p.worker))
+            self._apply_agent(p, p.agent.step_committed(self.now, nxt))
+            self.accepted.append((p.worker, p.agent.incarnation, ask.generation, ask.cursor.step))
+        self._read_held(p)
+
+    def checkpoint(self, p: Proc) -> bool:
+        """``p`` writes the state it holds durably, then tells the keeper."""
+        a = p.agent
+        if not (p.running and p.ready and a.may_step(a.generation) and p.state is not None):
+            return False
+        self.durable.add(p.state)
+        self.records.append(rec(self.now, "ok", "checkpoint", p.worker, gen=a.generation,
+                                cursor=p.state.to_json()))
+        self._apply_agent(p, a.checkpointed(self.now, p.state))
+        return True
+
+    def step_failed(self, p: Proc) -> None:
+        a = p.agent
+        if p.running and a.may_step(a.generation):
+            step = self.exchange.cursor.step if self.exchange else 0
+            self._apply_agent(p, a.step_failed(self.now, step))
+
+    def leave(self, p: Proc) -> None:
+        self._apply_agent(p, p.agent.leave(self.now))
+        p.status = LEFT
+
+    # --- liveness -----------------------------------------------------------------
+
+    def settled(self) -> bool:
+        """No round open; every running process is the one life of its id; as
+        many of them as fit are members, active in the keeper's generation
+        as the lives it admitted, and the rest wait as standbys."""
+        k = self.keeper
+        procs = [p for p in self.processes() if p.running]
+        ids = {p.worker for p in procs}
+        if k.round is not None or len(procs) != len(ids):
+            return False
+        members = dict(zip(k.members, k.incarnations))
+        if not set(members) <= ids or len(members) != min(len(ids), k.config.max_workers):
+            return False
+        for p in procs:
+            a = p.agent
+            if p.worker not in members:
+                if a.phase is not Phase.JOINING:
+                    return False
+            elif (a.phase is not Phase.ACTIVE or a.generation != k.generation
+                  or a.incarnation != members[p.worker]):
+                return False
+        return True
+
+    def train_members(self) -> None:
+        """Every member of the keeper's generation recovers and offers."""
+        k = self.keeper
+        for w in k.members:
+            p = self.admitted(k.generation, w)
+            if p is not None and p.running and (p.ready or self.recover(p)):
+                self.contribute(p)
+
+
+def _after(cursor: Cursor) -> Cursor:
+    return Cursor(cursor.step + 1, cursor.sample + GLOBAL_BATCH)
+
+
+def _shards_of(e: Enter, w: WorkerId) -> tuple[int, ...]:
+    """The shards ``w`` holds in the placement ``e`` carries (none: replicated state)."""
+    return tuple(s for s, h in enumerate(e.placement or ()) if w in h)
