@@ -172,7 +172,7 @@ class World:
             detector=TimeoutDetector(heartbeat_s, timeout_s), strategy=strategy,
             relaunch_timeout_s=4 * timeout_s, sharding=sharding))
         if bulk:
-            self.keeper.live = SmallBulkLiveness()
+            self.keeper.liveness = SmallBulkLiveness()
         self.procs: dict[WorkerId, list[Proc]] = {}  # every life of each id, oldest first
         self.flights: list[Flight] = []
         self.sent: deque[Flight] = deque(maxlen=32)  # recent traffic the network may replay
@@ -368,7 +368,7 @@ class World:
     def _to_keeper(self, flight: Flight) -> None:
         msg, k = flight.msg, self.keeper
         if isinstance(msg, JoinBatch) and msg.incarnations is None and any(
-                k.incarnation_of(w) != inc or w in k.pending for w, inc, _ in flight.lives):
+                k.incarnation_of(w) != inc or w in k.awaiting_relaunch for w, inc, _ in flight.lives):
             # Without incarnations a batch stands for the lives the keeper
             # knows (no restart ordered a newer one), which the simulator's
             # in-order network guarantees. The model's delays and copies can
@@ -764,7 +764,7 @@ class World:
         ids = {p.worker for p in procs}
         if k.round is not None or len(procs) != len(ids):
             return False
-        members = dict(zip(k.members, k.incarnations))
+        members = dict(zip(k.members, k.member_lives))
         if not set(members) <= ids or len(members) != min(len(ids), k.config.max_workers):
             return False
         for p in procs:
