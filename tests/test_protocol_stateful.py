@@ -427,16 +427,12 @@ def test_keeper_never_sends_to_nobody() -> None:
 # --- gaps in the core this model found (strict: they fail until fixed) ------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Keeper._fail_generation bumps each member's life (LifeTable.bump) without the lives "
-    "node_up already handed out (Keeper._promised): when the new life's Join makes a "
-    "checkpoint-restart tear the job down, the Relaunch names that same life again "
-    "(promise broken: 'never the same life twice'). Found by test_rendezvous[sharded]."))
 def test_a_relaunch_names_a_life_node_up_handed_out() -> None:
-    """The example hypothesis found: a paused worker's id is started again
-    (node_up hands out life 1 of worker 0); its Join ends the old life, the
-    restart tears every member down (the new process too) and the Relaunch
-    orders life 1 of worker 0, which the model has started already."""
+    """The example hypothesis found (a gap, fixed in Keeper._fail_generation):
+    a paused worker's id is started again (node_up hands out life 1 of
+    worker 0); its Join ends the old life, the restart tears every member
+    down (the new process too), and the Relaunch must order life 2 of worker
+    0, not life 1, which the model has started already."""
     m = ShardedRendezvous()
     m.start(n=2, min_workers=1, room=0, latency=0.0, strategy="checkpoint-restart",
             batched=False, bulk=False,

@@ -659,6 +659,9 @@ class Keeper:
             # are relaunched, each as its next life (the only one accepted now).
             members = self.members
             self.life_table.bump(members)
+            for w, promised in self._promised.items():  # never the same life twice: a
+                if w in members and self.life_table.get(w) <= promised:  # life node_up
+                    self.life_table.set(w, promised + 1)  # handed out is not named again
             self.awaiting_relaunch = self.awaiting_relaunch | members
             self.liveness.drop_many(members)
             counter = self.counter
