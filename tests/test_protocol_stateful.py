@@ -444,14 +444,9 @@ def test_a_relaunch_names_a_life_node_up_handed_out() -> None:
     assert m.world.ordered_again == []
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "enter records carry no incarnation (rollcall/core/agent.py), so "
-    "rollcall.core.checkers._enter orders the enters of every life of an id as one "
-    "worker's: a zombie that enters its own, older generation after its successor "
-    "entered a newer one reads as 'worker 1 went from generation 2 to 1'. Found by "
-    "test_rendezvous[replicated]."))
 def test_checker_reads_a_zombies_late_enter_as_going_back() -> None:
-    """The example hypothesis found: worker 1 is paused before it hears
+    """The example hypothesis found (a gap, fixed: enter records name the
+    life, and the checker orders each life's enters): worker 1 is paused before it hears
     generation 1 (which admits its life 0) and started again as life 1,
     which enters generation 2; on waking, life 0 enters generation 1, then
     learns it is an older life and stops. Each life went forward."""

@@ -266,6 +266,7 @@ class Agent:
                          m.cursor, m.source, sync, broadcast, m.placement, m.recovery,
                          m.fallback))
         out.append(Log(rec(now, "ok", "enter", self.worker, gen=m.generation,
+                           incarnation=self.incarnation,
                            members=members_field(m.members))))
         return out
 

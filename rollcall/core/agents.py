@@ -169,7 +169,10 @@ def _as_worker(act: Action, first: WorkerId, w: WorkerId, life: int) -> Action:
         return replace(act, rank=act.members.index(w))
     if isinstance(act, Log):
         assert act.record["process"] == first, (act, first)
-        return Log({**act.record, "process": w})
+        record = {**act.record, "process": w}
+        if "incarnation" in record:
+            record["incarnation"] = life
+        return Log(record)
     return act  # Abort, Stop: nothing in them names the worker
 
 

@@ -152,10 +152,11 @@ def _enter(report: CheckReport, gens: dict[int, _Gen], entered: dict[Any, int], 
         report.fail(f"worker {w} saw another member list for generation {g}")
     elif w not in known.members:
         report.fail(f"worker {w} entered generation {g} without being a member")
-    last = entered.get(w)
+    life = (w, r.get("incarnation"))  # each life goes forward; an older one may wake late
+    last = entered.get(life)
     if last is not None and g <= last:
         report.fail(f"worker {w} went from generation {last} to {g}")
-    entered[w] = g
+    entered[life] = g
 
 
 def _commit(report: CheckReport, gens: dict[int, _Gen], r: dict) -> None:

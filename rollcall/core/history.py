@@ -32,7 +32,7 @@ Records used (``f``, who writes it, fields beyond t/type/f/process):
                                  workers, ``keeper.RELAUNCH_LISTED_MAX``); no
                                  record when nobody is relaunched
 - ``checkpoint`` any    ok      gen, cursor               a durable checkpoint
-- ``enter``     worker  ok      gen, members               a worker entered a generation
+- ``enter``     worker  ok      gen, incarnation, members  a life entered a generation
 - ``abort``     worker  fail    gen, reason                in-flight step abandoned
 - ``fenced``    worker  info    gen, reason                learned it was evicted / stale
 - ``commit``    any     ok      gen, step, last, sample, stop, batch, t0
