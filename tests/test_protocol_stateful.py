@@ -465,15 +465,8 @@ def test_checker_reads_a_zombies_late_enter_as_going_back() -> None:
     assert report.valid, report.violations
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Keeper._join_batch without incarnations counts the workers a restart round "
-    "expects (the relaunched lives) as joined, where each Join of the lives the batch "
-    "names (the torn-down ones) is refused as stale; JoinBatch's docstring promises "
-    "exactly what each Join would do. Outside the simulator's use (it sends such batches "
-    "only for members answering a roll call, in order); found by test_rendezvous[sharded] "
-    "as a late copy of the first arrival: start(n=2, min_workers=1, room=0, latency=0.2, "
-    "strategy='checkpoint-restart', batched=True, ...), advance(dt=0.125), "
-    "duplicate(extra=0.9375, i=0), heal(), leave(i=0), heal()."))
+# A gap the model found, fixed in Keeper._join_batch: a JoinBatch without
+# incarnations from lives a restart tore down is refused, as each Join is.
 def test_a_stale_batch_does_what_its_joins_would_do() -> None:
     def restarting() -> Keeper:
         k = Keeper(KeeperConfig(min_workers=1, max_workers=2, last_call_s=0.1,

@@ -555,7 +555,10 @@ class Keeper:
                 if self._incarnation_ok(now, w, claimed(w)):
                     self._join(now, Join(w, claimed(w), None))
                 workers, r = workers.tail(1), self.round
-            fast = workers & r.expected if r is not None else EMPTY
+            # a lives-less batch stands for the lives the keeper knows: for a
+            # worker a restart moved on, the torn-down one, which each Join
+            # would have refused as stale (the slow path below refuses it)
+            fast = (workers & r.expected) - self.awaiting_relaunch if r is not None else EMPTY
             if r is not None and batch.cursor is None:
                 # Workers never seen (or back from repair, untracked) joining
                 # without state: what ``_join`` does to each, done to all at
