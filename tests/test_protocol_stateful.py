@@ -484,14 +484,8 @@ def test_a_stale_batch_does_what_its_joins_would_do() -> None:
     assert (batch.generation, got) == (joins.generation, want)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Keeper._join, while a round is open, takes a Join stamped with a generation older "
-    "than the one its sender is a member of (a late copy) as the sender's claim: it "
-    "overrides the newer answer, and a round that closes before the agent's retry "
-    "resumes behind the state its own source holds (step 0 from worker 0, which holds "
-    "the state after step 0): step 0 is trained twice. Outside a round the keeper treats "
-    "the same Join as a late duplicate. Unreachable over the targets' in-order "
-    "connections; built by hand from the model's rules, seen by its source check."))
+# A gap the model found, fixed in Keeper._join: a late copy of a Join, older
+# than the answer its life already gave this round, claims nothing.
 def test_a_late_join_copy_names_a_source_that_moved_on() -> None:
     m = Rendezvous()
     m.start(n=2, min_workers=1, room=0, latency=0.01, strategy="elastic", batched=False,

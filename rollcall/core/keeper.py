@@ -524,10 +524,15 @@ class Keeper:
         self.liveness.set(now, w)
         one = IdRuns.span(w, w)
         r = self.round
+        # a late copy of a Join this life sent before a newer one it already
+        # answered this round with claims nothing (its state has moved on)
+        late = r is not None and not new_life and w in r.joined \
+            and r.state_gen.get(w, -1) > join.generation
         if r is not None:
-            r.add(one, join.cursor)
-            r.state_gen[w] = join.generation
-            self._maybe_close(now)
+            if not late:
+                r.add(one, join.cursor)
+                r.state_gen[w] = join.generation
+                self._maybe_close(now)
             return
         if w in self.members and not new_life:
             if join.generation < self.generation:
