@@ -23,7 +23,6 @@ real run (``rollcall.calibrate``).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -31,14 +30,9 @@ import pytest
 from rollcall import analysis, calibrate
 from rollcall.results import prepare_out_dir
 from rollcall.scenario import Scenario, parse_scenario
+from real_processes import REAL_PROCESSES
 
-pytestmark = [
-    pytest.mark.skipif(not hasattr(os, "pidfd_open"),
-                       reason="the real target's launcher needs Linux pidfds"),
-    # one real run at a time: two would put 8+ torch processes on 2 cores and
-    # starve heartbeats into false evictions (make test uses --dist loadgroup)
-    pytest.mark.xdist_group("real-processes"),
-]
+pytestmark = REAL_PROCESSES
 
 SCENARIO = """
 name: agree-kill-pause

@@ -34,6 +34,7 @@ from rollcall.config import data_spec
 from rollcall.core import check
 from rollcall.results import read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import load_scenario
+from real_processes import needs_pidfd, one_real_run_at_a_time
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_REAL = ROOT / "scenarios" / "real-checkpoint-restart.yaml"
@@ -46,9 +47,6 @@ SIM_METRICS_BEFORE = (
     "lost_steps", "samples_duplicated", "samples_skipped", "global_batch_min", "wall_s",
 )
 
-needs_pidfd = pytest.mark.skipif(not hasattr(os, "pidfd_open"),
-                                 reason="the real target's launcher needs Linux pidfds")
-one_real_run_at_a_time = pytest.mark.xdist_group("real-processes")  # 2 cores
 
 
 def _rows(out: Path) -> list[dict[str, str]]:

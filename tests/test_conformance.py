@@ -79,7 +79,6 @@ time: each driver returns when its run is over.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -88,17 +87,12 @@ import pytest
 from rollcall.decisions import Decision, decisions, drop, first_difference, kills, mask
 from rollcall.results import read_history
 from rollcall.scenario import Scenario, load_scenario
+from real_processes import REAL_PROCESSES
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 
-pytestmark = [
-    pytest.mark.skipif(not hasattr(os, "pidfd_open"),
-                       reason="the real target's launcher needs Linux pidfds"),
-    # one real run at a time: two would put 8+ torch processes on 2 cores and
-    # starve heartbeats into false evictions (make test uses --dist loadgroup)
-    pytest.mark.xdist_group("real-processes"),
-]
+pytestmark = REAL_PROCESSES
 
 SHIPPED = sorted(p.stem for p in SCENARIOS.glob("real-*.yaml")) + ["chaos-cr-kill-join-kill"]
 # a scenario without a schedule, or with random lifetimes, has no scripted

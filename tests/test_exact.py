@@ -12,7 +12,6 @@ needs it waits for it; the real runs go one at a time (xdist group).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,9 @@ import yaml
 
 from rollcall.results import read_history
 from rollcall.scenario import parse_scenario
+from real_processes import REAL_PROCESSES
 
-pytestmark = [
-    pytest.mark.skipif(not hasattr(os, "pidfd_open"),
-                       reason="the real target's launcher needs Linux pidfds"),
-    pytest.mark.xdist_group("real-processes"),
-]
+pytestmark = REAL_PROCESSES
 
 STEPS = 400
 # Loss tolerance (relative, per step) between exact and fast mode on the same

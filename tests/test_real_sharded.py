@@ -19,7 +19,6 @@ same bits as a replicated run that lost nobody:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -30,12 +29,9 @@ from rollcall.results import read_history
 from rollcall.scenario import parse_scenario
 
 from test_exact import scenario
+from real_processes import REAL_PROCESSES
 
-pytestmark = [
-    pytest.mark.skipif(not hasattr(os, "pidfd_open"),
-                       reason="the real target's launcher needs Linux pidfds"),
-    pytest.mark.xdist_group("real-processes"),
-]
+pytestmark = REAL_PROCESSES
 
 
 def sharded(name: str, schedule: list[dict], rack_size: int | None = None):

@@ -25,17 +25,12 @@ import pytest
 
 from rollcall.results import SUMMARY_KEYS, read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import Scenario, load_scenario
+from real_processes import REAL_PROCESSES
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 
-pytestmark = [
-    pytest.mark.skipif(not hasattr(os, "pidfd_open"),
-                       reason="the real target's launcher needs Linux pidfds"),
-    # one real run at a time: two would put 8+ torch processes on 2 cores and
-    # starve heartbeats into false evictions (make test uses --dist loadgroup)
-    pytest.mark.xdist_group("real-processes"),
-]
+pytestmark = REAL_PROCESSES
 
 
 # --- helpers -------------------------------------------------------------------

@@ -37,7 +37,6 @@ def test_constant_batch_steps_longer_while_shrunk(tmp_path: Path) -> None:
     for r in recs:
         if r["f"] == "commit":
             assert r["batch"] == 64
-            n = r["last"] - r["step"] + 1
             per_gen.setdefault(r["gen"], set()).add(round(_step_s(sc, r), 6))
     w = sc.workload
     for gen, times in per_gen.items():
@@ -75,7 +74,6 @@ def test_shrink_policy_takes_smaller_batches(tmp_path: Path) -> None:
     # the per-member load stays two micro-batches, so the step time does not grow
     for r in recs:
         if r["f"] == "commit":
-            n = r["last"] - r["step"] + 1
             assert _step_s(sc, r) == pytest.approx(0.205), size[r["gen"]]
 
 

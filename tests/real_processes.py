@@ -1,0 +1,14 @@
+"""The marks every test that starts real worker processes carries."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+needs_pidfd = pytest.mark.skipif(not hasattr(os, "pidfd_open"),
+                                 reason="the real target's launcher needs Linux pidfds")
+# one real run at a time: two would put 8+ torch processes on 2 cores and
+# starve heartbeats into false evictions (make test uses --dist loadgroup)
+one_real_run_at_a_time = pytest.mark.xdist_group("real-processes")
+REAL_PROCESSES = [needs_pidfd, one_real_run_at_a_time]
