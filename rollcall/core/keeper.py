@@ -294,7 +294,7 @@ class Keeper:
         # workers not to relaunch: node down (until node_up), or left the job
         self.down: IdRuns = EMPTY
         self._relaunched: IdRuns = EMPTY  # ordered lives a Relaunch started
-        self._promised: dict[WorkerId, int] = {}  # node_up: the life last handed out
+        self._promised: dict[WorkerId, int] = {}  # node_up: a life handed out, until it joins
         self._committed: Optional[int] = None  # the current generation's last committed step
         self.completed = False
 
@@ -517,6 +517,8 @@ class Keeper:
             tracked = False
         new_life = not tracked or inc > known
         self.life_table.set(w, inc)
+        if self._promised.get(w, inc + 1) <= inc:
+            del self._promised[w]  # kept: a life node_up handed out that has not joined
         if w in self.awaiting_relaunch:
             self.awaiting_relaunch = self.awaiting_relaunch - (w,)
         if new_life:
@@ -667,9 +669,12 @@ class Keeper:
             # are relaunched, each as its next life (the only one accepted now).
             members = self.members
             self.life_table.bump(members)
-            for w, promised in self._promised.items():  # never the same life twice: a
-                if w in members and self.life_table.get(w) <= promised:  # life node_up
-                    self.life_table.set(w, promised + 1)  # handed out is not named again
+            # never the same life twice: a life node_up handed out that has not
+            # joined yet (few: the entries are dropped as the lives join) is
+            # not named again
+            for w, promised in self._promised.items():
+                if w in members and self.life_table.get(w) <= promised:
+                    self.life_table.set(w, promised + 1)
             self.awaiting_relaunch = self.awaiting_relaunch | members
             self.liveness.drop_many(members)
             counter = self.counter
