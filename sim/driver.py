@@ -127,7 +127,7 @@ from rollcall.scenario import Scenario
 
 from sim.sharded import copy_time
 from sim.state import Nodes, Recorder, Tally
-from sim.steps import StepRun
+from sim.steps import _EPS, StepRun
 
 __all__ = ["run", "Simulation"]
 
@@ -153,7 +153,6 @@ def _few_collections(young: int = 100_000):
 
 # job states (WAIT: the last step is computed, its commit vote on the way)
 IDLE, SYNC, RUN, CKPT, WAIT, DONE = "idle", "sync", "run", "ckpt", "wait", "done"
-_EPS = 1e-9
 # a run writes the per-sample ledger by default up to this many samples
 # (steps x global batch, and the dataset an epoch's permutation spans)
 LEDGER_SAMPLES = 1_000_000
@@ -702,7 +701,7 @@ class Simulation:
         while runs:
             run = runs[0]
             assert run.closed or not everything, "a roll call closes the running segment first"
-            if not everything and t < run.t0 + (run.voted + 1) * run.step_s + self.lat - _EPS:
+            if not everything and t < run.vote_at(run.voted + 1, self.lat) - _EPS:
                 return  # the next vote is still on its way (the common case: O(1))
             k = run.n if everything else run.arrived(t, self.lat)
             if k > run.voted:
@@ -719,7 +718,7 @@ class Simulation:
             w = self._voter()
             verdict = self.keeper.commit(t, w, int(self.nodes.inc[w]), run.gen, first, last)
             if verdict.ok:
-                assert run.t0 + k * run.step_s + self.lat <= t + _EPS, "a vote passed before it arrived"
+                assert run.vote_at(k, self.lat) <= t + _EPS, "a vote passed before it arrived"
                 assert verdict.first, "the sim votes each step once"
                 run.passed = k
                 run.voter = w if run.voter is None else run.voter

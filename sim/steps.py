@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 from rollcall.core import Cursor
 
-_EPS = 1e-9  # the driver's tolerance for "the step ended by t" (float sums of step_s)
+_EPS = 1e-9  # the tolerance for "the step ended by t" (float sums of step_s), the driver's too
 
 
 @dataclass(slots=True)
