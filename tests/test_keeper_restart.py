@@ -139,3 +139,19 @@ def test_commit_of_the_last_step_completes_the_job() -> None:
     assert not k.commit(1.0, 0, 0, 1, 0).complete
     v = k.commit(1.1, 0, 0, 1, 1)
     assert v.ok and v.first and v.complete and k.completed
+
+
+def test_a_life_a_restart_outdated_while_it_joined_is_refused() -> None:
+    """Found by the stateful test (seed 2155524081): a new life's Join ends
+    the old life, and under checkpoint-restart that ends the generation; the
+    restart orders a life newer than the joiner's (it was handed out by
+    node_up), so the joiner's Join must not then set the life table back."""
+    k = keeper()
+    start(k, 2)
+    assert k.node_up(1.0, 0) == 1  # worker 0's process starts again as life 1 ...
+    out = k.receive(1.0, Join(0, 1, None))  # ... and its Join ends life 0: a restart
+    (relaunch,) = of(out, Relaunch)
+    assert relaunch.lives() == {0: 2, 1: 1}  # never life 1 twice
+    assert [o.record["reason"] for o in of(out, Record) if o.record["f"] == "refuse"] \
+        == ["stale-incarnation"]
+    assert k.incarnation_of(0) == 1 and k.node_up(2.0, 0) == 3  # life 2 is out there

@@ -256,3 +256,24 @@ def test_a_copy_counts_only_once_a_step_proves_it_done() -> None:
 
     assert scenario(advanced=False).fallback  # resumed where gen 2 did: the copy may be torn
     assert not scenario(advanced=True).fallback  # gen 2 committed steps: the copy was done
+
+
+def test_a_member_answering_from_before_the_previous_generation_holds_nothing() -> None:
+    """Found by the stateful test (seed 2155524081): worker 1 was told to
+    reload shard 0 in generation 2, but its answer to round 3 is a copy of a
+    Join stamped generation 1, sent before it heard of generation 2: the
+    shard placed on it in generation 2 is not there, so it is lost."""
+    k = sharded(2, 1, shards=1)
+    k.receive_many(0.0, [Join(0, 0, None), Join(1, 0, None)])
+    k.handle_timer(1.0)
+    assert k.placement.shards == ((0,),)
+    out = k.exited(2.0, 0, 0)
+    out += k.receive(2.0, Join(1, 0, Cursor(), 1))
+    f = formed(out)
+    assert (f.generation, f.placement, f.fallback) == (2, ((1,),), True)
+    out = k.receive(3.0, Join(0, 1, Cursor(), 1))  # growth: a round is open
+    out += k.receive(3.0, Join(1, 0, Cursor(), 1))  # the late copy from before gen 2
+    out += k.handle_timer(4.0)
+    f = formed(out)
+    assert f.generation == 3 and f.fallback and f.source is None
+    assert [r.dst for r in f.recovery.reloads] == list(f.placement[0])

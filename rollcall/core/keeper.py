@@ -515,6 +515,11 @@ class Keeper:
             # A new life of a worker we still track: its old life is over.
             self._declare_dead(now, w, "restarted")
             tracked = False
+            if inc < self.life_table.get(w):
+                # ... and the checkpoint-restart that ended it tore this life
+                # down too (it ordered a newer one): this Join claims nothing
+                self._refuse(now, w, inc, "join", "stale-incarnation")
+                return
         new_life = not tracked or inc > known
         self.life_table.set(w, inc)
         if self._promised.get(w, inc + 1) <= inc:
@@ -826,7 +831,13 @@ class Keeper:
         """
         spec = self.config.sharding
         assert spec is not None
-        holding = (r.by_cursor.get(cursor, set()) & r.previous) if source is not None else set()
+        holding = (r.by_cursor.get(cursor, EMPTY) & r.previous) if source is not None else EMPTY
+        # a member whose state predates the previous generation never ran that
+        # generation's recovery: it holds none of the shards placed on it then
+        before = r.generation - 1
+        behind = [w for w, g in r.state_gen.items() if g < before]
+        if behind and holding:
+            holding = holding - behind
         fresh = self.config.strategy == CHECKPOINT_RESTART and source is None
         prev = self.recovery
         # no step committed since the last generation formed: its copies may be unfinished
