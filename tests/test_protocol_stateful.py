@@ -10,9 +10,9 @@ Training runs too: members recover the state they are told to (copies from
 the source, shard copies, checkpoint loads), contribute to an all-or-nothing
 exchange, commit through the keeper's commit vote, and write checkpoints.
 
-Each example runs one of the simulator's driver styles or the real target's
+Each example runs the simulator's driver styles or the real target's
 (``batched`` joins, ``bulk`` liveness), replicated or sharded state
-(``TestShardedRendezvous``), elastic or checkpoint-restart. Safety is checked
+(``test_rendezvous[sharded]``), elastic or checkpoint-restart. Safety is checked
 after every step, and at the moment each generation is decided against what
 the processes really hold; the history's checkers (``rollcall.core.check``)
 run on the model's records at the end of every example. Liveness is checked
@@ -20,7 +20,14 @@ whenever ``heal`` runs: once faults stop and enough workers live, a
 generation of the live workers closes and commits a step within a bounded time.
 
 A failure prints the rule sequence, a ``@reproduce_failure`` blob, and the
-seed with a one-line command that replays the whole search.
+seed with a one-line command that replays the whole search (a failure is
+also kept in the example database, ``.hypothesis/``, and replayed first).
+
+Gaps in the core the model found are the strict xfail tests at the end; the
+machine tolerates each of them narrowly, where it is seen (a zombie's late
+enter in the history checker, a Relaunch naming a started life, a stale
+incarnation-less batch, a claim taken from a late copy of a Join), so that
+anything else still fails.
 """
 
 from __future__ import annotations
@@ -57,6 +64,10 @@ N_IDS = N_MAX + 3  # brand-new workers may join up to this many ids
 HEARTBEAT_S = 0.25
 TIMEOUT_S = 1.0
 HEAL_LIMIT_S = 30.0
+# The deep faults (a zombie's late commit request, a survivor of a lost rack
+# holding an abandoned branch) take long rule sequences: search harder than
+# the profile's 100 examples, which costs seconds here.
+EXAMPLES_MIN = 300
 SEED_ENV = "ROLLCALL_STATEFUL_SEED"
 # One seed per session, so that a failure can be replayed from it.
 SEED = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(2**32))
@@ -85,7 +96,6 @@ picks = st.integers(0, 10_000)
 
 class Rendezvous(RuleBasedStateMachine):
     world: World
-    sharded = False
 
     @initialize(n=st.integers(2, N_MAX), min_workers=st.integers(1, 3),
                 room=st.integers(0, 2), latency=st.sampled_from([0.0, 0.01, 0.2]),
@@ -273,6 +283,50 @@ class Rendezvous(RuleBasedStateMachine):
         w.advance(dt)
 
     @rule(i=picks)
+    def zombie_mid_step(self, i: int) -> None:
+        """A participant freezes just after its offer; the step completes
+        without it, its id starts again, and it wakes once the new life has
+        reached the keeper: the commit request it still owes is a zombie's."""
+        w = self.world
+        ex = w.exchange
+        procs = [p for p in self._procs() if ex and p.worker in ex.members]
+        p = self._pick(i, procs)
+        if p is None or w.latest(p.worker) is not p:
+            return
+        for q in procs:
+            if q.enter is not None and not q.ready:
+                w.recover(q)
+        if w.contribute(p) != "accepted":
+            return
+        w.pause(p)
+        for q in procs:
+            w.contribute(q)
+        w.advance(3 * w.latency_s + 0.01)  # the others' commit requests are answered
+        w.spawn(p.worker, w.keeper.node_up(w.now, p.worker))
+        w.advance(1.5 * w.latency_s)  # its join arrives, the round it opens is not answered yet
+        if p.status == PAUSED:  # a checkpoint-restart tears every process of the id down
+            w.resume(p)
+
+    @rule(i=picks)
+    def rack_loss(self, i: int) -> None:
+        """Every running process dies and its host sees it; each id starts again
+        as a fresh life, and they form a generation. Paused processes survive
+        (if none is, running process ``i`` freezes first), holding what they
+        held: once they wake, an abandoned branch or a state behind the
+        checkpoint, which the keeper must not resume."""
+        w = self.world
+        if not self._procs(PAUSED) and self._procs():
+            w.pause(self._pick(i, self._procs()))
+        for p in self._procs():
+            w.crash(p)
+            w._apply_keeper(w.keeper.exited(w.now, p.worker, p.agent.incarnation))
+        for x in sorted(w.procs):
+            if w.latest(x).status == CRASHED:
+                w.nodes_lost.discard(x)
+                w.spawn(x, w.keeper.node_up(w.now, x))
+        w.advance(2 * TIMEOUT_S)  # the detector evicts the frozen ones
+
+    @rule(i=picks)
     def recover(self, i: int) -> None:
         """A member finishes the copies and loads its generation asked for."""
         p = self._pick(i, [p for p in self._procs() if p.enter is not None and not p.ready])
@@ -308,6 +362,10 @@ class Rendezvous(RuleBasedStateMachine):
             w.advance(HEARTBEAT_S)
             if len(w.running_ids()) < w.keeper.config.min_workers:
                 return  # a woken worker learned it was an older life and stopped
+            for p in self._procs():
+                ex, a = w.exchange, p.agent
+                if a.may_step(a.generation) and (ex is None or ex.generation != a.generation):
+                    w.step_failed(p)  # its collective's peers have all moved on or died
             if w.settled():
                 if any(gen == w.keeper.generation for _, _, gen, _ in w.accepted[before:]):
                     return
@@ -404,8 +462,6 @@ class ShardedRendezvous(Rendezvous):
     """The same machine with sharded state: the keeper places shards and
     plans their recovery at every generation."""
 
-    sharded = True
-
     @initialize(n=st.integers(2, N_MAX), min_workers=st.integers(1, 3),
                 room=st.integers(0, 2), latency=st.sampled_from([0.0, 0.01, 0.2]),
                 strategy=st.sampled_from(["elastic", "checkpoint-restart"]),
@@ -430,8 +486,9 @@ def _replay_line(nodeid: str) -> str:
 def test_rendezvous(machine: type[Rendezvous], request: pytest.FixtureRequest) -> None:
     """Run the machine from the session's seed; a failure names it and how to replay."""
     try:
-        run_state_machine_as_test(seed(SEED)(machine),
-                                  settings=settings(deadline=None, print_blob=True))
+        budget = settings(deadline=None, print_blob=True,
+                          max_examples=max(EXAMPLES_MIN, settings.default.max_examples))
+        run_state_machine_as_test(seed(SEED)(machine), settings=budget)
     except BaseException as exc:
         exc.add_note(f"seed {SEED}; replay: {_replay_line(request.node.nodeid)}")
         raise
