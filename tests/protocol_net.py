@@ -192,13 +192,6 @@ class World:
         self.newest: dict[int, int] = {}  # worker -> newest life that reached the keeper
         self.lineage: list[Cursor] = [ORIGIN]  # the end of every committed prefix
         self.durable: set[Cursor] = set()  # checkpoints written
-        self.ordered_again: list[tuple[int, int]] = []  # lives a Relaunch named, already started
-        # lives whose Join sent before they entered a later generation reached the
-        # keeper (a late copy), per generation decided after: what the keeper
-        # decides from such a claim is a known gap, noted in ``known_gaps``
-        self.late_joins: set[tuple[int, int]] = set()
-        self.late_claims: dict[int, set[tuple[int, int]]] = {}
-        self.known_gaps: list[str] = []
         self.restarts = 0
         self._batch_join(self.spawn_many(range(n)))
 
@@ -366,33 +359,12 @@ class World:
     # --- the keeper's side -----------------------------------------------------
 
     def _to_keeper(self, flight: Flight) -> None:
-        msg, k = flight.msg, self.keeper
-        if isinstance(msg, JoinBatch) and msg.incarnations is None and any(
-                k.incarnation_of(w) != inc or w in k.awaiting_relaunch for w, inc, _ in flight.lives):
-            # Without incarnations a batch stands for the lives the keeper
-            # knows (no restart ordered a newer one), which the simulator's
-            # in-order network guarantees. The model's delays and copies can
-            # break that; then the batch is the Joins it stands for (see
-            # test_a_stale_batch_does_what_its_joins_would_do).
-            for w, inc, gen in flight.lives:
-                self._note_late(w, inc, gen)
-                self._keeper_hears(Join(w, inc, msg.cursor, gen), ((w, inc),))
-        elif isinstance(msg, JoinBatch):
-            for w, inc, gen in flight.lives:
-                self._note_late(w, inc, gen)
+        msg = flight.msg
+        if isinstance(msg, JoinBatch):
             self._keeper_hears(msg, tuple((w, inc) for w, inc, _ in flight.lives))
         else:
             joins = ((msg.worker, msg.incarnation),) if isinstance(msg, Join) else ()
-            if joins:
-                self._note_late(msg.worker, msg.incarnation, msg.generation)
             self._keeper_hears(msg, joins)
-
-    def _note_late(self, w: int, inc: int, generation: int) -> None:
-        """A join stamped ``generation`` from a life that has entered a later one
-        since it sent it: a copy the network delivers late."""
-        entered = self.entered.get((w, inc))
-        if entered and entered[-1] > generation:
-            self.late_joins.add((w, inc))
 
     def _keeper_hears(self, msg: Any, joins: tuple[tuple[int, int], ...]) -> None:
         """Deliver ``msg``; a message from a life older than one that already
@@ -441,16 +413,16 @@ class World:
 
     def _relaunch(self, order: Relaunch) -> None:
         """Start the lives the keeper names, as one JoinBatch of new lives when
-        batched. A life already started is not started again (a repeated
-        order is harmless), but the keeper should never name one: noted in
-        ``ordered_again`` (``test_a_relaunch_names_a_life_node_up_handed_out``)."""
+        batched. The keeper must never name a life already started (never the
+        same life twice); the model does not start one again."""
         lives = order.lives()
         for w in lives:
             if w in self.nodes_lost:  # the keeper hears of a lost node at once
                 self._violate(f"relaunch of worker {w}, whose node is down: {order}")
         fresh = {w: inc for w, inc in lives.items()
                  if all(p.agent.incarnation != inc for p in self.procs.get(w, ()))}
-        self.ordered_again += [(w, inc) for w, inc in lives.items() if w not in fresh]
+        for w in sorted(set(lives) - set(fresh)):
+            self._violate(f"relaunch of life {lives[w]} of worker {w}, already started: {order}")
         procs = self.spawn_many(sorted(fresh), fresh)
         if self.batched and procs:
             whole = len(fresh) == len(lives)
@@ -473,21 +445,11 @@ class World:
 
     # --- a generation's decision, checked against the facts ----------------------
 
-    def _violate(self, what: str, generation: Optional[int] = None,
-                 life: Optional[tuple[int, int]] = None) -> None:
-        """Note a violation, or a known gap: a claim of ``life`` the keeper took
-        from a late copy of its Join when it decided ``generation``
-        (``test_a_late_join_copy_names_a_source_that_moved_on``)."""
-        entry = f"t={self.now:.3f}: {what}"
-        if life is not None and life in self.late_claims.get(generation, ()):
-            self.known_gaps.append(entry)
-        else:
-            self.violations.append(entry)
-
+    def _violate(self, what: str) -> None:
+        self.violations.append(f"t={self.now:.3f}: {what}")
 
     def _new_generation(self, m: Membership) -> None:
         """Generation ``m.generation`` was just decided; nothing moved since."""
-        self.late_claims[m.generation], self.late_joins = self.late_joins, set()
         if len(m.members) > self.keeper.config.max_workers:
             self._violate(f"generation {m.generation} has {len(m.members)} members")
         for w, inc in zip(m.members, m.incarnations):
@@ -522,7 +484,7 @@ class World:
             if w not in m.stale and p is not None and p.alive and p.state != m.cursor:
                 role = "the source" if w == m.source else "not stale"
                 self._violate(f"generation {m.generation}: worker {w} is {role} but holds "
-                              f"{p.state}, not {m.cursor}", m.generation, p.life)
+                              f"{p.state}, not {m.cursor}")
 
     def _check_shards(self, m: Membership) -> None:
         """Holders are members; a plan copies only replicas that exist and keeps
@@ -552,8 +514,7 @@ class World:
                 p = self.admitted(g, h)
                 if (s, h) not in copied and p.alive and not self._holds(p, m.cursor, s):
                     self._violate(f"generation {g}: worker {h} keeps shard {s}, which it does "
-                                  f"not hold at {m.cursor} ({sorted(p.shards)} at {p.state})",
-                                  g, p.life)
+                                  f"not hold at {m.cursor} ({sorted(p.shards)} at {p.state})")
 
     @staticmethod
     def _holds(p: Optional[Proc], cursor: Cursor, shard: Optional[int] = None, *,
@@ -600,7 +561,7 @@ class World:
                           f"decided {m and m.members}")
         if e.source is not None and not e.sync and p.state != e.cursor:
             self._violate(f"life {p.life} entered {e.generation} as current at {e.cursor} "
-                          f"but holds {p.state}", e.generation, p.life)
+                          f"but holds {p.state}")
         p.enter, p.ready = e, False
         moves = e.recovery is not None and any(
             x.dst == p.worker for x in (*e.recovery.copies, *e.recovery.reloads))
