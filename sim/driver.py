@@ -181,9 +181,10 @@ class Simulation:
         self.nodes = Nodes.zeros(n)  # the physical world, per node
         self._plans: dict[int, tuple[int, float, dict]] = {}  # members -> batch, step time, shards
         # every process's core Agent: the bulk in one AgentBatch (heartbeats
-        # not simulated: sim liveness is reported in bulk), the exceptional
+        # not simulated: sim liveness is reported in bulk; no retries: the
+        # sim's network loses nothing), the exceptional
         # ones (paused, fenced, newcomers until admitted) as single Agents
-        self.bulk = AgentBatch(sc.detector.heartbeat_s, heartbeats=False)
+        self.bulk = AgentBatch(sc.detector.heartbeat_s, heartbeats=False, retries=False)
         self.agents: dict[int, Agent] = {}
         self.undelivered: dict[int, list[Any]] = {}
         # --- random streams ------------------------------------------------

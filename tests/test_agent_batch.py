@@ -9,7 +9,10 @@ batch's outputs, expanded per id, must be exactly the single agents'
 outputs, in each agent's own order (the batch only groups across ids), and
 every agent's state, life, ``may_step`` and the timers must agree. With
 heartbeats off the batch sends no beats and holds no beat deadline; every
-other output must still be the same.
+other output must still be the same. With retries off, an agent retries
+nothing while in the batch and owes a retry once taken out of it: the
+single agents are held to the same contract (their retry deadlines are
+suspended while their twin is in the batch), and everything else agrees.
 
 A failure prints the rule sequence that replays it (run with
 ``HYPOTHESIS_PROFILE=ci`` for the ``@reproduce_failure`` blob too).
@@ -31,7 +34,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from rollcall.core import (
     Abort, Agent, AgentBatch, AgentState, Broadcast, Cursor, Enter, Formed, GroupAction,
     Heartbeat, IdRuns, Join, JoinBatch, Keeper, KeeperConfig, Lives, Log, Membership,
-    Refused, Relaunch, RestartJob, RollCall, SendToKeeper, TimeoutDetector,
+    Phase, Refused, Relaunch, RestartJob, RollCall, SendToKeeper, TimeoutDetector,
 )
 from rollcall.core.lives import LifeTable
 
@@ -51,11 +54,13 @@ def _masked(state: AgentState) -> AgentState:
 class BatchVersusAgents(RuleBasedStateMachine):
     """One AgentBatch (plus the agents split off it) versus one Agent per id."""
 
-    @initialize(n=st.integers(1, N), heartbeats=st.booleans(), cursor=st.none() | cursors)
-    def setup(self, n: int, heartbeats: bool, cursor: Optional[Cursor]) -> None:
+    @initialize(n=st.integers(1, N), heartbeats=st.booleans(), retries=st.booleans(),
+                cursor=st.none() | cursors)
+    def setup(self, n: int, heartbeats: bool, retries: bool, cursor: Optional[Cursor]) -> None:
         self.now = 0.0
         self.heartbeats = heartbeats
-        self.batch = AgentBatch(H, heartbeats=heartbeats)
+        self.retries = retries
+        self.batch = AgentBatch(H, heartbeats=heartbeats, retries=retries)
         self.singles: dict[int, Agent] = {}
         self.taken: dict[int, Agent] = {}  # split off the batch, driven singly
         self.table = LifeTable()  # the keeper's lives, for realistic Lives snapshots
@@ -73,7 +78,17 @@ class BatchVersusAgents(RuleBasedStateMachine):
             life = lives if isinstance(lives, int) else lives[k]
             self.singles[w] = Agent(w, life, H)
             want[w] = self.singles[w].start(self.now, cursor)
+        self._suspend_retries()
         self._compare(out, {}, want)
+
+    def _suspend_retries(self) -> None:
+        """With retries off, an agent in the batch holds no retry deadline."""
+        if self.retries:
+            return
+        for w, a in self.singles.items():
+            if w not in self.taken and a.state().retry_at is not None:
+                self.singles[w] = Agent.restore(w, a.incarnation, H,
+                                                replace(a.state(), retry_at=None))
 
     @rule(ws=ids, kind=st.sampled_from(["same", "table", "tuple"]),
           extra=st.lists(st.integers(1, 2), min_size=N, max_size=N), cursor=st.none() | cursors)
@@ -112,12 +127,18 @@ class BatchVersusAgents(RuleBasedStateMachine):
         held = self.batch.workers
         w = held[i % len(held)]
         self.taken[w] = self.batch.take(w, self.now)
+        a = self.singles[w]
+        if not self.retries and a.phase in (Phase.JOINING, Phase.BLOCKED):
+            # taken out, it owes the retry it did not make while in the batch
+            self.singles[w] = Agent.restore(w, a.incarnation, H,
+                                            replace(a.state(), retry_at=self.now))
 
     @precondition(lambda self: self.taken)
     @rule(i=st.integers(0, N))
     def absorb(self, i: int) -> None:
         w = sorted(self.taken)[i % len(self.taken)]
         self.batch.absorb(self.taken.pop(w))
+        self._suspend_retries()
 
     # --- inputs ---------------------------------------------------------------
 
@@ -127,6 +148,7 @@ class BatchVersusAgents(RuleBasedStateMachine):
         out = batch_call(to)
         taken = {w: agent_call(a) for w, a in self.taken.items() if w in to}
         want = {w: agent_call(a) for w, a in self.singles.items() if w in to}
+        self._suspend_retries()
         self._compare(out, taken, want)
 
     @rule(dt=st.sampled_from([0.01, 0.1, H, 2 * H, 1.0]))

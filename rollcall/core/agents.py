@@ -37,6 +37,15 @@ property test checks it). An agent taken out of such a batch (:meth:`take`)
 gets its counter back and owes a beat at once: it was not beating while
 taken (a paused process), or starts beating itself now.
 
+Retries. An agent asks again (a ``Join``, a failure report) when no answer
+came within ``join_retry_s``: its last message may have been lost. A
+simulator whose network loses nothing never runs the batch's timer, and
+with ``retries=False`` the batch keeps no retry deadline either (each one is
+a time per agent, so standbys that asked at different instants would each
+be a group of their own). An agent taken out of such a batch owes a retry
+at once if it is waiting for an answer (joining, or blocked on a failed
+step): it was not retrying while taken.
+
 Every operation costs O(groups) set operations, plus, only where lives
 really differ or are given as plain sequences, a step per id: ``singly``
 counts those ids (tests check it stays 0 in the common cases).
@@ -188,10 +197,11 @@ class AgentBatch:
     """
 
     def __init__(self, heartbeat_s: float, join_retry_s: Optional[float] = None,
-                 heartbeats: bool = True) -> None:
+                 heartbeats: bool = True, retries: bool = True) -> None:
         self.heartbeat_s = heartbeat_s
         self.join_retry_s = join_retry_s if join_retry_s is not None else 2 * heartbeat_s
         self.heartbeats = heartbeats
+        self.retries = retries
         self._groups: dict[Key, IdRuns] = {}
         self._same: dict[int, LifeSource] = {}  # one source per life held by all
         self._admitted: Optional[tuple[Membership, LifeSource]] = None  # the latest's lives
@@ -278,7 +288,8 @@ class AgentBatch:
 
     def take(self, w: WorkerId, now: float) -> Agent:
         """Split agent ``w`` off as a single :class:`Agent` in its exact state
-        (with heartbeats off: its counter back, a beat due at ``now``)."""
+        (with heartbeats off: its counter back, a beat due at ``now``; with
+        retries off: a retry due at ``now`` if it waits for an answer)."""
         key, ids = self._find(w)
         self._cut(key, ids, IdRuns.span(w, w))
         state, src = key
@@ -286,6 +297,8 @@ class AgentBatch:
             live = state.phase not in (Phase.IDLE, Phase.STOPPED)
             state = replace(state, counter=self._counters.pop(w, 0),
                             beat_at=now if live else None)
+        if not self.retries and state.phase in (Phase.JOINING, Phase.BLOCKED):
+            state = replace(state, retry_at=now)
         return Agent.restore(w, src.of(w), self.heartbeat_s, state, self.join_retry_s)
 
     def absorb(self, agent: Agent) -> None:
@@ -294,10 +307,9 @@ class AgentBatch:
         assert w not in self, f"worker {w} already has an agent in the batch"
         assert (agent.heartbeat_s, agent.join_retry_s) == (self.heartbeat_s, self.join_retry_s)
         state = agent.state()
-        if not self.heartbeats:
-            if state.counter:
-                self._counters[w] = state.counter
-            state = self._canon(state)
+        if not self.heartbeats and state.counter:
+            self._counters[w] = state.counter
+        state = self._canon(state)
         src = next((s for (st, s), _ in self._groups.items()
                     if st == state and s.covers(w) and s.of(w) == agent.incarnation), None)
         self._put((state, src or self._one_life(agent.incarnation)), IdRuns.span(w, w))
@@ -405,10 +417,17 @@ class AgentBatch:
         return Agent.restore(w, src.of(w), self.heartbeat_s, state, self.join_retry_s)
 
     def _canon(self, state: AgentState) -> AgentState:
-        """With heartbeats off, no agent holds a beat deadline or counter."""
-        if self.heartbeats or (state.beat_at is None and not state.counter):
+        """With heartbeats off, no agent holds a beat deadline or counter;
+        with retries off, none a retry deadline."""
+        beats = self.heartbeats or (state.beat_at is None and not state.counter)
+        retries = self.retries or state.retry_at is None
+        if beats and retries:
             return state
-        return replace(state, beat_at=None, counter=0)
+        if beats:
+            return replace(state, retry_at=None)
+        if retries:
+            return replace(state, beat_at=None, counter=0)
+        return replace(state, beat_at=None, counter=0, retry_at=None)
 
     def _put(self, key: Key, ids: IdRuns) -> None:
         have = self._groups.get(key)

@@ -123,10 +123,7 @@ class IdRuns(Sequence[int]):
 
     def _runs_now(self) -> None:
         """Derive the runs from the mask (once: callers check ``_lo_``)."""
-        if self._n <= _PY_MAX_RUNS:
-            self._lo_, self._hi_ = _runs_of_few(self._m)
-        else:
-            self._lo_, self._hi_ = _runs_of_many(self._m)
+        self._lo_, self._hi_ = _runs_of(self._m)
 
     @property
     def _lo(self) -> list[int]:
@@ -337,17 +334,26 @@ def _mask_of_runs(lo: list[int], hi: list[int]) -> int:
     return int("".join(parts)[::-1], 2)
 
 
-def _runs_of_few(m: int) -> tuple[list[int], list[int]]:
-    """The maximal runs of a bitmask with few bits set, bit by bit."""
+def _runs_of(m: int) -> tuple[list[int], list[int]]:
+    """The maximal runs of a bitmask: run by run in Python while there are
+    few (each costs a few word-wise int operations, whatever the ids), the
+    rest through the binary digits as a string once there are many."""
     lo: list[int] = []
     hi: list[int] = []
-    while m:
+    for _ in range(2 * _PY_MAX_RUNS):
+        if not m:
+            return lo, hi
         a = (m & -m).bit_length() - 1
-        m += 1 << a  # the run a..b carries into bit b + 1, which was clear
+        m += 1 << a
         b = (m & -m).bit_length() - 2
         m -= 1 << (b + 1)
         lo.append(a)
         hi.append(b)
+    if m:
+        base = (m & -m).bit_length() - 1
+        more_lo, more_hi = _runs_of_many(m >> base)
+        lo += [base + a for a in more_lo]
+        hi += [base + b for b in more_hi]
     return lo, hi
 
 
