@@ -11,6 +11,12 @@ measured in the same process just before (the ceiling: a bare timeout loop).
     .venv/bin/python benchmarks/sim_scale.py                 # both scenarios, 1 replicate
     .venv/bin/python benchmarks/sim_scale.py --replicates 3 --only llama3-54d
     .venv/bin/python benchmarks/sim_scale.py --profile llama3-54d elastic   # cProfile top 25
+    .venv/bin/python benchmarks/sim_scale.py --against 2e38b0a --replicates 3 --only llama3-54d
+
+``--against REV`` runs the same children from a ``git archive`` of REV too,
+alternating the two trees replicate by replicate (so load hits both alike),
+and prints each row's cpu ratio (this tree / REV) and the median per
+scenario and strategy: the side-by-side no-regression check of issue 14.
 
 Goals (issue 3): Llama-3 < 1 s per replicate per strategy (aim 0.4 s);
 100k GPUs < 5 s and < 1 GiB resident. ``cpu s`` is the child's CPU time (a
@@ -23,10 +29,13 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = {"llama3-54d": ROOT / "scenarios" / "llama3-54d.yaml",
@@ -59,7 +68,6 @@ def child(name: str, strategy: str, seed: int, history: bool) -> dict:
     sc = load_scenario(SCENARIOS[name], seed=seed, strategy=strategy)
     out = None
     if history:
-        import tempfile
         out = Path(tempfile.mkdtemp(prefix=f"simscale-{name}-"))
     t, c = time.perf_counter(), time.process_time()
     sim = Simulation(sc, out)
@@ -84,6 +92,7 @@ def main() -> int:
                     help="keep the history in memory instead of writing history.jsonl")
     ap.add_argument("--child", nargs=3, metavar=("SCENARIO", "STRATEGY", "SEED"), help=argparse.SUPPRESS)
     ap.add_argument("--profile", nargs=2, metavar=("SCENARIO", "STRATEGY"))
+    ap.add_argument("--against", metavar="REV", help="also run git revision REV, side by side")
     args = ap.parse_args()
     if args.child:
         name, strategy, seed = args.child
@@ -98,33 +107,65 @@ def main() -> int:
         return 0
     names = [args.only] if args.only else list(SCENARIOS)
     strategies = [args.strategy] if args.strategy else list(STRATEGIES)
-    print(f"{'scenario':<12} {'strategy':<19} {'seed':>4} {'wall s':>8} {'cpu s':>7} {'keeper%':>7} "
-          f"{'sim s/wall s':>13} {'events/s':>9} {'simpy raw/s':>11} {'fail':>5} {'gens':>5} "
-          f"{'peak MiB':>9}  ok")
+    trees = [("this", Path(__file__).resolve())]
+    if args.against:
+        base = _archive(args.against)
+        if base is None:
+            return 2
+        trees.append((args.against, base / "benchmarks" / "sim_scale.py"))
+    print(f"{'tree':<8} {'scenario':<12} {'strategy':<19} {'seed':>4} {'wall s':>8} {'cpu s':>7} "
+          f"{'keeper%':>7} {'sim s/wall s':>13} {'events/s':>9} {'simpy raw/s':>11} {'fail':>5} "
+          f"{'gens':>5} {'peak MiB':>9}  ok")
     for name in names:
         for strategy in strategies:
+            ratios = []
             for seed in range(args.replicates):
-                cmd = [sys.executable, __file__, "--child", name, strategy, str(seed)]
-                if args.no_history:
-                    cmd.append("--no-history")
-                try:
-                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-                except subprocess.TimeoutExpired:
-                    print(f"{name:<12} {strategy:<19} {seed:>4} {'> ' + str(int(args.timeout)):>8}  (timed out)")
-                    continue
-                if p.returncode != 0:
-                    print(f"{name:<12} {strategy:<19} {seed:>4} failed: {p.stderr.strip().splitlines()[-1:]}")
-                    continue
-                r = json.loads(p.stdout.strip().splitlines()[-1])
-                keeper = 100 * r.get("keeper_wall_s", 0.0) / r["wall_s"]
-                print(f"{name:<12} {strategy:<19} {seed:>4} {r['wall_s']:>8.3f} "
-                      f"{r.get('cpu_s', float('nan')):>7.3f} {keeper:>6.0f}% "
-                      f"{r['sim_s'] / r['wall_s']:>13.3g} {r['events'] / r['wall_s']:>9.0f} "
-                      f"{r['raw_events_per_s']:>11.0f} {r['failures']:>5} {r['generations']:>5} "
-                      f"{r['peak_rss_mib']:>9.0f}  {'yes' if r['valid'] and r['completed'] else 'NO'}",
-                      flush=True)
+                cpu = {tag: _row(tag, script, name, strategy, seed, args) for tag, script in trees}
+                if args.against and None not in cpu.values():
+                    ratios.append(cpu["this"] / cpu[args.against])
+                    print(f"{'':<8} {'':<12} {'':<19} {seed:>4} cpu ratio this/{args.against}: "
+                          f"{ratios[-1]:.2f}")
+            if ratios:
+                print(f"== {name} {strategy}: median cpu ratio this/{args.against} "
+                      f"{statistics.median(ratios):.2f} over {len(ratios)} replicate(s)")
     return 0
 
+
+def _archive(rev: str) -> Optional[Path]:
+    """A ``git archive`` of ``rev`` in a temporary directory, or None (and why)."""
+    dest = Path(tempfile.mkdtemp(prefix="simscale-base-"))
+    git = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True)
+    if git.returncode != 0:
+        print(f"sim_scale: cannot archive {rev!r}: {git.stderr.decode().strip()}", file=sys.stderr)
+        return None
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=git.stdout, check=True)
+    return dest
+
+
+def _row(tag: str, script: Path, name: str, strategy: str, seed: int,
+         args: argparse.Namespace) -> Optional[float]:
+    """One child run of ``script``'s tree, printed as a row; its cpu seconds."""
+    cmd = [sys.executable, str(script), "--child", name, strategy, str(seed)]
+    if args.no_history:
+        cmd.append("--no-history")
+    lead = f"{tag:<8} {name:<12} {strategy:<19} {seed:>4}"
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        print(f"{lead} {'> ' + str(int(args.timeout)):>8}  (timed out)")
+        return None
+    if p.returncode != 0:
+        print(f"{lead} failed: {p.stderr.strip().splitlines()[-1:]}")
+        return None
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    keeper = 100 * r.get("keeper_wall_s", 0.0) / r["wall_s"]
+    print(f"{lead} {r['wall_s']:>8.3f} "
+          f"{r.get('cpu_s', float('nan')):>7.3f} {keeper:>6.0f}% "
+          f"{r['sim_s'] / r['wall_s']:>13.3g} {r['events'] / r['wall_s']:>9.0f} "
+          f"{r['raw_events_per_s']:>11.0f} {r['failures']:>5} {r['generations']:>5} "
+          f"{r['peak_rss_mib']:>9.0f}  {'yes' if r['valid'] and r['completed'] else 'NO'}",
+          flush=True)
+    return r.get("cpu_s")
 
 if __name__ == "__main__":
     raise SystemExit(main())
