@@ -24,6 +24,12 @@ What is simulated, and where the core decides
   (last call, join timeout, relaunch timeout: the round fields behind
   ``Keeper.get_timer``, without the expiry of healthy workers whose beats
   are not simulated).
+* **Exits.** A scripted ``kill`` (or ``kill_rack``) kills the node's
+  process and its host sees it exit, as the real launcher does through a
+  pidfd: the driver reports ``Keeper.exited`` one ``network.latency_s``
+  later (one message from the host to the keeper), and the keeper evicts the
+  life (``exited``) before its detector would. A random lifetime's end is
+  the machine's (``crash``): nobody is left to report, the detector decides.
 * **Agents.** Every process runs the core's worker side: the bulk as one
   :class:`rollcall.core.AgentBatch` (N agents held as groups of identical
   state, shown equal to N single :class:`Agent`s by
@@ -281,6 +287,24 @@ class Simulation:
         self.keeper_s += _perf() - t
         self._apply(now, out)
 
+    def _exited(self, w: int, incarnation: int) -> None:
+        """The host of killed node ``w`` reports its process's exit.
+
+        A physical fact, as on real (the launcher's pidfd): the host sees its
+        child exit at once and tells the keeper in one message, so the
+        notice arrives one ``network.latency_s`` after the kill. Whether it
+        evicts the life (``exited``) is the keeper's decision.
+        """
+        now = self.env.now
+        if self.state == DONE:
+            return
+        self._cast(now)  # the votes that reached the keeper first
+        self.tally.counts["keeper_calls"] += 1
+        t = _perf()
+        out = self.keeper.exited(now, w, incarnation)
+        self.keeper_s += _perf() - t
+        self._apply(now, out)
+
     def _alarm(self, t: float, detection: bool = True) -> None:
         key = (t, detection)
         if key not in self._alarms:
@@ -431,6 +455,10 @@ class Simulation:
                 self._stall(now)
 
     def _node_down(self, now: float, w: int, kind: str, record: bool = True) -> None:
+        """Node ``w`` is lost until ``repair_s``. ``kill``: its process was
+        killed, and its host reports the exit (:meth:`_exited`); ``crash``:
+        the machine died, and nobody reports anything (the detector decides)."""
+        assert kind in ("kill", "crash"), kind
         if not self.nodes.hw[w]:
             return
         self.tally.counts["failures"] += 1
@@ -441,6 +469,8 @@ class Simulation:
         self.nodes.life[w] += 1
         self.keeper.node_down(now, w)
         if self.nodes.proc[w]:
+            if kind == "kill":
+                self._at(now + self.lat, self._exited, w, int(self.nodes.inc[w]))
             self.nodes.proc[w] = False
             if self.nodes.paused[w]:
                 self.nodes.paused[w] = False  # already silent; its verdict is scheduled
