@@ -18,9 +18,9 @@ What is measured, and onto which key it goes:
   preserves the run's total step time.
 - detection: fault -> the roll call it caused (kills: the launcher sees the
   exit; pauses: the heartbeat timeout). A kill is an exit notice on both
-  targets (the sim's arrives one ``network.latency_s`` after the kill), so
-  ``kill_detection_s`` is reported but sets no key. A pause is the
-  detector's (expected delay ``timeout_s - heartbeat_s / 2`` on the sim), so
+  targets, so ``detector.exit_notice_s = kill detection`` (on real mostly
+  the killed process's teardown, tens of ms). A pause is the detector's
+  (expected delay ``timeout_s - heartbeat_s / 2`` on the sim), so
   ``detector.timeout_s = pause detection + heartbeat_s / 2`` (heartbeat
   shortened when that is under one period).
 - roll call: round opened -> generation formed, for failure rounds that
@@ -258,7 +258,9 @@ def overrides(cal: Mapping[str, Any]) -> dict[str, Any]:
     if cal.get("warmup_s") is not None:
         out["workload.warmup_s"] = round(cal["warmup_s"], 9)
     hb = float(cal["heartbeat_s"])
-    detect = cal.get("pause_detection_s")  # a kill's exit notice does not time the detector
+    if cal.get("kill_detection_s") is not None:  # an exit notice, not the detector
+        out["detector.exit_notice_s"] = round(cal["kill_detection_s"], 9)
+    detect = cal.get("pause_detection_s")
     if detect is not None:
         if detect < hb:  # the timeout must exceed the heartbeat period
             hb = max(detect / 2.0, 1e-4)

@@ -26,9 +26,10 @@ What is simulated, and where the core decides
   are not simulated).
 * **Exits.** A scripted ``kill`` (or ``kill_rack``) kills the node's
   process and its host sees it exit, as the real launcher does through a
-  pidfd: the driver reports ``Keeper.exited`` one ``network.latency_s``
-  later (one message from the host to the keeper), and the keeper evicts the
-  life (``exited``) before its detector would. A random lifetime's end is
+  pidfd: the driver reports ``Keeper.exited`` ``detector.exit_notice_s``
+  later (default: one ``network.latency_s``, the host's message to the
+  keeper), and the keeper evicts the life (``exited``) before its detector
+  would. A random lifetime's end is
   the machine's (``crash``): nobody is left to report, the detector decides.
 * **Agents.** Every process runs the core's worker side: the bulk as one
   :class:`rollcall.core.AgentBatch` (N agents held as groups of identical
@@ -174,6 +175,8 @@ class Simulation:
         self.sc = sc
         self.env = simpy.Environment()
         self.lat = float(sc.network.latency_s)
+        notice = sc.detector.exit_notice_s  # a killed process's exit, heard by the keeper
+        self.exit_notice_s = self.lat if notice is None else float(notice)
         config = keeper_config(sc, "sim")
         if relaunch_timeout_s is not None:  # regression tests of older keeper settings
             config = dataclasses.replace(config, relaunch_timeout_s=relaunch_timeout_s)
@@ -291,9 +294,11 @@ class Simulation:
         """The host of killed node ``w`` reports its process's exit.
 
         A physical fact, as on real (the launcher's pidfd): the host sees its
-        child exit at once and tells the keeper in one message, so the
-        notice arrives one ``network.latency_s`` after the kill. Whether it
-        evicts the life (``exited``) is the keeper's decision.
+        child exit and tells the keeper in one message, so the notice arrives
+        ``detector.exit_notice_s`` after the kill (by default one
+        ``network.latency_s``; a calibrated run sets what the real host took,
+        mostly the killed process's teardown). Whether it evicts the life
+        (``exited``) is the keeper's decision.
         """
         now = self.env.now
         if self.state == DONE:
@@ -470,7 +475,7 @@ class Simulation:
         self.keeper.node_down(now, w)
         if self.nodes.proc[w]:
             if kind == "kill":
-                self._at(now + self.lat, self._exited, w, int(self.nodes.inc[w]))
+                self._at(now + self.exit_notice_s, self._exited, w, int(self.nodes.inc[w]))
             self.nodes.proc[w] = False
             if self.nodes.paused[w]:
                 self.nodes.paused[w] = False  # already silent; its verdict is scheduled

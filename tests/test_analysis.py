@@ -227,7 +227,8 @@ def test_calibrate_measures_and_maps(tmp_path: Path) -> None:
     assert ov["detector.timeout_s"] == pytest.approx(1.0 + 0.05)  # pause detection + heartbeat/2
     assert ov["network.latency_s"] == pytest.approx(0.0015)
     assert "strategy.restart_s" not in ov
-    # a kill is an exit notice on both targets: alone, it times no detector
+    # a kill is an exit notice on both targets: it times the notice, not the detector
+    assert ov["detector.exit_notice_s"] == pytest.approx(0.05)
     kill_only = calibrate.overrides(dict(cal, pause_detection_s=None))
     assert "detector.timeout_s" not in kill_only and "detector.heartbeat_s" not in kill_only
     path = calibrate.write_calibration(cal, tmp_path / "calibration.yaml")

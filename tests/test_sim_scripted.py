@@ -72,3 +72,15 @@ def test_kill_pause_join_checkpoint_restart(tmp_path: Path) -> None:
     assert [g["reason"] for g in gens] == ["start", "restart", "restart"]
     # a restart resumes from the keeper's checkpoint (none yet: the origin) and loads it
     assert all(g["source"] is None for g in gens)
+
+
+def test_a_killed_workers_exit_notice_takes_exit_notice_s(tmp_path: Path) -> None:
+    """``detector.exit_notice_s`` (a calibrated host's notice) replaces the
+    default one latency; the kill is still evicted ``exited``, not by timeout."""
+    sc = load_scenario(KPJ, ["detector.exit_notice_s=0.25"])
+    summary = run(sc, tmp_path)
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    recs = _records(tmp_path)
+    kill = next(r for r in recs if r["f"] == "fault" and r["kind"] == "kill")
+    evict = next(r for r in recs if r["f"] == "evict" and r["worker"] == 1)
+    assert evict["reason"] == "exited" and evict["t"] == round(kill["t"] + 0.25, 9)
