@@ -18,7 +18,7 @@ from rollcall.scenario import Scenario
 
 @dataclass(frozen=True)
 class Due:
-    kind: str                      # kill | kill_rack | pause | join
+    kind: str                      # kill | kill_rack | pause | join | crash (a lifetime's end)
     targets: object                # tuple of ids, "random", a count for join, a rack for kill_rack
     for_s: Optional[float] = None
     origin: str = "schedule"       # schedule | mtbf
@@ -74,7 +74,7 @@ class FaultPlan:
         for w, at in sorted(self.crash_at.items(), key=lambda kv: kv[1]):
             if at <= t:
                 del self.crash_at[w]
-                out.append(Due("kill", (w,), origin="mtbf"))
+                out.append(Due("crash", (w,), origin="mtbf"))  # the machine's end, as on the sim
         return out
 
     def due_by_step(self, committed: int) -> list[Due]:

@@ -11,7 +11,10 @@ start, shared with the workers on this host):
   request and the answer;
 - the *hosts' agent*: it started every worker process and holds a pidfd for
   each, so the moment one exits it tells the keeper ``exited`` (a SIGKILLed
-  worker is known in milliseconds; a SIGSTOPped one only by the detector);
+  worker is known in milliseconds; a SIGSTOPped one only by the detector). A
+  random lifetime's end (fault kind ``crash``) is the machine's: the process
+  is SIGKILLed but no exit is reported (its host agent died with it), so the
+  detector decides, as on the sim;
 - the *fault injector* (see :mod:`real.faults`) kills, pauses and adds
   workers on schedule.
 
@@ -80,7 +83,7 @@ class Proc:
     batch: Optional[int] = None     # started together: join together
     exited_t: Optional[float] = None
     returncode: Optional[int] = None
-    fault: Optional[str] = None     # what we did to it: kill | pause | restart
+    fault: Optional[str] = None     # what we did to it: kill | crash | pause | restart
     paused: bool = False
     join_sent: bool = False         # its first Join reached the launcher
 
@@ -137,6 +140,9 @@ class Launcher:
         self.reason = ""
         self.sigconts: list[tuple[float, Proc]] = []
         self.repairs: list[tuple[float, int]] = []
+        # the nodes whose hardware is up (the sim's Nodes.hw): arrived (a
+        # worker, a spare, a join that fired) and not lost since, or repaired
+        self.nodes_up: set[int] = set()
         self.faults_log: list[dict] = []
         self.formed: list[tuple[float, int, tuple[int, ...]]] = []
         self.survivor_restarts = 0
@@ -175,6 +181,8 @@ class Launcher:
         p = Proc(worker, incarnation, popen, pidfd, spare, self.now(), log,
                  want=not spare, batch=batch)
         self.procs.append(p)
+        if not spare:  # a prewarmed join's node arrives when its join fires
+            self.nodes_up.add(worker)
         self.sel.register(pidfd, selectors.EVENT_READ, ("proc", p))
         return p
 
@@ -472,60 +480,88 @@ class Launcher:
                 if (p := self.live_proc(w)) is not None and p.activated and not p.paused]
 
     def inject(self, due: Due) -> None:
+        """Carry out one fault and write its ``fault`` record (one per fault,
+        listing the workers it hit)."""
         now = self.now()
         fields: dict[str, Any] = {"gen": self.keeper.generation, "origin": due.origin}
         if due.kind == "join":
-            joined = []
-            for _ in range(int(due.targets)):
-                idle = [p for p in self.procs if p.alive and p.spare and not p.want]
-                if idle:  # the lowest id first: the sim numbers joins in order too
-                    warm = min(idle, key=lambda p: p.worker)
-                    warm.want = True
-                    joined.append(warm.worker)
-                else:
-                    w = self.next_id
-                    self.next_id += 1
-                    self.spawn(w, 0)
-                    joined.append(w)
-            rec_ = rec(now, "info", "fault", NEMESIS, kind="join", workers=joined, **fields)
-        else:
-            targets = due.targets
-            if due.kind == "kill_rack":  # every live worker of the rack, at once
-                rack = targets
-                if rack == "random":
-                    rack = self.faults.pick(sorted({self.sc.rack_of(w) for w in self.candidates()}))
-                targets = () if rack is None else self.sc.rack_workers(rack)
-                fields["rack"] = rack
-            elif targets == "random":
-                w = self.faults.pick(self.candidates())
-                targets = () if w is None else (w,)
+            hit = self.join(int(due.targets))
+        elif due.kind == "pause":
             hit = []
-            for w in targets:
+            for w in self.targets(due, fields):
                 p = self.live_proc(w)
-                if p is None or not p.activated:
-                    continue
-                hit.append(w)
-                if due.kind in ("kill", "kill_rack"):
-                    p.fault = "kill"
-                    if p.paused:
-                        p.paused = False
-                    os.kill(p.pid, signal.SIGKILL)
-                    # a killed worker's node is lost until repair_s: the keeper
-                    # hears it now, before any exit notice or failed step
-                    self.keeper.node_down(now, w)
-                    self.faults.node_down(w)
-                    if self.sc.cluster.repair_s is not None:
-                        self.repairs.append((now + self.sc.cluster.repair_s, w))
-                else:
+                if p is not None and p.activated:
+                    hit.append(w)
                     p.fault = p.fault or "pause"
                     p.paused = True
                     os.kill(p.pid, signal.SIGSTOP)
                     self.sigconts.append((now + due.for_s, p))
-            extra = {"for_s": due.for_s} if due.kind == "pause" else {}
-            rec_ = rec(now, "info", "fault", NEMESIS, kind=due.kind, workers=hit,
-                       **extra, **fields)
+            fields["for_s"] = due.for_s
+        else:
+            assert due.kind in ("kill", "kill_rack", "crash"), due
+            hit = []
+            for w in self.targets(due, fields):
+                if w in self.nodes_up:  # a node already down is not lost again
+                    hit.append(w)
+                    self.node_lost(now, w, "crash" if due.kind == "crash" else "kill")
+        rec_ = rec(now, "info", "fault", NEMESIS, kind=due.kind, workers=hit, **fields)
         self.write(rec_)
         self.faults_log.append(rec_)
+
+    def join(self, n: int) -> list[int]:
+        """``n`` new workers arrive: idle prewarmed processes first (the lowest
+        id first: the sim numbers joins in order too), then fresh ones."""
+        joined = []
+        for _ in range(n):
+            idle = [p for p in self.procs if p.alive and p.spare and not p.want]
+            if idle:
+                warm = min(idle, key=lambda p: p.worker)
+                warm.want = True
+                self.nodes_up.add(warm.worker)
+                joined.append(warm.worker)
+            else:
+                w = self.next_id
+                self.next_id += 1
+                self.spawn(w, 0)
+                joined.append(w)
+        return joined
+
+    def targets(self, due: Due, fields: dict[str, Any]) -> tuple[int, ...]:
+        """The workers a kill, rack kill, crash or pause names: its ids, a
+        seeded pick among the live members (``random``), or a rack's ids
+        (``fields`` gets the rack)."""
+        targets = due.targets
+        if due.kind == "kill_rack":  # every worker of the rack whose node is up, at once
+            rack = targets
+            if rack == "random":
+                rack = self.faults.pick(sorted({self.sc.rack_of(w) for w in self.candidates()}))
+            fields["rack"] = rack
+            return () if rack is None else tuple(self.sc.rack_workers(rack))
+        if targets == "random":
+            w = self.faults.pick(self.candidates())
+            return () if w is None else (w,)
+        return tuple(targets)
+
+    def node_lost(self, now: float, w: int, kind: str) -> None:
+        """Node ``w`` is lost until ``repair_s``, with its process if it runs
+        one (activated or still starting, as on the sim: the node goes down
+        whether or not a process was there). ``kill``: the process is
+        killed, its host sees the exit and reports it (:meth:`on_exit`);
+        ``crash``: the machine died, and the host agent that would have
+        reported died with it, so the detector's timeout decides."""
+        assert w in self.nodes_up, w
+        self.nodes_up.discard(w)
+        p = self.live_proc(w)
+        if p is not None:
+            p.fault = kind
+            p.paused = False
+            os.kill(p.pid, signal.SIGKILL)
+        # the keeper hears of the lost node now, before any exit notice,
+        # detector verdict or failed step
+        self.keeper.node_down(now, w)
+        self.faults.node_down(w)
+        if self.sc.cluster.repair_s is not None:
+            self.repairs.append((now + self.sc.cluster.repair_s, w))
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -590,7 +626,7 @@ class Launcher:
         self.maybe_activate()
         self.release_joins()
         now = self.now()
-        if p.fault != "restart":
+        if p.fault not in ("restart", "crash"):  # a crashed machine's host reports nothing
             self.effects(self.keeper.exited(now, p.worker, p.incarnation))
         if p.fault is None and self.result is None:
             self.write(rec(now, "info", "exit", DRIVER, worker=p.worker,

@@ -24,8 +24,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from rollcall.decisions import KILL_KINDS
 from rollcall.results import SCENARIO_FILE, SUMMARY_FILE, read_history, read_summary
 from rollcall.core.types import from_ranges
+
+# fault kinds after which the survivors wait on a silent peer (a stall)
+SILENCING = KILL_KINDS + ("pause",)
 
 __all__ = [
     "ci95",
@@ -343,11 +347,12 @@ def timeline(run_dir: str | Path) -> pd.DataFrame:
     - ``member``: worker ``worker`` was a member of generation ``gen``
       from its formation until the next one (one bar per worker per generation);
     - ``roll_call``: a round was open (``round`` invoke to ``generation``), job-wide;
-    - ``stall``: from a kill/pause fault to the round it caused (the
-      survivors waiting on a dead or paused peer until detection), job-wide;
+    - ``stall``: from a fault that silences a worker (kill, kill_rack,
+      crash, pause) to the round it caused (the survivors waiting on a dead
+      or paused peer until its exit notice or the detector), job-wide;
     - ``restart``: a whole-job restart (``restart`` record to the next generation);
     - ``fault``: an instant (start == end) per faulted worker, with ``what``
-      the fault kind (kill, pause, resume, join).
+      the fault kind (kill, kill_rack, crash, pause, resume, join).
     """
     gens = generations(run_dir)
     recs = _records(run_dir)
@@ -369,7 +374,7 @@ def timeline(run_dir: str | Path) -> pd.DataFrame:
             kind = r.get("kind", "resume")
             for w in r.get("workers") or [None]:
                 rows.append({"kind": "fault", "worker": w, "gen": r.get("gen"), "start": t, "end": t, "what": kind})
-            if kind in ("kill", "pause"):
+            if kind in SILENCING:
                 nxt = next((x for x in rounds if x >= t), None)
                 if nxt is not None and nxt > t:
                     rows.append({"kind": "stall", "worker": None, "gen": r.get("gen"),
@@ -403,7 +408,8 @@ def plot_timeline(run_dir: str | Path, ax: Any = None, title: str | None = None)
         for i, s in enumerate(tl[tl.kind == kind].itertuples(index=False)):
             ax.axvspan(s.start, s.end, color=colour, alpha=alpha, lw=0,
                        label=kind.replace("_", " ") if i == 0 else None)
-    markers = {"kill": ("x", "red"), "pause": ("v", "orange"), "resume": ("^", "green"), "join": ("*", "blue")}
+    markers = {"kill": ("x", "red"), "kill_rack": ("x", "red"), "crash": ("X", "darkred"),
+               "pause": ("v", "orange"), "resume": ("^", "green"), "join": ("*", "blue")}
     seen: set[str] = set()
     for f in tl[tl.kind == "fault"].itertuples(index=False):
         marker, colour = markers.get(f.what, ("o", "k"))

@@ -17,11 +17,12 @@ What is measured, and onto which key it goes:
   the fit falls back to ``allreduce_s = 0`` and the ``micro_batch_s`` that
   preserves the run's total step time.
 - detection: fault -> the roll call it caused (kills: the launcher sees the
-  exit; pauses: the heartbeat timeout). The sim detects every failure by
-  timeout (expected delay ``timeout_s - heartbeat_s / 2``), so
-  ``detector.timeout_s = detection + heartbeat_s / 2`` (heartbeat shortened
-  when a kill is detected faster than one period). Pauses win over kills when
-  both were seen, since pauses are what the timeout decides.
+  exit; pauses: the heartbeat timeout). A kill is an exit notice on both
+  targets, so ``detector.exit_notice_s = kill detection`` (on real mostly
+  the killed process's teardown, tens of ms). A pause is the detector's
+  (expected delay ``timeout_s - heartbeat_s / 2`` on the sim), so
+  ``detector.timeout_s = pause detection + heartbeat_s / 2`` (heartbeat
+  shortened when that is under one period).
 - roll call: round opened -> generation formed, for failure rounds that
   did not have to time a silent member out (those measure the detector);
   ``network.latency_s = roll call / 2`` (one message out, one back).
@@ -257,9 +258,9 @@ def overrides(cal: Mapping[str, Any]) -> dict[str, Any]:
     if cal.get("warmup_s") is not None:
         out["workload.warmup_s"] = round(cal["warmup_s"], 9)
     hb = float(cal["heartbeat_s"])
+    if cal.get("kill_detection_s") is not None:  # an exit notice, not the detector
+        out["detector.exit_notice_s"] = round(cal["kill_detection_s"], 9)
     detect = cal.get("pause_detection_s")
-    if detect is None:
-        detect = cal.get("kill_detection_s")
     if detect is not None:
         if detect < hb:  # the timeout must exceed the heartbeat period
             hb = max(detect / 2.0, 1e-4)

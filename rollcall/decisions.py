@@ -38,8 +38,9 @@ __all__ = ["KILL_KINDS", "NOT_COMPARED", "Decision", "decisions", "drop", "first
 
 Decision = dict[str, Any]  # "kind" plus the kind's fields, JSON values
 NOT_COMPARED = "<not compared>"
-# fault kinds that end a worker's process: a scripted kill, a rack, a random
-# lifetime's end (the sim names that ``crash``, the real target ``kill``)
+# fault kinds that end a worker's process: a scripted kill, a rack (both
+# reported by the host's exit notice), a random lifetime's end (``crash``:
+# the machine's, noticed by the detector), the same names on both targets
 KILL_KINDS = ("kill", "kill_rack", "crash")
 
 

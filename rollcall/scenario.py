@@ -300,11 +300,15 @@ class Failures(_Section):
 
 
 class Detector(_Section):
-    """Failure-detector policy knobs (timeout-based)."""
+    """Failure-detector policy knobs (timeout-based), and how soon a killed
+    process's exit reaches the keeper on the sim (``exit_notice_s``; None:
+    one ``network.latency_s``, the host's message; the real target's is
+    whatever its host takes, measured by ``rollcall calibrate``)."""
 
     kind: Literal["timeout"] = "timeout"
     heartbeat_s: PosFloat = 0.5
     timeout_s: PosFloat = 3.0
+    exit_notice_s: NonNegFloat | None = None
 
     @model_validator(mode="after")
     def _timeout_above_heartbeat(self) -> "Detector":

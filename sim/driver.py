@@ -24,6 +24,13 @@ What is simulated, and where the core decides
   (last call, join timeout, relaunch timeout: the round fields behind
   ``Keeper.get_timer``, without the expiry of healthy workers whose beats
   are not simulated).
+* **Exits.** A scripted ``kill`` (or ``kill_rack``) kills the node's
+  process and its host sees it exit, as the real launcher does through a
+  pidfd: the driver reports ``Keeper.exited`` ``detector.exit_notice_s``
+  later (default: one ``network.latency_s``, the host's message to the
+  keeper), and the keeper evicts the life (``exited``) before its detector
+  would. A random lifetime's end is
+  the machine's (``crash``): nobody is left to report, the detector decides.
 * **Agents.** Every process runs the core's worker side: the bulk as one
   :class:`rollcall.core.AgentBatch` (N agents held as groups of identical
   state, shown equal to N single :class:`Agent`s by
@@ -168,6 +175,8 @@ class Simulation:
         self.sc = sc
         self.env = simpy.Environment()
         self.lat = float(sc.network.latency_s)
+        notice = sc.detector.exit_notice_s  # a killed process's exit, heard by the keeper
+        self.exit_notice_s = self.lat if notice is None else float(notice)
         config = keeper_config(sc, "sim")
         if relaunch_timeout_s is not None:  # regression tests of older keeper settings
             config = dataclasses.replace(config, relaunch_timeout_s=relaunch_timeout_s)
@@ -279,6 +288,26 @@ class Simulation:
         t = _perf()
         self.keeper.observe_alive_except(now, silent)
         out = self.keeper.handle_timer(now)
+        self.keeper_s += _perf() - t
+        self._apply(now, out)
+
+    def _exited(self, w: int, incarnation: int) -> None:
+        """The host of killed node ``w`` reports its process's exit.
+
+        A physical fact, as on real (the launcher's pidfd): the host sees its
+        child exit and tells the keeper in one message, so the notice arrives
+        ``detector.exit_notice_s`` after the kill (by default one
+        ``network.latency_s``; a calibrated run sets what the real host took,
+        mostly the killed process's teardown). Whether it evicts the life
+        (``exited``) is the keeper's decision.
+        """
+        now = self.env.now
+        if self.state == DONE:
+            return
+        self._cast(now)  # the votes that reached the keeper first
+        self.tally.counts["keeper_calls"] += 1
+        t = _perf()
+        out = self.keeper.exited(now, w, incarnation)
         self.keeper_s += _perf() - t
         self._apply(now, out)
 
@@ -432,6 +461,10 @@ class Simulation:
                 self._stall(now)
 
     def _node_down(self, now: float, w: int, kind: str, record: bool = True) -> None:
+        """Node ``w`` is lost until ``repair_s``. ``kill``: its process was
+        killed, and its host reports the exit (:meth:`_exited`); ``crash``:
+        the machine died, and nobody reports anything (the detector decides)."""
+        assert kind in ("kill", "crash"), kind
         if not self.nodes.hw[w]:
             return
         self.tally.counts["failures"] += 1
@@ -442,6 +475,8 @@ class Simulation:
         self.nodes.life[w] += 1
         self.keeper.node_down(now, w)
         if self.nodes.proc[w]:
+            if kind == "kill":
+                self._at(now + self.exit_notice_s, self._exited, w, int(self.nodes.inc[w]))
             self.nodes.proc[w] = False
             if self.nodes.paused[w]:
                 self.nodes.paused[w] = False  # already silent; its verdict is scheduled

@@ -78,13 +78,38 @@ def test_timeline_intervals(runs: dict[str, Path]) -> None:
     faults = tl[tl.kind == "fault"]
     assert set(faults.what) == {"kill", "pause", "resume", "join"}
     stalls = tl[tl.kind == "stall"]
-    # both the kill and the pause stall survivors until the 3 s timeout fires
-    assert len(stalls) == 2 and ((stalls.end - stalls.start) <= 3.0 + 0.01).all()
+    # the pause stalls the survivors until the 3 s timeout fires, the kill
+    # until its host's exit notice (one latency) opens the round
+    assert sorted(stalls.what) == ["kill", "pause"]
+    length = dict(zip(stalls.what, stalls.end - stalls.start))
+    assert length["pause"] == pytest.approx(3.0, abs=0.01) and length["kill"] <= 0.01
     members = tl[tl.kind == "member"]
     assert (members.end >= members.start).all()
     assert set(members[members.gen == 5].worker) == {0, 2, 3, 4}
     cr = an.timeline(runs["checkpoint-restart"])
     assert (cr.kind == "restart").sum() == 2
+
+
+def test_a_crash_and_a_rack_stall_the_survivors_too(tmp_path: Path) -> None:
+    import json
+
+    def r(t: float, f: str, process: str, **fields: object) -> dict:
+        return {"t": t, "type": "info", "f": f, "process": process, **fields}
+
+    recs = [r(0.0, "generation", "keeper", type="ok", gen=1, members=[[0, 5]], reason="start"),
+            r(1.0, "fault", "nemesis", kind="crash", workers=[1]),
+            r(3.0, "round", "keeper", type="invoke", gen=2),
+            r(3.01, "generation", "keeper", type="ok", gen=2, members=[[0, 0], [2, 5]],
+              reason="failure"),
+            r(4.0, "fault", "nemesis", kind="kill_rack", rack=1, workers=[4, 5]),
+            r(4.001, "round", "keeper", type="invoke", gen=3),
+            r(4.01, "generation", "keeper", type="ok", gen=3, members=[[0, 0], [2, 3]],
+              reason="failure"),
+            r(5.0, "end", "driver", completed=False, cursor=[0, 0])]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    stalls = an.timeline(tmp_path).query("kind == 'stall'")
+    assert list(zip(stalls.what, stalls.start, stalls.end)) == [("crash", 1.0, 3.0),
+                                                                ("kill_rack", 4.0, 4.001)]
 
 
 def test_plot_timeline_draws(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -202,6 +227,10 @@ def test_calibrate_measures_and_maps(tmp_path: Path) -> None:
     assert ov["detector.timeout_s"] == pytest.approx(1.0 + 0.05)  # pause detection + heartbeat/2
     assert ov["network.latency_s"] == pytest.approx(0.0015)
     assert "strategy.restart_s" not in ov
+    # a kill is an exit notice on both targets: it times the notice, not the detector
+    assert ov["detector.exit_notice_s"] == pytest.approx(0.05)
+    kill_only = calibrate.overrides(dict(cal, pause_detection_s=None))
+    assert "detector.timeout_s" not in kill_only and "detector.heartbeat_s" not in kill_only
     path = calibrate.write_calibration(cal, tmp_path / "calibration.yaml")
     sc = calibrate.apply(load_scenario(run / "scenario.yaml", []), calibrate.read_calibration(path))
     assert sc.target == "sim" and sc.detector.timeout_s == pytest.approx(1.05)

@@ -2,8 +2,8 @@
 
 A sim run (deterministic, a second) gives the history; the expected
 sequence follows from the scenario: a checkpoint-restart with worker 1
-killed at step 15 relaunches workers 0 and 2 as their second lives and
-resumes from the step-10 checkpoint. Hand-written records check the parts
+killed at step 15 (evicted on its host's exit notice) relaunches workers 0
+and 2 as their second lives and resumes from the step-10 checkpoint. Hand-written records check the parts
 a run cannot force (simultaneous evictions, a differing field).
 """
 
@@ -27,7 +27,7 @@ def test_a_checkpoint_restart_run_reads_as_its_decisions(tmp_path: Path) -> None
     assert decisions(history) == [
         {"kind": "generation", "gen": 1, "members": [[0, 2]], "cursor": [0, 0], "source": None,
          "stale": 0, "reason": "start"},
-        {"kind": "evict", "worker": 1, "incarnation": 0, "reason": "timeout"},
+        {"kind": "evict", "worker": 1, "incarnation": 0, "reason": "exited"},
         {"kind": "restart", "gen": 1, "reason": "failure"},
         {"kind": "relaunch", "gen": 1, "workers": [[0, 0], [2, 2]],
          "incarnations": [[1, [[0, 0], [2, 2]]]]},

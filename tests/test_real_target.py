@@ -154,6 +154,32 @@ def test_kill_one_of_four(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(150)
+def test_a_kill_of_a_node_whose_process_is_still_starting_takes_it_down(tmp_path: Path) -> None:
+    """Worker 1 is killed at step 5 and repaired 0.01 s later; its new
+    process imports torch for seconds, so the second kill, three steps
+    later, finds it not yet activated. As on the sim, the node goes down
+    anyway: the fault names it, the starting process is killed (its life
+    never joins) and the next repair starts another life."""
+    sc = load("real-kill-one", "cluster.repair_s=0.01",
+              "failures.schedule=[{at_step: 5, kill: 1}, {at_step: 8, kill: 1}]")
+    s = run_real(sc, tmp_path)
+    assert s["completed"] is True, s["reason"]
+    assert_exactly_once(s, sc.workload.steps)
+    assert_survivors_kept_pids(s, faulted={1})
+    assert_no_process_left(s)
+    recs = records(tmp_path)
+    kills = [r["workers"] for r in recs if r["f"] == "fault" and r["kind"] == "kill"]
+    assert kills == [[1], [1]], kills
+    ones = sorted((p["incarnation"], p["fault"]) for p in s["processes"] if p["worker"] == 1)
+    assert ones[:2] == [(0, "kill"), (1, "kill")], ones  # killed while still starting
+    assert [p[0] for p in ones[2:]] == [2], ones  # the second repair's life
+    entered = {r["incarnation"] for r in recs if r["f"] == "enter" and r["process"] == 1}
+    assert 1 not in entered, entered
+    evict = [(r["worker"], r["incarnation"], r["reason"]) for r in recs if r["f"] == "evict"]
+    assert evict[0] == (1, 0, "exited") and (1, 1, "exited") not in evict, evict
+
+
+@pytest.mark.timeout(150)
 def test_kill_two_at_once(tmp_path: Path) -> None:
     sc = load("real-kill-two")
     s = run_real(sc, tmp_path)

@@ -13,7 +13,7 @@ from rollcall.core.types import Cursor
 
 from real import wire
 from real.driver import merge_history, recoveries
-from real.faults import FaultPlan
+from real.faults import Due, FaultPlan
 
 
 @pytest.mark.timeout(30)
@@ -60,6 +60,10 @@ failures:
     plan.node_down(2)
     plan.node_up(2, 9.0)  # repaired: its next hardware life
     assert plan.crash_at[2] == 9.0 + model.lifetime(2, 1)
+    # a lifetime's end is the machine's: fault kind crash, as on the sim
+    t, w = min((t, w) for w, t in plan.crash_at.items())
+    assert plan.due_by_time(t) == [Due("crash", (w,), origin="mtbf")]
+    assert w not in plan.crash_at
 
 
 @pytest.mark.timeout(30)

@@ -35,12 +35,12 @@ def test_kill_pause_join_generations(tmp_path: Path) -> None:
     assert gens == [
         (1, "start", (0, 1, 2, 3)),
         (2, "failure", (0, 1, 3)),    # 2 paused at 8 s, evicted by the timeout at ~11 s
-        (3, "failure", (0, 3)),       # 1 killed at step 50, evicted at ~3 s later
+        (3, "failure", (0, 3)),       # 1 killed at step 50, evicted on its exit notice
         (4, "growth", (0, 2, 3)),     # 2 wakes at 18 s, is refused, rejoins as a newcomer
         (5, "growth", (0, 2, 3, 4)),  # the newcomer of 20 s
     ]
     evicts = [(r["worker"], r["reason"]) for r in recs if r["f"] == "evict"]
-    assert evicts == [(2, "timeout"), (1, "timeout")]
+    assert evicts == [(2, "timeout"), (1, "exited")]
     # the paused worker learns it was evicted from the keeper, through its own agent
     refused = [r for r in recs if r["f"] == "refuse"]
     assert [(r["worker"], r["what"], r["reason"]) for r in refused] == [(2, "heartbeat", "not-member")]
@@ -52,6 +52,10 @@ def test_kill_pause_join_generations(tmp_path: Path) -> None:
     kill = next(r for r in recs if r["f"] == "fault" and r["kind"] == "kill")
     commit50 = next(r for r in recs if r["f"] == "commit" and r["last"] == 49)
     assert kill["t"] == round(commit50["t"] - sc.network.latency_s, 9)
+    # its host reports the exit: the keeper evicts it one latency after the
+    # kill, long before the detector's timeout_s
+    exited = next(r for r in recs if r["f"] == "evict" and r["worker"] == 1)
+    assert exited["t"] == round(kill["t"] + sc.network.latency_s, 9)
     # the stale generation-4 newcomer copies the state from a survivor
     g4 = next(r for r in recs if r["f"] == "generation" and r["gen"] == 4)
     assert g4["source"] == 0 and g4["stale"] == 1
@@ -68,3 +72,15 @@ def test_kill_pause_join_checkpoint_restart(tmp_path: Path) -> None:
     assert [g["reason"] for g in gens] == ["start", "restart", "restart"]
     # a restart resumes from the keeper's checkpoint (none yet: the origin) and loads it
     assert all(g["source"] is None for g in gens)
+
+
+def test_a_killed_workers_exit_notice_takes_exit_notice_s(tmp_path: Path) -> None:
+    """``detector.exit_notice_s`` (a calibrated host's notice) replaces the
+    default one latency; the kill is still evicted ``exited``, not by timeout."""
+    sc = load_scenario(KPJ, ["detector.exit_notice_s=0.25"])
+    summary = run(sc, tmp_path)
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    recs = _records(tmp_path)
+    kill = next(r for r in recs if r["f"] == "fault" and r["kind"] == "kill")
+    evict = next(r for r in recs if r["f"] == "evict" and r["worker"] == 1)
+    assert evict["reason"] == "exited" and evict["t"] == round(kill["t"] + 0.25, 9)
