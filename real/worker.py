@@ -89,6 +89,7 @@ class Worker:
         self.wake = threading.Event()
         self.groups: list[dict] = []  # every process group ever built, kept alive
         self.ready = False  # torch imported, model built
+        self.crashed = False  # the control thread died of an error
         self.activate = False
 
     # --- plumbing -------------------------------------------------------------
@@ -152,7 +153,13 @@ class Worker:
                         if timer is not None and self.now() >= timer:
                             self.apply(self.agent.handle_timer(self.now()))
         except (OSError, ValueError):
-            pass
+            pass  # the connection broke, or a peer sent a bad frame: stop
+        except BaseException:
+            # a bug: say what it was in full before the process exits (the
+            # main thread's os._exit would cut a thread's report short)
+            self.crashed = True
+            traceback.print_exc()
+            sys.stderr.flush()
         finally:
             with self.lock:
                 self.stopped = True
@@ -606,6 +613,8 @@ def main(argv=None) -> int:
         w.train_loop()
     except BaseException:
         traceback.print_exc()
+        code = 1
+    if w.crashed:
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()

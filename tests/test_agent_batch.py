@@ -341,6 +341,27 @@ class _FoldOften(LifeTable):
     FOLD = 3  # snapshots with and without a shared base
 
 
+def test_snapshots_folds_apart_differ_by_the_folds_between_only() -> None:
+    """Two snapshots of one table compare by the ids written between them,
+    however many folds apart, not by every life stored in a long run; a
+    copy (a message's) carries no fold history and compares by its keys."""
+    import pickle
+
+    table = _FoldOften()
+    for w in range(40):
+        table.set(w, 2)
+    a = table.snapshot(IdRuns.span(0, 50))
+    for w in range(40, 45):
+        table.set(w, 1)
+    b = table.snapshot(IdRuns.span(0, 50))
+    assert a._own.base is not b._own.base  # folded in between
+    assert a._own.changed_keys(b._own) == set(range(40, 45))
+    assert b.agreeing(IdRuns.span(0, 50), a) == IdRuns.span(0, 39) | IdRuns.span(45, 50)
+    copy = pickle.loads(pickle.dumps(b))
+    assert copy._own.folds == [] and tuple(copy) == tuple(b)
+    assert copy.agreeing(IdRuns.span(0, 50), a) == b.agreeing(IdRuns.span(0, 50), a)
+
+
 @given(table_ops, st.frozensets(st.integers(0, 30)), st.integers(0, 5), st.booleans())
 def test_lives_agreeing_and_having_match_a_per_id_comparison(ops, ws, life, often) -> None:
     """``Lives.agreeing`` / ``having`` (what the batch admits by) answer what

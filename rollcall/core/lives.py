@@ -25,15 +25,26 @@ class _Layers:
     """An id -> int map (0: absent) kept as a frozen ``base`` dict, shared by
     every snapshot, plus a small dict ``top`` of the changes since; ``top``
     is folded into a new base once it holds ``fold`` changes, so a snapshot
-    costs at most ``fold`` copies and a fold is paid once per ``fold`` writes."""
+    costs at most ``fold`` copies and a fold is paid once per ``fold`` writes.
 
-    __slots__ = ("base", "top", "fold", "_frozen")
+    ``folds`` (shared by a map and all its snapshots, append-only) keeps the
+    ids each fold took in, and ``epoch`` how many folds this base has seen:
+    two snapshots of one map, folds apart, differ only at the ids of their
+    tops and of the folds between them (:meth:`changed_keys`), not at every
+    id stored in a long run.
+    """
+
+    __slots__ = ("base", "top", "fold", "folds", "epoch", "_frozen")
 
     def __init__(self, base: Optional[dict[int, int]] = None,
-                 top: Optional[dict[int, int]] = None, fold: int = 64) -> None:
+                 top: Optional[dict[int, int]] = None, fold: int = 64,
+                 folds: Optional[list[frozenset[int]]] = None, epoch: int = 0) -> None:
         self.base: dict[int, int] = {} if base is None else base  # never written
         self.top: dict[int, int] = {} if top is None else top  # 0 here hides a base entry
         self.fold = fold
+        self.folds: list[frozenset[int]] = [] if folds is None else folds
+        self.epoch = epoch
+        assert epoch <= len(self.folds), (epoch, len(self.folds))
         self._frozen: Optional[_Layers] = None
 
     def get(self, w: int) -> int:
@@ -52,7 +63,9 @@ class _Layers:
                     base[k] = x
                 else:
                     base.pop(k, None)
-            self.base, self.top = base, {}
+            assert self.epoch == len(self.folds), "only the live map folds"
+            self.folds.append(frozenset(self.top))
+            self.base, self.top, self.epoch = base, {}, self.epoch + 1
 
     def pop(self, w: int) -> int:
         v = self.get(w)
@@ -77,14 +90,23 @@ class _Layers:
     def frozen(self) -> "_Layers":
         """An unchanging copy (the same one until the next change)."""
         if self._frozen is None:
-            self._frozen = _Layers(self.base, dict(self.top), self.fold)
+            self._frozen = _Layers(self.base, dict(self.top), self.fold, self.folds, self.epoch)
             self._frozen._frozen = self._frozen
         return self._frozen
+
+    def __reduce__(self):
+        """A copy elsewhere (a message's snapshot) carries the map, not the
+        fold history: it shares no folds with anything, so it compares by
+        its keys (as a copy's base is never the original's either)."""
+        return (_Layers, (self.base, self.top, self.fold))
 
     def changed_keys(self, other: "_Layers") -> set[int]:
         """Every id whose value may differ between ``self`` and ``other``."""
         if self.base is other.base:
             return set(self.top).union(other.top)
+        if self.folds is other.folds:  # one map's snapshots, some folds apart
+            lo, hi = sorted((self.epoch, other.epoch))
+            return set(self.top).union(other.top, *self.folds[lo:hi])
         return set(self.keys()).union(other.keys())
 
 
