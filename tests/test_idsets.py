@@ -83,7 +83,7 @@ def test_mask_and_runs_are_one_set(spans: list[tuple[int, int]], x: int, k: int)
     assert r.mask == sum(1 << i for i in ids)
     assert (x in back) == (x in set(ids))
     if ids:
-        assert back.first() == ids[0] and back[len(ids) // 2] == ids[len(ids) // 2]
+        assert back.first() == ids[0] and back.last() == ids[-1] and back[len(ids) // 2] == ids[len(ids) // 2]
         assert back.index(ids[-1]) == len(ids) - 1
     for cut in (k, k * len(ids) // 40):  # near the start, and anywhere
         for s in (r, back):  # runs given, runs derived by numpy

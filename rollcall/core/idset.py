@@ -220,6 +220,11 @@ class IdRuns(Sequence[int]):
         m = self._m
         return (m & -m).bit_length() - 1
 
+    def last(self) -> int:
+        if not self._m:
+            raise ValueError("empty IdRuns")
+        return self._m.bit_length() - 1
+
     def head(self, k: int) -> "IdRuns":
         """The ``k`` lowest ids (their runs come cut from these, not derived again)."""
         if k >= self._n:
@@ -335,25 +340,21 @@ def _mask_of_runs(lo: list[int], hi: list[int]) -> int:
 
 
 def _runs_of(m: int) -> tuple[list[int], list[int]]:
-    """The maximal runs of a bitmask: run by run in Python while there are
-    few (each costs a few word-wise int operations, whatever the ids), the
-    rest through the binary digits as a string once there are many."""
+    """The maximal runs of a bitmask: run by run in Python when there are few
+    (each costs a few word-wise int operations, whatever the ids), through
+    the binary digits as a string when there are many. The count of runs
+    (the bits whose lower neighbour is clear) picks the way."""
+    if (m & ~(m << 1)).bit_count() > 2 * _PY_MAX_RUNS:
+        return _runs_of_many(m)
     lo: list[int] = []
     hi: list[int] = []
-    for _ in range(2 * _PY_MAX_RUNS):
-        if not m:
-            return lo, hi
+    while m:
         a = (m & -m).bit_length() - 1
-        m += 1 << a
+        m += 1 << a  # the run a..b carries into bit b + 1, which was clear
         b = (m & -m).bit_length() - 2
         m -= 1 << (b + 1)
         lo.append(a)
         hi.append(b)
-    if m:
-        base = (m & -m).bit_length() - 1
-        more_lo, more_hi = _runs_of_many(m >> base)
-        lo += [base + a for a in more_lo]
-        hi += [base + b for b in more_hi]
     return lo, hi
 
 
