@@ -36,10 +36,11 @@ _UNITS = (("days", 86400.0), ("hours", 3600.0), ("min", 60.0), ("s", 1.0))
 
 
 def unit_for(seconds: float) -> tuple[str, float]:
-    """The largest unit of which ``seconds`` is at least one whole (days, hours, min, s)."""
+    """The largest unit of which ``seconds`` is at least two (days, hours, min, s):
+    ``36 hours`` rather than ``1.50 days``, ``90 s`` rather than ``1.50 min``."""
     size = abs(seconds) if math.isfinite(seconds) else 0.0
     for name, unit_s in _UNITS:
-        if size >= unit_s:
+        if size >= 2 * unit_s:
             return name, unit_s
     return "s", 1.0
 
@@ -56,7 +57,7 @@ def _num(value: float, decimals: int) -> str:
 
 
 def human_s(seconds: float) -> str:
-    """``5621060.0`` -> ``"65.1 days"``; ``90`` -> ``"1.50 min"``; NaN -> ``"-"``."""
+    """``5621060.0`` -> ``"65.1 days"``; ``150`` -> ``"2.50 min"``; NaN -> ``"-"``."""
     if not math.isfinite(seconds):
         return "-"
     name, unit_s = unit_for(seconds)
