@@ -11,7 +11,8 @@ For each seed the scenario runs once as ``checkpoint-restart`` and once as
 ``out_dir``. After every run ``compare.csv`` (one row per finished run) is
 rewritten atomically and one progress line goes to ``log``, so an
 interrupted compare keeps every finished row and shows how far it got. At
-the end ``compare-table.csv`` gets the side-by-side table that is returned:
+the end ``compare-table.csv`` gets the side-by-side table (returned in a
+:class:`Comparison` with the runs and the paired differences):
 per metric and strategy the mean over seeds and the half-width of the 95%
 Student-t interval, and ``compare-paired.csv`` the paired differences: both
 strategies of one seed meet the same failure trace, so per seed and metric

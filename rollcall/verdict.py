@@ -89,6 +89,8 @@ def decide(cmp: Comparison) -> Verdict:
     if cmp.problems:
         return Verdict(f"no verdict: {len(cmp.problems)} of {len(cmp.runs)} runs did not "
                        f"complete or are not valid", DECIDING_METRIC, None, n)
+    if DECIDING_METRIC not in cmp.paired_table.index:
+        return Verdict(f"no verdict: no run reports {DECIDING_METRIC}", DECIDING_METRIC, None, n)
     d = cmp.paired_table.loc[DECIDING_METRIC]
     g = cmp.paired_table.loc["goodput"] if "goodput" in cmp.paired_table.index else None
     means = {s: cmp.table.loc[DECIDING_METRIC, (s, "mean")] for s in STRATEGIES}
