@@ -309,7 +309,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "compare", help="run both strategies on the same seeds and decide which is faster",
         description="Run checkpoint-restart and elastic for seeds S..S+N-1 (same failure trace "
                     "per seed) on the sim or on real processes, print the table in human units, "
-                    "the paired difference elastic - checkpoint-restart with its 95%% interval "
+                    "the paired difference elastic - checkpoint-restart with its 95% interval "
                     "and a verdict. Exit 0 when every run completed and is valid, 1 when some "
                     "run did not (named on stderr), 2 on bad input, 130 on Ctrl-C.")
     common(p)
