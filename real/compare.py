@@ -20,8 +20,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-import pandas as pd
-
 from rollcall import compare as shared
 from rollcall.scenario import Scenario
 
@@ -36,6 +34,9 @@ def run_or_raise(scenario: Scenario, out_dir: Path) -> dict[str, Any]:
     return summary
 
 
-def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path) -> pd.DataFrame:
-    """Run both strategies per seed on real processes; writes ``compare.csv`` and ``compare-table.csv``."""
-    return shared.compare(scenario, seeds, out_dir, run_or_raise)
+def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path,
+            **options: Any) -> shared.Comparison:
+    """Run both strategies per seed on real processes; writes ``compare.csv``,
+    ``compare-table.csv`` and ``compare-paired.csv``. ``options`` go to
+    :func:`rollcall.compare.compare` (``checkpoint_interval_steps``)."""
+    return shared.compare(scenario, seeds, out_dir, run_or_raise, **options)

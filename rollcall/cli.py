@@ -150,7 +150,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if summary.get("completed") and summary.get("valid") else 1
 
 
+def _compare_output(args: argparse.Namespace, scenario: Scenario, cmp: Any, choice: Any,
+                    out_dir: Path) -> int:
+    """Print the compare's answer (table, interval, verdict; or one JSON object); the exit code."""
+    import json
+
+    from rollcall import verdict as vd
+
+    code = 1 if cmp.problems else 0
+    for line in cmp.problems:
+        _err(f"compare: {line}")
+    decision = vd.decide(cmp)
+    steps = scenario.strategy.checkpoint_interval_steps
+    if args.json:
+        doc = {"scenario": scenario.name, "target": scenario.target, "out": str(out_dir),
+               **vd.to_json(cmp, decision, choice.to_json(steps), code)}
+        print(json.dumps(doc, indent=1, allow_nan=False))
+        return code
+    print(vd.human_table(cmp).to_string())
+    print(choice.line(steps))
+    print(f"verdict: {decision.text}")
+    print(f"out: {out_dir}")
+    return code
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from rollcall.interval import checkpoint_interval
+
     scenario = _load(args)
     compare = _load_target_attr(scenario.target, "compare", "compare")
     if compare is None:
@@ -161,14 +187,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     out_dir = Path(args.out) if args.out else Path("runs") / scenario.name / f"{_utc_stamp()}-compare"
     if not _prepare(out_dir, scenario):
         return 2
+    choice = checkpoint_interval(scenario, fixed=args.fixed_interval)
+    _err(choice.line(scenario.strategy.checkpoint_interval_steps))
     try:
-        table = compare(scenario, seeds, out_dir)
+        cmp = compare(scenario, seeds, out_dir, checkpoint_interval_steps=choice.steps)
     except KeyboardInterrupt:
         _err(f"interrupted; the finished runs are in {out_dir / 'compare.csv'}")
         return 130
-    print(table.to_string() if hasattr(table, "to_string") else table)
-    print(f"out: {out_dir}")
-    return 0
+    return _compare_output(args, scenario, cmp, choice, out_dir)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -204,11 +230,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         table = analysis.summarize(df, list(grid) + ["strategy"], ["goodput", "ettr", "elapsed_s"])
         cols = list(grid) + ["strategy", "n", "goodput_mean", "goodput_ci", "ettr_mean", "ettr_ci", "elapsed_s_mean"]
         print(table[cols].to_string(index=False))
-    invalid = int((df["valid"].astype(str) != "True").sum()) if len(df) else 0
-    print(f"runs: {len(df)}  invalid: {invalid}")
+    incomplete = df[df["completed"].astype(str) != "True"] if len(df) else df
+    invalid = df[df["valid"].astype(str) != "True"] if len(df) else df
+    for what, bad in (("did not complete", incomplete), ("is not valid", invalid)):
+        for run_dir in bad["run_dir"]:
+            _err(f"sweep: {out_dir / str(run_dir)} {what}")
+    print(f"runs: {len(df)}  not completed: {len(incomplete)}  invalid: {len(invalid)}")
     print(f"out: {out_dir}")
     print(f"csv: {out_dir / sweep.CSV_FILE}")
-    return 1 if invalid else 0
+    return 1 if len(incomplete) or len(invalid) else 0
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -275,15 +305,31 @@ def _build_parser() -> argparse.ArgumentParser:
                         "(the real target always writes it)")
     p.set_defaults(func=_cmd_run)
 
-    p = sub.add_parser("compare", help="run both strategies over several seeds and tabulate")
+    p = sub.add_parser(
+        "compare", help="run both strategies on the same seeds and decide which is faster",
+        description="Run checkpoint-restart and elastic for seeds S..S+N-1 (same failure trace "
+                    "per seed) on the sim or on real processes, print the table in human units, "
+                    "the paired difference elastic - checkpoint-restart with its 95% interval "
+                    "and a verdict. Exit 0 when every run completed and is valid, 1 when some "
+                    "run did not (named on stderr), 2 on bad input, 130 on Ctrl-C.")
     common(p)
     p.add_argument("--seeds", type=_positive_int, default=5, metavar="N", help="number of seeds (default 5)")
     p.add_argument("--seed", type=int, help="first seed (default: the scenario's seed)")
-    p.add_argument("--target", choices=TARGETS, help="override the scenario's target")
+    p.add_argument("--target", choices=TARGETS,
+                   help="override the scenario's target: sim, or real (torch.distributed gloo "
+                        "processes on this machine, one run at a time)")
+    p.add_argument("--fixed-interval", action="store_true",
+                   help="checkpoint-restart keeps strategy.checkpoint_interval_steps (default: "
+                        "Young's optimum sqrt(2 x checkpoint_write_s x worker_mtbf_s / workers), "
+                        "in steps; the scenario's when it has no random failures)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object on stdout (means, intervals, paired differences, "
+                        "verdict, checkpoint interval, exit status) instead of the table")
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/<name>/<utc>-compare/)")
     p.set_defaults(func=_cmd_compare)
 
-    p = sub.add_parser("sweep", help="run a grid of keys x both strategies x seeds, resumable")
+    p = sub.add_parser("sweep", help="run a grid of keys x both strategies x seeds, resumable "
+                                     "(exit 1 when some run did not complete or is not valid)")
     common(p)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="a key and its values (YAML each), repeatable: the cartesian product is run")

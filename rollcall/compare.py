@@ -11,9 +11,18 @@ For each seed the scenario runs once as ``checkpoint-restart`` and once as
 ``out_dir``. After every run ``compare.csv`` (one row per finished run) is
 rewritten atomically and one progress line goes to ``log``, so an
 interrupted compare keeps every finished row and shows how far it got. At
-the end ``compare-table.csv`` gets the side-by-side table that is returned:
+the end ``compare-table.csv`` gets the side-by-side table (returned in a
+:class:`Comparison` with the runs and the paired differences):
 per metric and strategy the mean over seeds and the half-width of the 95%
-Student-t interval.
+Student-t interval, and ``compare-paired.csv`` the paired differences: both
+strategies of one seed meet the same failure trace, so per seed and metric
+``elastic - checkpoint-restart`` is one sample of the difference, and its
+t-interval over seeds is much narrower than the two strategies' intervals
+side by side (``rollcall.verdict`` turns it into a sentence).
+
+``checkpoint_interval_steps`` replaces the checkpoint-restart runs' interval
+(``rollcall.interval`` picks Young's optimum); elastic runs keep the
+scenario's.
 
 A metric that no run's summary has (``checkpoint_s`` on the real target,
 which does not time checkpoints) is left out of both files and named in one
@@ -27,6 +36,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -36,8 +46,9 @@ from rollcall.results import prepare_out_dir
 from rollcall.scenario import Scenario
 
 __all__ = [
-    "METRICS", "RUNS_FILE", "STRATEGIES", "TABLE_FILE",
-    "compare", "mean_ci", "summarize", "t975", "with_strategy",
+    "METRICS", "PAIRED_FILE", "PAIRED_METRICS", "RUNS_FILE", "STRATEGIES", "TABLE_FILE",
+    "Comparison", "compare", "mean_ci", "paired", "run_problems", "summarize",
+    "summarize_paired", "t975", "with_strategy",
 ]
 
 RunFn = Callable[[Scenario, Path], dict[str, Any]]
@@ -53,6 +64,9 @@ METRICS = (
 
 RUNS_FILE = "compare.csv"
 TABLE_FILE = "compare-table.csv"
+PAIRED_FILE = "compare-paired.csv"
+# the gates (completed, valid) are not differences anyone decides on
+PAIRED_METRICS = tuple(m for m in METRICS if m not in ("completed", "valid"))
 _ID_COLUMNS = ("strategy", "seed", "run_dir")
 
 # two-sided 95% Student-t quantiles t_{0.975, df}
@@ -91,11 +105,15 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     return m, t975(n - 1) * math.sqrt(var / n)
 
 
-def with_strategy(scenario: Scenario, strategy: str, seed: int) -> Scenario:
-    """The scenario with ``seed`` and ``strategy.kind`` replaced, validated again."""
+def with_strategy(scenario: Scenario, strategy: str, seed: int,
+                  interval_steps: int | None = None) -> Scenario:
+    """The scenario with ``seed`` and ``strategy.kind`` (and, if given, the
+    checkpoint interval) replaced, validated again."""
     data = scenario.to_dict()
     data["seed"] = seed
     data["strategy"]["kind"] = strategy
+    if interval_steps is not None:
+        data["strategy"]["checkpoint_interval_steps"] = interval_steps
     return Scenario.model_validate(data)
 
 
@@ -125,22 +143,48 @@ def _runs_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(list(rows), columns=list(_ID_COLUMNS) + _metrics_present(rows))
 
 
+def _write_atomically(frame: pd.DataFrame, path: Path, index: bool) -> None:
+    """Write beside the file and rename: a reader never sees half a file."""
+    tmp = path.parent / f".{path.name}.tmp"
+    frame.to_csv(tmp, index=index)
+    os.replace(tmp, path)
+
+
 def _write_runs(out: Path, rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Rewrite ``compare.csv`` beside itself and rename: never half a file."""
+    """Rewrite ``compare.csv`` (after every run)."""
     runs = _runs_frame(rows)
-    tmp = out / f".{RUNS_FILE}.tmp"
-    runs.to_csv(tmp, index=False)
-    os.replace(tmp, out / RUNS_FILE)
+    _write_atomically(runs, out / RUNS_FILE, index=False)
     return runs
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """What a finished compare wrote: the runs, the side-by-side table (full
+    precision), the per-seed paired differences and their summary, and the
+    runs that did not complete or are not valid (one line each)."""
+
+    runs: pd.DataFrame
+    table: pd.DataFrame
+    paired: pd.DataFrame
+    paired_table: pd.DataFrame
+    problems: tuple[str, ...]
+    interval_steps: int | None = None
+
+    def rounded_table(self) -> pd.DataFrame:
+        """Six significant digits, printed as plain numbers (a float column mixing
+        1e-3 and 1e6 would otherwise print in scientific notation throughout)."""
+        return self.table.map(lambda v: float(f"{v:.6g}")).astype(object)
+
+
 def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: RunFn,
-            log: LogFn = _stderr_line) -> pd.DataFrame:
-    """Run both strategies for every seed with ``run``; write the CSVs; return the table.
+            log: LogFn = _stderr_line, *,
+            checkpoint_interval_steps: int | None = None) -> Comparison:
+    """Run both strategies for every seed with ``run``; write the CSVs; return them.
 
     An exception out of ``run`` (KeyboardInterrupt included) propagates after
-    the runs before it are in ``compare.csv``; the table is written only when
-    every run finished, so a partial table is never mistaken for a full one.
+    the runs before it are in ``compare.csv``; the table and the paired file
+    are written only when every run finished, so a partial table is never
+    mistaken for a full one.
     """
     assert seeds, "compare needs at least one seed"
     out = Path(out_dir)
@@ -149,7 +193,8 @@ def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: 
     rows: list[dict[str, Any]] = []
     for seed in seeds:
         for strategy in STRATEGIES:
-            sc = with_strategy(scenario, strategy, seed)
+            interval = checkpoint_interval_steps if strategy == "checkpoint-restart" else None
+            sc = with_strategy(scenario, strategy, seed, interval)
             run_dir = prepare_out_dir(out / f"{strategy}-seed{seed}", sc)
             summary = run(sc, run_dir)
             row: dict[str, Any] = {"strategy": strategy, "seed": seed, "run_dir": str(run_dir)}
@@ -161,10 +206,11 @@ def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: 
     if absent:
         log(f"compare: not in any {scenario.target} summary, left out: {', '.join(absent)}")
     table = summarize(runs)
-    table.to_csv(out / TABLE_FILE)
-    # six significant digits, printed as plain numbers (a float column mixing
-    # 1e-3 and 1e6 would otherwise print in scientific notation throughout)
-    return table.map(lambda v: float(f"{v:.6g}")).astype(object)
+    _write_atomically(table, out / TABLE_FILE, index=True)
+    diffs = paired(runs)
+    _write_atomically(diffs, out / PAIRED_FILE, index=False)
+    return Comparison(runs, table, diffs, summarize_paired(diffs), run_problems(runs),
+                      checkpoint_interval_steps)
 
 
 def _as_float(value: Any) -> float:
@@ -192,3 +238,52 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     frame.columns = pd.MultiIndex.from_tuples(frame.columns)
     frame.index.name = f"n={runs['seed'].nunique()} seeds"
     return frame
+
+
+def _passed(value: Any) -> bool:
+    """A gate cell (completed, valid) as read from a row or a CSV: only True passes."""
+    return value is True or str(value) == "True"
+
+
+def run_problems(runs: pd.DataFrame) -> tuple[str, ...]:
+    """One line per run that did not complete or is not valid, naming its run directory."""
+    lines = []
+    for _, row in runs.iterrows():
+        bad = [what for what, key in (("did not complete", "completed"), ("is not valid", "valid"))
+               if not _passed(row.get(key))]
+        if bad:
+            lines.append(f"{row['strategy']} seed {row['seed']} {' and '.join(bad)} "
+                         f"({row['run_dir']})")
+    return tuple(lines)
+
+
+def paired(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per seed that has both strategies: ``elastic - checkpoint-restart`` per metric.
+
+    Columns ``seed`` then the PAIRED_METRICS present, in that order; a
+    missing value on either side is NaN (nothing filled in).
+    """
+    metrics = [m for m in PAIRED_METRICS if m in runs.columns]
+    by_key = {(r["strategy"], r["seed"]): r for _, r in runs.iterrows()}
+    rows = []
+    for seed in sorted({s for _, s in by_key}):
+        cr, el = by_key.get(("checkpoint-restart", seed)), by_key.get(("elastic", seed))
+        if cr is None or el is None:
+            continue
+        row: dict[str, Any] = {"seed": seed}
+        for m in metrics:
+            row[m] = _as_float(el[m]) - _as_float(cr[m])
+        rows.append(row)
+    return pd.DataFrame(rows, columns=["seed"] + metrics)
+
+
+def summarize_paired(diffs: pd.DataFrame) -> pd.DataFrame:
+    """Per metric: mean paired difference, half-width of its 95% t-interval,
+    the interval's ends and the number of pairs (``lo``/``hi`` NaN with one)."""
+    out: dict[str, dict[str, float]] = {}
+    for metric in [c for c in diffs.columns if c != "seed"]:
+        m, h = mean_ci(list(diffs[metric]))
+        if h == h and abs(h) < 1e-9 * max(1.0, abs(m)):
+            h = 0.0  # the same difference on every seed: no spread, not float noise
+        out[metric] = {"mean": m, "±95%": h, "lo": m - h, "hi": m + h, "n": float(len(diffs))}
+    return pd.DataFrame.from_dict(out, orient="index", columns=["mean", "±95%", "lo", "hi", "n"])

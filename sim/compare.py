@@ -12,9 +12,7 @@ the job, by definition).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
-
-import pandas as pd
+from typing import Any, Sequence
 
 from rollcall import compare as shared
 from rollcall.compare import METRICS, STRATEGIES, mean_ci, summarize, t975, with_strategy
@@ -25,6 +23,9 @@ from sim.driver import run
 __all__ = ["METRICS", "STRATEGIES", "compare", "mean_ci", "summarize", "t975", "with_strategy"]
 
 
-def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path) -> pd.DataFrame:
-    """Run both strategies per seed on the sim; writes ``compare.csv`` and ``compare-table.csv``."""
-    return shared.compare(scenario, seeds, out_dir, run)
+def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path,
+            **options: Any) -> shared.Comparison:
+    """Run both strategies per seed on the sim; writes ``compare.csv``, ``compare-table.csv``
+    and ``compare-paired.csv``. ``options`` go to :func:`rollcall.compare.compare`
+    (``checkpoint_interval_steps``)."""
+    return shared.compare(scenario, seeds, out_dir, run, **options)

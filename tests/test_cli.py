@@ -96,20 +96,29 @@ def test_target_not_built(
 def test_compare_calls_target_compare(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import pandas as pd
+    from rollcall import compare as shared
 
     calls = []
 
-    def compare(scenario: Scenario, seeds: list[int], out_dir: Path) -> pd.DataFrame:
-        calls.append((scenario.name, seeds, Path(out_dir)))
-        return pd.DataFrame({"strategy": ["elastic"], "ettr": [0.9]})
+    def run(scenario: Scenario, run_dir: Path) -> dict[str, object]:
+        """A target whose elastic runs take 90 s and checkpoint-restart 100 s + (seed - 10)."""
+        cr = scenario.strategy.kind == "checkpoint-restart"
+        return {"completed": True, "valid": True,
+                "elapsed_s": 90.0 + scenario.seed if cr else 90.0, "goodput": 0.9}
+
+    def compare(scenario: Scenario, seeds: list[int], out_dir: Path, **options: object) -> object:
+        calls.append((scenario.name, seeds, Path(out_dir), options))
+        return shared.compare(scenario, seeds, out_dir, run, log=lambda _: None, **options)
 
     module = types.ModuleType("sim.compare")
     module.compare = compare  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "sim.compare", module)
     assert cli.main(["compare", QUICK, "--seeds", "3", "--seed", "10", "--out", str(tmp_path)]) == 0
-    assert calls == [("quickstart", [10, 11, 12], tmp_path)]
-    assert "elastic" in capsys.readouterr().out
+    # quickstart has no random failures: checkpoint-restart keeps the scenario's 50 steps
+    assert calls == [("quickstart", [10, 11, 12], tmp_path, {"checkpoint_interval_steps": 50})]
+    out = capsys.readouterr().out
+    # d = -10, -11, -12 s: mean -11, half-width 4.303 * 1 / sqrt(3) = 2.48
+    assert "verdict: elastic saves 11 [9, 13] of 101 s" in out and "; significant" in out
     assert (tmp_path / "scenario.yaml").exists()
 
 

@@ -153,7 +153,9 @@ def _without_wall_s(path: Path, root: Path) -> list[str]:
 
 def test_sim_compare_is_the_old_loop_and_its_intervals(tmp_path: Path) -> None:
     out, old = tmp_path / "new", tmp_path / "old"
-    argv = ["compare", str(QUICK), "--seeds", "3", "--seed", "4", "--out", str(out)]
+    # --fixed-interval: the old loop ran checkpoint-restart at the scenario's interval
+    argv = ["compare", str(QUICK), "--seeds", "3", "--seed", "4", "--fixed-interval",
+            "--out", str(out)]
     for item in SIM_SETS:
         argv += ["--set", item]
     assert cli.main(argv) == 0

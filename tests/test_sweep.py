@@ -86,7 +86,7 @@ def test_cli_sweep(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
             "--out", str(out)] + [x for s in SETS for x in ("--set", s)]
     assert main(args) == 0
     text = capsys.readouterr().out
-    assert "runs: 4  invalid: 0" in text and f"csv: {out / 'sweep.csv'}" in text
+    assert "runs: 4  not completed: 0  invalid: 0" in text and f"csv: {out / 'sweep.csv'}" in text
     assert main(args + ["--strategy", "elastic"]) == 0
     assert len(pd.read_csv(out / "sweep.csv")) == 2
 
