@@ -229,3 +229,27 @@ def test_state_of_an_abandoned_branch_is_not_resumed() -> None:
     out += k.handle_timer(6.5)
     f = formed(out)[-1]
     assert f.cursor == Cursor(176, 1408) and f.source == 2 and tuple(f.stale) == (1,)
+
+
+def test_a_life_that_left_never_joins_again() -> None:
+    """Found by the stateful test (seed 1533859732): a copy of a Join (or a
+    worker in a batch) from a life that left arrived in a later round and
+    the keeper admitted it as a newcomer. A Leave ends that life for good;
+    only a newer life of the worker may join."""
+    k = keeper(n_max=4, n_min=1)
+    start(k, 3)
+    k.receive(1.0, Leave(2, 0))  # worker 2 leaves; round 2 forms of 0 and 1
+    k.receive_many(1.0, [Join(0, 0, Cursor(), 1), Join(1, 0, Cursor(), 1)])
+    assert tuple(k.members) == (0, 1)
+    for late in ([Join(2, 0, None, 1)], [JoinBatch((1, 2), None)]):
+        k.receive(2.0, StepFailed(0, 0, k.generation, 0))  # a round is open
+        out = k.receive_many(2.0, [*late, Join(0, 0, Cursor(), k.generation)])
+        out += k.receive(2.0, Join(1, 0, Cursor(), k.generation)) + k.handle_timer(3.0)
+        assert 2 not in k.members, late
+        assert any(isinstance(o, Send) and isinstance(o.message, Refused) and o.to == 2
+                   for o in out), late
+    assert k.node_up(5.0, 2) == 1  # a repaired machine's new life may
+    g = k.generation
+    k.receive_many(5.0, [Join(2, 1, None), Join(0, 0, Cursor(), g), Join(1, 0, Cursor(), g)])
+    k.handle_timer(6.0)
+    assert 2 in k.members and k.incarnation_of(2) == 1

@@ -122,10 +122,18 @@ class Rendezvous(RuleBasedStateMachine):
         heapq.heapify(flights)
         self.world.deliver(flight)
 
+    @staticmethod
+    def _copyable(f: Flight) -> bool:
+        """Whether the network may lose or copy ``f``: not a commit request
+        (the worker's connection to the launcher is reliable), and not a
+        ``JoinBatch``, which no wire carries: it is the simulator's
+        in-process delivery of simultaneous joins, exactly once (the real
+        target sends each ``Join`` over its connection; those are copied)."""
+        return not isinstance(f.msg, (Ask, JoinBatch))
+
     def _lossy(self, i: int) -> Flight | None:
-        """A flight the network may lose or duplicate (not a commit request:
-        the worker's connection to the launcher is reliable)."""
-        pool = [f for f in self.world.flights if not isinstance(f.msg, Ask)]
+        """A flight the network may lose or duplicate."""
+        pool = [f for f in self.world.flights if self._copyable(f)]
         return pool[i % len(pool)] if pool else None
 
     @precondition(lambda self: self.world.flights)
@@ -149,8 +157,10 @@ class Rendezvous(RuleBasedStateMachine):
     def replay(self, i: int) -> None:
         """A copy of a message sent a while ago (one of the last 32) arrives now."""
         w = self.world
-        f = w.sent[i % len(w.sent)]
-        w.deliver(Flight(w.now, next(w._seq), f.dst, f.msg, f.lives))
+        pool = [f for f in w.sent if self._copyable(f)]
+        if pool:
+            f = pool[i % len(pool)]
+            w.deliver(Flight(w.now, next(w._seq), f.dst, f.msg, f.lives))
 
     @precondition(lambda self: self.world.flights)
     @rule(i=picks, extra=st.floats(0.0, 3.0))
