@@ -49,13 +49,21 @@ def _load_target_attr(target: str, module: str, attr: str) -> Callable[..., Any]
 
 
 def _load(args: argparse.Namespace) -> Scenario:
-    return load_scenario(
+    scenario = load_scenario(
         args.scenario,
         args.set,
         seed=getattr(args, "seed", None),
         target=getattr(args, "target", None),
         strategy=getattr(args, "strategy", None),
     )
+    _warn(args.scenario, scenario)
+    return scenario
+
+
+def _warn(source: str, scenario: Scenario) -> None:
+    """Say what the scenario will not do although it says so (a fault that never fires)."""
+    for field, message in scenario.warnings():
+        _err(f"warning: {source}: {field}: {message}")
 
 
 # an epoch's data order is a permutation of the dataset, built in memory
@@ -209,6 +217,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         _err(str(exc))
         return 2
     scenario = load_scenario(args.scenario, args.set, target=args.target)
+    _warn(args.scenario, scenario)
     if args.out:
         out_dir = Path(args.out)
     else:  # deterministic, so that running the same sweep again resumes it
