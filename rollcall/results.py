@@ -28,6 +28,7 @@ __all__ = [
     "OutDirError",
     "claim_out_dir",
     "default_out_dir",
+    "goodput",
     "history_estimate_bytes",
     "scenario_hash",
     "prepare_out_dir",
@@ -128,6 +129,21 @@ def history_estimate_bytes(scenario: Scenario, per_sample_ledger: bool) -> int:
     segments = -(-w.steps // scenario.strategy.checkpoint_interval_steps)
     records = 2 * segments + (w.steps * scenario.cluster.workers if per_sample_ledger else 0)
     return records * HISTORY_RECORD_BYTES
+
+
+def goodput(steps_committed: int, ideal_step_s: float | None, elapsed_s: float) -> float:
+    """Useful work at the ideal pace over the time it took, in [0, 1]; both targets use it.
+
+    Useful work is the steps actually committed (a run cut short did fewer
+    than ``steps_target``), each at ``ideal_step_s``, the full initial
+    cluster's step. Capped at 1: a job that steps faster with fewer members
+    than with all of them (CPU workers sharing cores, as a calibrated sim
+    models) has lost nothing, and "more than all of it" is no fraction.
+    """
+    assert steps_committed >= 0, steps_committed
+    if not ideal_step_s or elapsed_s <= 0:
+        return 0.0
+    return min(1.0, steps_committed * ideal_step_s / elapsed_s)
 
 
 def scenario_hash(scenario: Scenario) -> str:

@@ -129,7 +129,7 @@ from rollcall.core import (
     Send, SendToKeeper, Stop, check, commit, describe_assignment, members_field, rank_range, rec,
     sample_ids, step_batch, summarize_report,
 )
-from rollcall.results import SUMMARY_KEYS, write_summary
+from rollcall.results import SUMMARY_KEYS, goodput, write_summary
 from rollcall.scenario import Scenario
 
 from sim.sharded import copy_time
@@ -1237,7 +1237,7 @@ class Simulation:
             "elapsed_s": elapsed,
             "productive_s": productive,
             "ettr": productive / elapsed if elapsed > 0 else 0.0,
-            "goodput": (sc.workload.steps * ideal / elapsed) if (elapsed > 0 and self.completed) else 0.0,
+            "goodput": goodput(report.steps_committed, ideal, elapsed),
             "lost_work_s": self.tally.acc["lost"],
             "stall_s": self.tally.acc["stall"],
             "recovery_s": self.tally.acc["recovery"],

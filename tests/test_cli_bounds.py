@@ -196,3 +196,27 @@ def test_max_wall_s_is_sim_only_and_positive(tmp_path: Path, monkeypatch: pytest
             cli.main(["run", QUICK, "--max-wall-s", bad])
         assert info.value.code == 2
         assert len(capsys.readouterr().err.splitlines()) == 1
+
+
+# ------------------------------------------------------------------ goodput
+
+
+def test_goodput_of_a_calibrated_sim_run_is_at_most_one(tmp_path: Path) -> None:
+    # measured step times where seven workers step 10x faster than eight
+    # (CPU workers sharing cores): steps x ideal / elapsed is 1.13 here
+    out = tmp_path / "cal"
+    assert cli.main(["run", QUICK, "--set", "workload.step_s_by_workers={8: 0.2, 7: 0.02, 6: 0.02, 9: 0.2}",
+                     "--out", str(out), "--quiet"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["steps_committed"] * s["ideal_step_s"] / s["elapsed_s"] > 1
+    assert s["goodput"] == 1.0
+
+
+def test_goodput_of_a_run_cut_short_counts_its_committed_steps(tmp_path: Path) -> None:
+    out = tmp_path / "w"
+    cli.main(["run", QUICK, "--set", "workload.steps=1000000000", "--set", "failures.schedule=[]",
+              "--max-history-mb", "1000000", "--max-wall-s", "0.2", "--out", str(out), "--quiet"])
+    s = json.loads((out / "summary.json").read_text())
+    assert s["completed"] is False
+    assert s["goodput"] == pytest.approx(s["steps_committed"] * s["ideal_step_s"] / s["elapsed_s"])
+    assert 0 < s["goodput"] <= 1
