@@ -968,11 +968,25 @@ def _parse_override(item: str, source: str) -> tuple[tuple[str, ...], Any]:
     if not sep or not key or any(not p for p in parts):
         raise ScenarioError(source, f"--set {item!r}", "expected dotted.key=value")
     try:
-        value = yaml.load(text, Loader=_Loader) if text.strip() else None
+        value = _load_bounded(text, source) if text.strip() else None
     except yaml.YAMLError as exc:
         detail = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise ScenarioError(source, key, f"value {text!r} is not valid YAML: {detail}", origin="--set") from None
     return parts, value
+
+
+def _load_bounded(text: str, source: str) -> Any:
+    """``yaml.load`` of a ``--set`` value under the same bounds as a file."""
+    loader = _Loader(text)
+    loader.source = source
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_bounds(node, source)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def _apply_override(raw: dict[str, Any], parts: tuple[str, ...], value: Any, source: str) -> None:

@@ -192,3 +192,16 @@ def test_fault_that_can_never_fire_is_a_warning(capsys: pytest.CaptureFixture[st
         f"rollcall: warning: {path}: failures.schedule.1.at_step: the job ends at step "
         f"workload.steps=100, so this fault at step 100000 never fires"]
     assert out.startswith("ok: f")
+
+
+def test_set_values_are_bounded_like_files(capsys: pytest.CaptureFixture[str]) -> None:
+    quick = str(ROOT / "scenarios" / "quickstart.yaml")
+    bomb = "[" + ",".join(["*a"] * 9) + "]"
+    value = "{a: &a [1,1,1,1,1,1,1,1,1], " + ", ".join(
+        f"b{i}: &b{i} " + bomb.replace("*a", f"*{'a' if i == 0 else f'b{i - 1}'}") for i in range(8)) + "}"
+    assert cli.main(["validate", quick, "--set", f"description={value}"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "an alias bomb?" in err and quick in err
+    assert cli.main(["validate", quick, "--set", "description=" + "[" * 100 + "]" * 100]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"nested deeper than {MAX_NESTING}" in err
