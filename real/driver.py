@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from rollcall.config import data_spec
 from rollcall.core import check, summarize_report
-from rollcall.results import HISTORY_FILE, SUMMARY_KEYS, write_summary
+from rollcall.results import HISTORY_FILE, SUMMARY_KEYS, goodput, write_summary
 from rollcall.scenario import Scenario
 
 from real.launcher import Launcher
@@ -116,8 +116,7 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
         "elapsed_s": round(elapsed, 6),
         "productive_s": round(productive, 6),
         "ettr": round(productive / elapsed, 6) if elapsed > 0 else 0.0,
-        "goodput": round(scenario.workload.steps * ideal / elapsed, 6)
-        if (ideal and elapsed > 0) else 0.0,
+        "goodput": round(goodput(s["steps_committed"], ideal, elapsed), 6),
         "lost_work_s": round(lost, 6),
         "stall_s": round(max(0.0, elapsed - productive - lost), 6),
         "recovery_s": round(sum(r["kill_to_resume_s"] or 0.0 for r in recs), 6),

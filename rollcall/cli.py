@@ -16,7 +16,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
-from rollcall.results import default_out_dir, prepare_out_dir
+from rollcall.results import (
+    OutDirError, claim_out_dir, default_out_dir, history_estimate_bytes, prepare_out_dir,
+)
 from rollcall.scenario import Scenario, ScenarioError, load_scenario
 
 TARGETS = ("sim", "real")
@@ -49,13 +51,21 @@ def _load_target_attr(target: str, module: str, attr: str) -> Callable[..., Any]
 
 
 def _load(args: argparse.Namespace) -> Scenario:
-    return load_scenario(
+    scenario = load_scenario(
         args.scenario,
         args.set,
         seed=getattr(args, "seed", None),
         target=getattr(args, "target", None),
         strategy=getattr(args, "strategy", None),
     )
+    _warn(args.scenario, scenario)
+    return scenario
+
+
+def _warn(source: str, scenario: Scenario) -> None:
+    """Say what the scenario will not do although it says so (a fault that never fires)."""
+    for field, message in scenario.warnings():
+        _err(f"warning: {source}: {field}: {message}")
 
 
 # an epoch's data order is a permutation of the dataset, built in memory
@@ -128,6 +138,68 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+#: resident memory of one real worker process (torch imported, a small model), about
+REAL_WORKER_BYTES = 512 << 20
+#: real worker processes per CPU core, at most (gloo workers on CPUs share cores)
+REAL_WORKERS_PER_CPU = 4
+
+
+def real_capacity() -> int:
+    """Real worker processes this machine can hold: by CPU count and by physical memory."""
+    cpus = os.cpu_count() or 1
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = REAL_WORKER_BYTES * REAL_WORKERS_PER_CPU * cpus
+    return max(1, min(REAL_WORKERS_PER_CPU * cpus, memory // REAL_WORKER_BYTES))
+
+
+def _size_problem(scenario: Scenario, per_sample_ledger: bool, max_history_mb: int,
+                  force: bool) -> str | None:
+    """Why the run is too large to start (one line), or None.
+
+    The real target starts a process per worker id up front (spares and
+    newcomers idle), so more ids than :func:`real_capacity` would swap or
+    fork-bomb the machine; a history larger than ``--max-history-mb`` (the
+    floor of a failure-free run) would fill the disk without a word.
+    """
+    if scenario.target == "real" and not force:
+        procs, limit = scenario.worker_id_limit, real_capacity()
+        if procs > limit:
+            return (f"{scenario.name}: the real target would start {procs} worker processes "
+                    f"(workers + spares + joins); this machine holds about {limit} "
+                    f"({REAL_WORKERS_PER_CPU} per CPU, {REAL_WORKER_BYTES >> 20} MiB each); "
+                    f"pass --force to run anyway")
+    estimate = history_estimate_bytes(scenario, per_sample_ledger)
+    if estimate > max_history_mb << 20:
+        return (f"{scenario.name}: workload.steps={scenario.workload.steps} would write a history "
+                f"of at least {estimate >> 20} MiB, more than --max-history-mb {max_history_mb}; "
+                f"raise --max-history-mb, or run fewer steps or a longer "
+                f"strategy.checkpoint_interval_steps")
+    return None
+
+
+def _per_sample_ledger(scenario: Scenario, ledger: bool) -> bool:
+    """Whether the run writes one ledger record per member per step (see ``sim.driver``)."""
+    if scenario.target != "sim" or ledger:
+        return True
+    # a stand-in sim driver without the constant: the compact ledger, the floor
+    small = getattr(importlib.import_module("sim.driver"), "LEDGER_SAMPLES", 0)
+    return scenario.workload.steps * scenario.workload.global_batch <= small
+
+
+def _run_out_dir(args: argparse.Namespace, scenario: Scenario) -> Path:
+    """``--out`` (claimed: refused if it holds another run, unless --force), or a fresh default."""
+    if args.out:
+        return claim_out_dir(args.out, args.force)
+    base = default_out_dir(scenario, _utc_stamp())
+    out, n = base, 1
+    while out.exists():  # two runs within one second of each other
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     scenario = _load(args)
     run = _load_target_attr(scenario.target, "driver", "run")
@@ -139,10 +211,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
              f"is too large to list (at most {LEDGER_DATASET_LIMIT}); run without --ledger "
              f"for the compact ledger")
         return 2
-    out_dir = Path(args.out) if args.out else default_out_dir(scenario, _utc_stamp())
+    if args.max_wall_s is not None and scenario.target != "sim":
+        _err("--max-wall-s: the sim target only (a real run is stopped with Ctrl-C)")
+        return 2
+    problem = _size_problem(scenario, _per_sample_ledger(scenario, args.ledger),
+                            args.max_history_mb, args.force)
+    if problem is not None:
+        _err(problem)
+        return 2
+    try:
+        out_dir = _run_out_dir(args, scenario)
+    except OutDirError as exc:
+        _err(str(exc))
+        return 2
     if not _prepare(out_dir, scenario):
         return 2
-    options = {"ledger": True} if args.ledger and scenario.target == "sim" else {}
+    options: dict[str, Any] = {}
+    if scenario.target == "sim":
+        options = {"ledger": True} if args.ledger else {}
+        if args.max_wall_s is not None:
+            options["max_wall_s"] = args.max_wall_s
     summary = run(scenario, out_dir, **options)
     if not args.quiet:
         _print_summary(summary, out_dir)
@@ -182,6 +270,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if compare is None:
         _err(f"target '{scenario.target}' is not built yet (no {scenario.target}.compare)")
         return 2
+    problem = _size_problem(scenario, _per_sample_ledger(scenario, False), args.max_history_mb,
+                            args.force)
+    if problem is not None:
+        _err(problem)
+        return 2
     first = scenario.seed if args.seed is None else args.seed
     seeds = list(range(first, first + args.seeds))
     out_dir = Path(args.out) if args.out else Path("runs") / scenario.name / f"{_utc_stamp()}-compare"
@@ -209,6 +302,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         _err(str(exc))
         return 2
     scenario = load_scenario(args.scenario, args.set, target=args.target)
+    _warn(args.scenario, scenario)
     if args.out:
         out_dir = Path(args.out)
     else:  # deterministic, so that running the same sweep again resumes it
@@ -217,10 +311,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             name += "-" + hashlib.sha1(json.dumps(sorted(args.set)).encode()).hexdigest()[:8]
         out_dir = Path("runs") / scenario.name / name
     strategies = tuple(args.strategy) if args.strategy else sweep.STRATEGIES
+    problem = _size_problem(scenario, _per_sample_ledger(scenario, False), args.max_history_mb,
+                            args.force)
+    if problem is not None:
+        _err(problem)
+        return 2
+    jobs = args.jobs
+    if scenario.target == "real" and jobs > 1:
+        # each real point is a whole process group; two at once share the CPUs and time out
+        _err(f"sweep --target real: one run at a time (not --jobs {jobs})")
+        jobs = 1
     try:
         df = sweep.sweep(
             args.scenario, grid, seeds=args.seeds, first_seed=args.seed, strategies=strategies,
-            target=args.target, sets=args.set, out=out_dir, jobs=args.jobs,
+            target=args.target, sets=args.set, out=out_dir, jobs=jobs,
             progress=not args.quiet and sys.stderr.isatty(),
         )
     except KeyboardInterrupt:
@@ -268,6 +372,31 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+#: default of --max-history-mb: a failure-free history larger than this is refused
+MAX_HISTORY_MB = 1024
+
+
+def _size_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-history-mb", type=_positive_int, default=MAX_HISTORY_MB, metavar="MB",
+                   help=f"refuse a run whose failure-free history.jsonl would be larger "
+                        f"(default {MAX_HISTORY_MB})")
+    p.add_argument("--force", action="store_true",
+                   help="real target: start more worker processes than this machine seems to "
+                        "hold (4 per CPU, 512 MiB each)" + (
+                            "; and reuse a non-empty --out (its summary.json and history.jsonl "
+                            "are removed first)" if p.prog.endswith(" run") else ""))
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (the house rule for bad input), still exit 2."""
 
@@ -298,11 +427,17 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=TARGETS, help="override the scenario's target")
     p.add_argument("--seed", type=int, help="override the scenario's seed")
     p.add_argument("--strategy", choices=STRATEGIES, help="override strategy.kind")
-    p.add_argument("--out", metavar="DIR", help="run directory (default runs/<name>/<utc>-seed<S>/)")
+    p.add_argument("--out", metavar="DIR",
+                   help="run directory (default runs/<name>/<utc>-seed<S>/); refused when it "
+                        "holds files, unless --force")
     p.add_argument("--quiet", action="store_true", help="print only the replay line")
     p.add_argument("--ledger", action="store_true",
                    help="sim: write the per-sample ledger whatever the run's size "
                         "(the real target always writes it)")
+    p.add_argument("--max-wall-s", type=_positive_float, metavar="S",
+                   help="sim: end the run after S seconds of wall clock (completed: false, "
+                        "end_reason 'wall limit: ...', history and summary kept; exit 1)")
+    _size_options(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser(
@@ -326,6 +461,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="print one JSON object on stdout (means, intervals, paired differences, "
                         "verdict, checkpoint interval, exit status) instead of the table")
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/<name>/<utc>-compare/)")
+    _size_options(p)
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("sweep", help="run a grid of keys x both strategies x seeds, resumable "
@@ -336,12 +472,13 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=_positive_int, default=3, metavar="N", help="seeds per point (default 3)")
     p.add_argument("--seed", type=int, help="first seed (default: the scenario's seed)")
     p.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="J",
-                   help="parallel processes (default: CPU count)")
+                   help="parallel processes (default: CPU count; 1 with --target real)")
     p.add_argument("--target", choices=TARGETS, help="override the scenario's target (default sim)")
     p.add_argument("--strategy", choices=STRATEGIES, action="append",
                    help="only this strategy (repeatable; default both)")
     p.add_argument("--out", metavar="DIR", help="sweep directory (default runs/<name>/sweep-<target>/)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    _size_options(p)
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser("calibrate", help="measure a real run's costs and write calibration.yaml")

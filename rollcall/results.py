@@ -7,6 +7,7 @@ caller passes in any time stamp, so this module reads no clock.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -22,8 +23,14 @@ __all__ = [
     "SCENARIO_FILE",
     "SUMMARY_FILE",
     "SUMMARY_KEYS",
+    "HISTORY_RECORD_BYTES",
     "HistoryWriter",
+    "OutDirError",
+    "claim_out_dir",
     "default_out_dir",
+    "goodput",
+    "history_estimate_bytes",
+    "scenario_hash",
     "prepare_out_dir",
     "read_history",
     "read_summary",
@@ -75,6 +82,73 @@ def default_out_dir(scenario: Scenario, utc_stamp: str, root: str | Path = "runs
     if not _STAMP.match(utc_stamp):
         raise ValueError(f"utc_stamp must look like 20250101T120000Z, got {utc_stamp!r}")
     return Path(root) / scenario.name / f"{utc_stamp}-seed{scenario.seed}"
+
+
+class OutDirError(ValueError):
+    """An output directory that must not be written to as asked; ``str()`` is one line."""
+
+
+def claim_out_dir(path: str | Path, force: bool) -> Path:
+    """Make sure a run writes into a directory holding no result of another run.
+
+    A missing or empty directory is fine. A non-empty one is refused unless
+    ``force``; with ``force`` its ``summary.json`` and ``history.jsonl`` are
+    removed first, so a run cut short can never leave an old summary beside
+    a new history (both targets append to the history), and nothing else in
+    the directory is touched.
+    """
+    out = Path(path)
+    if not out.exists():
+        return out
+    if not out.is_dir():
+        raise OutDirError(f"{out}: exists and is not a directory")
+    if not any(out.iterdir()):
+        return out
+    if not force:
+        raise OutDirError(f"{out}: exists and is not empty; pass --force to reuse it "
+                          f"(its {SUMMARY_FILE} and {HISTORY_FILE} are removed first)")
+    for name in (SUMMARY_FILE, HISTORY_FILE):
+        (out / name).unlink(missing_ok=True)
+    return out
+
+
+#: Bytes of one history record, about (118-123 B measured on the sim's
+#: quickstart runs, compact and per-sample ledger alike).
+HISTORY_RECORD_BYTES = 120
+
+
+def history_estimate_bytes(scenario: Scenario, per_sample_ledger: bool) -> int:
+    """The size of a failure-free run's ``history.jsonl``, about.
+
+    Two records per checkpoint interval (the steps' ``commit`` and the
+    ``checkpoint``; both strategies checkpoint), plus, with the per-sample
+    ledger, one record per member per step. Failures add records too; this
+    is the floor, what a run of that many steps cannot avoid writing.
+    """
+    w = scenario.workload
+    segments = -(-w.steps // scenario.strategy.checkpoint_interval_steps)
+    records = 2 * segments + (w.steps * scenario.cluster.workers if per_sample_ledger else 0)
+    return records * HISTORY_RECORD_BYTES
+
+
+def goodput(steps_committed: int, ideal_step_s: float | None, elapsed_s: float) -> float:
+    """Useful work at the ideal pace over the time it took, in [0, 1]; both targets use it.
+
+    Useful work is the steps actually committed (a run cut short did fewer
+    than ``steps_target``), each at ``ideal_step_s``, the full initial
+    cluster's step. Capped at 1: a job that steps faster with fewer members
+    than with all of them (CPU workers sharing cores, as a calibrated sim
+    models) has lost nothing, and "more than all of it" is no fraction.
+    """
+    assert steps_committed >= 0, steps_committed
+    if not ideal_step_s or elapsed_s <= 0:
+        return 0.0
+    return min(1.0, steps_committed * ideal_step_s / elapsed_s)
+
+
+def scenario_hash(scenario: Scenario) -> str:
+    """SHA-256 of the resolved scenario (its YAML): equal iff the same run would be made."""
+    return hashlib.sha256(scenario.to_yaml().encode("utf-8")).hexdigest()
 
 
 def _atomic_write_text(path: Path, text: str) -> None:

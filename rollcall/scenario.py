@@ -16,7 +16,9 @@ Pure: no clocks, no randomness, no I/O beyond reading the file it is given.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal, Sequence, Union, get_args, get_origin
 
@@ -46,9 +48,33 @@ __all__ = [
     "State",
     "Strategy",
     "Workload",
+    "MAX_ALIAS_NODES",
+    "MAX_EXTRA_JOINS",
+    "MAX_NESTING",
+    "MAX_SCENARIO_BYTES",
+    "MAX_WORKER_IDS",
     "load_scenario",
     "parse_scenario",
 ]
+
+# --------------------------------------------------------------------------
+# Bounds: input a person cannot mean, refused before it costs memory or time.
+
+#: A scenario file is at most this many bytes (a scenario is a few KiB; a
+#: 100k-id kill list is well under it). Bounds memory before YAML sees a byte.
+MAX_SCENARIO_BYTES = 1 << 20
+#: Mappings and lists nest at most this deep (a scenario needs 5 levels), so
+#: the recursive composer, the duplicate-key walk and pydantic never recurse far.
+MAX_NESTING = 50
+#: Aliases may add at most this many nodes to what the file itself holds: an
+#: anchor reused a few times is fine, a billion-laughs bomb is refused.
+MAX_ALIAS_NODES = 100_000
+#: A schedule's joins add at most ``rendezvous.max_workers`` plus this many
+#: newcomers (enough to replace every member many times over).
+MAX_EXTRA_JOINS = 1_000
+#: Worker ids (workers + spares + joins) in one scenario, at most.
+MAX_WORKER_IDS = 1_000_000
+
 
 # --------------------------------------------------------------------------
 # Field types. Strict: a quoted "4" is a typo, not an integer; YAML's `yes`
@@ -132,6 +158,13 @@ class Workload(_Section):
             raise _Problem(
                 ("micro_batch",),
                 f"must divide workload.global_batch={self.global_batch}, got {self.micro_batch}",
+            )
+        if self.dataset_samples < self.global_batch:
+            # an epoch shorter than one step: every batch would wrap the data
+            raise _Problem(
+                ("dataset_samples",),
+                f"must be >= workload.global_batch={self.global_batch} (one batch), "
+                f"got {self.dataset_samples}",
             )
         return self
 
@@ -421,9 +454,20 @@ class Scenario(_Section):
             rdv.setdefault("min_workers", min(2, top))
         return {**data, "rendezvous": rdv}
 
+    @field_validator("name")
+    @classmethod
+    def _name_stays_in_runs(cls, value: str) -> str:
+        # the name is a directory under runs/: "." and ".." would leave it
+        if value in (".", ".."):
+            raise PydanticCustomError(
+                "rollcall_name", "must not be '.' or '..' (the run directory runs/<name>/ "
+                "would leave runs/), got {got}", {"got": _show(value)})
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> "Scenario":
         c, r = self.cluster, self.rendezvous
+        self._check_sizes()
         if r.max_workers < c.workers:
             raise _Problem(
                 ("rendezvous", "max_workers"),
@@ -453,6 +497,43 @@ class Scenario(_Section):
                     f" + {joined} joined)",
                 )
         return self
+
+    def _check_sizes(self) -> None:
+        """Refuse sizes no target can run: the keeper tracks every worker id."""
+        c, r = self.cluster, self.rendezvous
+        joins = [(i, f.join) for i, f in enumerate(self.failures.schedule) if f.join is not None]
+        joined = sum(n for _, n in joins)
+        if joins and joined > r.max_workers + MAX_EXTRA_JOINS:
+            i = joins[-1][0]
+            raise _Problem(
+                ("failures", "schedule", i, "join"),
+                f"the schedule joins {joined} newcomers in all, more than rendezvous.max_workers"
+                f"={r.max_workers} + {MAX_EXTRA_JOINS} (no job holds that many; the rest would"
+                f" only idle)",
+            )
+        total = c.workers + c.spares + joined
+        if total > MAX_WORKER_IDS:
+            raise _Problem(
+                ("cluster", "workers"),
+                f"workers + spares + joins = {total} worker ids, more than {MAX_WORKER_IDS}",
+            )
+
+    def warnings(self) -> list[tuple[str, str]]:
+        """(dotted field, message) for what is valid but will not do what it says.
+
+        A warning, not an error: in a sweep over ``workload.steps`` one
+        point's fault may well lie beyond its end.
+        """
+        out: list[tuple[str, str]] = []
+        steps = self.workload.steps
+        for i, fault in enumerate(self.failures.schedule):
+            if fault.at_step is not None and fault.at_step >= steps:
+                out.append((
+                    f"failures.schedule.{i}.at_step",
+                    f"the job ends at step workload.steps={steps}, so this fault at step "
+                    f"{fault.at_step} never fires",
+                ))
+        return out
 
     def _check_rack(self, i: int, rack: int | str) -> None:
         where = ("failures", "schedule", i, "kill_rack")
@@ -693,11 +774,48 @@ def _message_at(err: dict[str, Any]) -> tuple[tuple[str | int, ...], str]:
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads exponent floats without a sign or dot (``1e9``, ``1.25e9``).
+    """SafeLoader with bounds, that also reads exponent floats without a sign or dot.
 
-    YAML 1.1 (PyYAML) reads those as strings, which would turn a perfectly
-    ordinary bandwidth into a type error.
+    Exponent floats (``1e9``, ``1.25e9``): YAML 1.1 (PyYAML) reads those as
+    strings, which would turn a perfectly ordinary bandwidth into a type error.
+
+    Bounds: ``compose_node`` counts its depth (PyYAML's composer recurses, so
+    10,000 nested brackets would end in a RecursionError) and refuses an
+    alias to an anchor still being composed (a cycle, which every later walk
+    would follow forever). The alias-expansion budget is checked on the
+    finished node graph by :func:`_check_bounds`.
     """
+
+    source = "<string>"
+    _depth = 0
+    _open_anchors: frozenset[str] = frozenset()
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            if event.anchor in self._open_anchors:
+                raise ScenarioError(
+                    self.source, "yaml",
+                    f"alias *{event.anchor} refers to the structure that contains it (a cycle)",
+                    line=event.start_mark.line + 1,
+                )
+            return super().compose_node(parent, index)
+        event = self.peek_event()
+        if self._depth >= MAX_NESTING:
+            raise ScenarioError(
+                self.source, "yaml", f"nested deeper than {MAX_NESTING} levels",
+                line=event.start_mark.line + 1,
+            )
+        anchor = getattr(event, "anchor", None)
+        before = self._open_anchors
+        self._depth += 1
+        if anchor is not None:
+            self._open_anchors = before | {anchor}
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            self._open_anchors = before
 
 
 _EXP_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
@@ -721,11 +839,16 @@ _Dumper.add_implicit_resolver(
 
 def _compose(text: str, source: str) -> tuple[yaml.Node | None, Any]:
     """Parse ``text`` once into both the node tree (for line numbers) and data."""
+    if len(text) > MAX_SCENARIO_BYTES or len(text.encode("utf-8")) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(source, None, f"larger than {MAX_SCENARIO_BYTES} bytes (1 MiB), the limit "
+                            "for a scenario file")
     loader = _Loader(text)
+    loader.source = source
     try:
         node = loader.get_single_node()
         if node is not None:
-            _reject_duplicate_keys(node, (), source)
+            _check_bounds(node, source)
+            _reject_duplicate_keys(node, (), source, set())
         data = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -745,8 +868,55 @@ def _compose(text: str, source: str) -> tuple[yaml.Node | None, Any]:
     return node, data
 
 
-def _reject_duplicate_keys(node: yaml.Node, path: tuple[str | int, ...], source: str) -> None:
-    # PyYAML silently keeps the last of two equal keys; that hides edits.
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_bounds(root: yaml.Node, source: str) -> None:
+    """Refuse a node graph whose aliases expand too far or nest too deep.
+
+    Aliases make the node tree a DAG (the composer hands back the anchored
+    node itself), so the file is small while its expansion (what pydantic,
+    ``repr`` and every walk would see) can be exponential. Sizes and heights
+    are memoised per node, so this costs one visit per distinct node.
+    """
+    memo: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, height)
+
+    def walk(node: yaml.Node, depth: int) -> tuple[int, int]:
+        # ``depth`` nodes lie above this one; checked before descending, so
+        # this recursion is as shallow as the limit
+        known = memo.get(id(node))
+        if depth >= MAX_NESTING or (known is not None and depth + known[1] > MAX_NESTING):
+            raise ScenarioError(source, "yaml", f"aliases nest the data deeper than {MAX_NESTING} "
+                                "levels", line=node.start_mark.line + 1)
+        if known is None:
+            size, height = 1, 1
+            for child in _children(node):
+                child_size, child_height = walk(child, depth + 1)
+                size += child_size
+                height = max(height, child_height + 1)
+            known = memo[id(node)] = (size, height)
+        return known
+
+    expanded, _ = walk(root, 0)
+    added = expanded - len(memo)
+    assert added >= 0
+    if added > MAX_ALIAS_NODES:
+        raise ScenarioError(source, "yaml", f"aliases expand the file by {added} nodes (at most "
+                            f"{MAX_ALIAS_NODES}): an alias bomb?", line=root.start_mark.line + 1)
+
+
+def _reject_duplicate_keys(node: yaml.Node, path: tuple[str | int, ...], source: str,
+                           seen_nodes: set[int]) -> None:
+    # PyYAML silently keeps the last of two equal keys; that hides edits. An
+    # aliased node is checked once (``seen_nodes``), not once per alias.
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for key, value in node.value:
@@ -759,10 +929,10 @@ def _reject_duplicate_keys(node: yaml.Node, path: tuple[str | int, ...], source:
                         line=key.start_mark.line + 1,
                     )
                 seen[key.value] = key.start_mark.line + 1
-                _reject_duplicate_keys(value, path + (key.value,), source)
+                _reject_duplicate_keys(value, path + (key.value,), source, seen_nodes)
     elif isinstance(node, yaml.SequenceNode):
         for i, item in enumerate(node.value):
-            _reject_duplicate_keys(item, path + (i,), source)
+            _reject_duplicate_keys(item, path + (i,), source, seen_nodes)
 
 
 def _line_of(root: yaml.Node | None, path: Sequence[str | int]) -> int | None:
@@ -798,11 +968,25 @@ def _parse_override(item: str, source: str) -> tuple[tuple[str, ...], Any]:
     if not sep or not key or any(not p for p in parts):
         raise ScenarioError(source, f"--set {item!r}", "expected dotted.key=value")
     try:
-        value = yaml.load(text, Loader=_Loader) if text.strip() else None
+        value = _load_bounded(text, source) if text.strip() else None
     except yaml.YAMLError as exc:
         detail = " ".join(str(getattr(exc, "problem", None) or exc).split())
         raise ScenarioError(source, key, f"value {text!r} is not valid YAML: {detail}", origin="--set") from None
     return parts, value
+
+
+def _load_bounded(text: str, source: str) -> Any:
+    """``yaml.load`` of a ``--set`` value under the same bounds as a file."""
+    loader = _Loader(text)
+    loader.source = source
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_bounds(node, source)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def _apply_override(raw: dict[str, Any], parts: tuple[str, ...], value: Any, source: str) -> None:
@@ -904,16 +1088,47 @@ def load_scenario(
     """Read and validate a scenario file (see :func:`parse_scenario`)."""
     source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = _read_bounded(Path(path), source).decode("utf-8")
     except FileNotFoundError:
         raise ScenarioError(source, None, "no such file") from None
-    except IsADirectoryError:
-        raise ScenarioError(source, None, "is a directory, expected a scenario file") from None
     except UnicodeDecodeError as exc:
         raise ScenarioError(source, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ScenarioError(source, None, f"cannot read: {exc.strerror or exc}") from None
     return parse_scenario(text, source, overrides, seed=seed, target=target, strategy=strategy)
+
+
+def _read_bounded(path: Path, source: str) -> bytes:
+    """At most ``MAX_SCENARIO_BYTES`` bytes of a regular file, or a ScenarioError.
+
+    Opened non-blocking (a FIFO would block ``open`` until a writer came) and
+    checked with ``fstat`` before any read: a device (``/dev/zero``), a pipe
+    or a socket is refused, and at most the limit plus one byte is read, so
+    a file that grows while read cannot exhaust memory either.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ScenarioError(source, None, "is a directory, expected a scenario file")
+        if not stat.S_ISREG(mode):
+            raise ScenarioError(source, None, "not a regular file (a device, pipe or socket);"
+                                " expected a scenario file")
+        chunks: list[bytes] = []
+        left = MAX_SCENARIO_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_SCENARIO_BYTES:
+        raise ScenarioError(source, None, f"larger than {MAX_SCENARIO_BYTES} bytes (1 MiB), the"
+                            " limit for a scenario file")
+    return data
 
 
 def _to_scenario_error(

@@ -12,8 +12,11 @@ Layout under ``out``::
     out/sweep.csv                                         every summary key + grid keys
 
 A point is done when its ``summary.json`` exists (drivers write it last and
-atomically); a directory without one is a run cut short and is redone from
-scratch. Each point runs in its own process (``ProcessPoolExecutor``); the
+atomically) and its ``point.json`` records the SHA-256 of the very scenario
+the point resolves to now; a directory without a summary is a run cut short,
+one with another hash is stale (the scenario file or ``--set`` changed, or
+another scenario wrote to the same ``out``), and both are redone from
+scratch. ``sweep.csv`` lists only points that are done in that sense. Each point runs in its own process (``ProcessPoolExecutor``); the
 driver is loaded lazily by target name, as the CLI does, so the core still
 imports no driver.
 """
@@ -34,10 +37,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 import yaml
 
-from rollcall.results import SUMMARY_FILE, SUMMARY_KEYS, prepare_out_dir, read_summary
-from rollcall.scenario import load_scenario
+from rollcall.results import SUMMARY_FILE, SUMMARY_KEYS, prepare_out_dir, read_summary, scenario_hash
+from rollcall.scenario import Scenario, load_scenario
 
-__all__ = ["STRATEGIES", "Point", "expand_grid", "parse_grid", "plan", "run_point", "sweep", "write_csv"]
+__all__ = ["STRATEGIES", "Point", "expand_grid", "is_done", "parse_grid", "plan", "resolve", "run_point",
+           "sweep", "write_csv"]
 
 STRATEGIES: tuple[str, ...] = ("checkpoint-restart", "elastic")
 CSV_FILE = "sweep.csv"
@@ -107,6 +111,24 @@ def plan(grid: Mapping[str, Sequence[Any]], seeds: Sequence[int],
     return [Point(g, s, seed) for g in expand_grid(grid) for s in strategies for seed in seeds]
 
 
+def resolve(scenario_path: str, sets: Sequence[str], point: Point, target: str | None) -> Scenario:
+    """The scenario one point runs: the file, ``--set`` items, then the point's grid, seed, strategy."""
+    return load_scenario(scenario_path, list(sets) + point.sets(), seed=point.seed,
+                         target=target, strategy=point.strategy)
+
+
+def is_done(out_root: str | Path, point: Point, sha256: str) -> bool:
+    """Whether the point's run directory holds a finished run of exactly this scenario."""
+    run_dir = Path(out_root) / point.rel_dir
+    if not (run_dir / SUMMARY_FILE).exists():
+        return False
+    try:
+        meta = json.loads((run_dir / POINT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # no hash recorded (an older sweep): cannot tell, so redo it
+    return isinstance(meta, dict) and meta.get("scenario_sha256") == sha256
+
+
 def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str | None,
               out_root: str) -> dict[str, Any]:
     """Run one point in this process; returns its summary. Top-level so a process pool can pickle it.
@@ -117,11 +139,11 @@ def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str
     out = Path(out_root) / point.rel_dir
     if out.exists():
         shutil.rmtree(out)
-    sc = load_scenario(scenario_path, list(sets) + point.sets(), seed=point.seed,
-                       target=target, strategy=point.strategy)
+    sc = resolve(scenario_path, sets, point, target)
     prepare_out_dir(out, sc)
     (out / POINT_FILE).write_text(json.dumps(
-        {"grid": point.grid, "strategy": point.strategy, "seed": point.seed}, sort_keys=True) + "\n",
+        {"grid": point.grid, "strategy": point.strategy, "seed": point.seed,
+         "scenario_sha256": scenario_hash(sc)}, sort_keys=True) + "\n",
         encoding="utf-8")
     driver = importlib.import_module(f"{sc.target}.driver")
     return driver.run(sc, out)
@@ -139,16 +161,19 @@ def _row(point: Point, summary: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def write_csv(points: Sequence[Point], out_root: str | Path) -> pd.DataFrame:
+def write_csv(points: Sequence[Point], out_root: str | Path,
+              hashes: Mapping[Point, str] | None = None) -> pd.DataFrame:
     """Write ``sweep.csv`` from every finished point's ``summary.json``; returns the frame.
 
     Columns: the SUMMARY_KEYS first, then the drivers' extra keys, then the
     grid keys and ``run_dir`` (relative to ``out_root``). Unfinished points
-    are left out, so the file is always true to what is on disk.
+    are left out, and with ``hashes`` (point -> scenario SHA-256) so are
+    stale ones, so the file is always true to what is on disk.
     """
     root = Path(out_root)
-    rows = [_row(p, read_summary(root / p.rel_dir))
-            for p in points if (root / p.rel_dir / SUMMARY_FILE).exists()]
+    rows = [_row(p, read_summary(root / p.rel_dir)) for p in points
+            if (root / p.rel_dir / SUMMARY_FILE).exists()
+            and (hashes is None or is_done(root, p, hashes[p]))]
     df = pd.DataFrame(rows)
     if df.empty:
         df = pd.DataFrame(columns=list(SUMMARY_KEYS) + [k for k in (points[0].grid if points else {})] + ["run_dir"])
@@ -187,10 +212,11 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
     base = load_scenario(scenario_path, list(sets), target=target)  # fail fast on a bad file
     first = base.seed if first_seed is None else first_seed
     points = plan(grid, list(range(first, first + seeds)), strategies)
-    for p in points[:1] + points[-1:]:  # validate the grid's corners before starting anything
-        load_scenario(scenario_path, list(sets) + p.sets(), seed=p.seed, target=target, strategy=p.strategy)
+    # every point resolved up front: a bad grid value fails before anything
+    # runs, and each point's hash tells a finished run from a stale one
+    hashes = {p: scenario_hash(resolve(scenario_path, sets, p, target)) for p in points}
     root = Path(out)
-    pending = [p for p in points if not (root / p.rel_dir / SUMMARY_FILE).exists()]
+    pending = [p for p in points if not is_done(root, p, hashes[p])]
     if limit is not None:
         pending = pending[:limit]
     bar, advance = _progress(progress and bool(pending), len(pending))
@@ -216,5 +242,5 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
     finally:
         if bar is not None:
             bar.stop()
-        df = write_csv(points, root)
+        df = write_csv(points, root, hashes)
     return df

@@ -129,7 +129,7 @@ from rollcall.core import (
     Send, SendToKeeper, Stop, check, commit, describe_assignment, members_field, rank_range, rec,
     sample_ids, step_batch, summarize_report,
 )
-from rollcall.results import SUMMARY_KEYS, write_summary
+from rollcall.results import SUMMARY_KEYS, goodput, write_summary
 from rollcall.scenario import Scenario
 
 from sim.sharded import copy_time
@@ -209,6 +209,11 @@ class Simulation:
         self.keeper_s = 0.0  # wall time spent inside the core's Keeper (profiling aid)
         self.check_s = 0.0
         self.done = self.env.event()
+        # --max-wall-s: the wall-clock deadline, whether it has passed, and
+        # the latest instant run ahead of the env's clock (the end waits for it)
+        self._wall_deadline: Optional[float] = None
+        self._wall_over = False
+        self._ahead_t = 0.0
         self._job_proc: Optional[simpy.Process] = None
         self._job_waiting = False
         self._job_wait: Optional[float] = None
@@ -643,9 +648,17 @@ class Simulation:
         with a third of the events.
         """
         env = self.env
+        met = 0
         while (self.due is not None and self.state in (RUN, CKPT) and not self.stalled
                and not self.agents and not self.step_faults and self.due < env.peek()):
+            met += 1
+            if (self._wall_deadline is not None and met % 64 == 0
+                    and _time.perf_counter() >= self._wall_deadline):
+                self._wall_over = True  # --max-wall-s: the deadline waits for a yield
+            if self._wall_over:
+                break
             due, self.due = self.due, None
+            self._ahead_t = due
             self._on_due(due)
 
     def _set_due(self, t: Optional[float]) -> None:
@@ -1132,11 +1145,38 @@ class Simulation:
 
     # ------------------------------------------------------------------ run
 
-    def run(self) -> dict:
+    def run(self, max_wall_s: Optional[float] = None) -> dict:
+        """Simulate to the end, or until ``max_wall_s`` seconds of wall clock have passed."""
+        assert max_wall_s is None or max_wall_s > 0, max_wall_s
         with _few_collections():
-            return self._run()
+            return self._run(max_wall_s)
 
-    def _run(self) -> dict:
+    def _run_until_wall(self, deadline: float, max_wall_s: float) -> None:
+        """``env.run(until=self.done)``, but ending the job at a wall-clock deadline.
+
+        The same events are stepped in the same order (nothing is scheduled
+        to look at the clock), so a run that ends in time writes the very
+        history ``env.run`` would; one that does not is finished as not
+        completed, its history kept up to the last event stepped.
+        """
+        env, done = self.env, self.done
+        self._wall_deadline = deadline
+        stepped = 0
+        while not done.processed:
+            try:
+                env.step()
+            except simpy.core.EmptySchedule:
+                raise RuntimeError("no scheduled events left") from None
+            stepped += 1
+            if not self._wall_over and stepped % 1024 == 0 and _time.perf_counter() >= deadline:
+                self._wall_over = True
+            # the end is written once the env's clock has caught up with the
+            # job's run-ahead, so the history stays in time order
+            if self._wall_over and not done.triggered and env.now >= self._ahead_t:
+                self._finish(env.now, False, f"wall limit: --max-wall-s {max_wall_s:g} reached")
+                return
+
+    def _run(self, max_wall_s: Optional[float] = None) -> dict:
         wall0 = _time.perf_counter()
         sc = self.sc
         env = self.env
@@ -1159,7 +1199,10 @@ class Simulation:
         horizon = 1000.0 * ideal_total + 100.0 * (sc.strategy.restart_s + sc.detector.timeout_s) + 3600.0
         self._at(horizon, self._horizon)
         try:
-            env.run(until=self.done)
+            if max_wall_s is None:
+                env.run(until=self.done)
+            else:
+                self._run_until_wall(wall0 + max_wall_s, max_wall_s)
         except RuntimeError:
             # simpy's "no scheduled events left" (the job can never end); any
             # other error raised inside a callback is a bug and crashes loudly
@@ -1194,7 +1237,7 @@ class Simulation:
             "elapsed_s": elapsed,
             "productive_s": productive,
             "ettr": productive / elapsed if elapsed > 0 else 0.0,
-            "goodput": (sc.workload.steps * ideal / elapsed) if (elapsed > 0 and self.completed) else 0.0,
+            "goodput": goodput(report.steps_committed, ideal, elapsed),
             "lost_work_s": self.tally.acc["lost"],
             "stall_s": self.tally.acc["stall"],
             "recovery_s": self.tally.acc["recovery"],
@@ -1240,12 +1283,15 @@ def _flags_of_ids(ids: IdRuns, n: int) -> np.ndarray:
     return np.unpackbits(raw, count=n, bitorder="little").view(np.bool_)
 
 
-def run(scenario: Scenario, out_dir: str | Path, ledger: Optional[bool] = None) -> dict:
+def run(scenario: Scenario, out_dir: str | Path, ledger: Optional[bool] = None,
+        max_wall_s: Optional[float] = None) -> dict:
     """Simulate ``scenario`` (its seed, its strategy); write history.jsonl and summary.json.
 
     ``ledger``: True writes the per-sample ledger whatever the run's size,
     False the compact form; by default the per-sample one up to
     ``LEDGER_SAMPLES`` samples (and dataset ids), the compact one beyond.
+    ``max_wall_s``: end the run (not completed, ``end_reason`` "wall limit:
+    ...", history and summary written) once that much wall clock has passed.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -1253,6 +1299,6 @@ def run(scenario: Scenario, out_dir: str | Path, ledger: Optional[bool] = None) 
     if hist.exists():
         hist.unlink()  # a rerun into the same directory starts a fresh history
     sim = Simulation(scenario, out, ledger=ledger)
-    summary = sim.run()
+    summary = sim.run(max_wall_s)
     write_summary(out, summary)
     return summary

@@ -40,8 +40,10 @@ def test_run_calls_driver_and_prints_replay(
 ) -> None:
     seen = _fake_driver(monkeypatch, "real")
     out = tmp_path / "run"
+    # --force: quickstart's 10 worker ids may be more real processes than this machine holds
     code = cli.main(["run", QUICK, "--target", "real", "--seed", "5", "--strategy", "checkpoint-restart",
-                     "--set", "workload.steps=10", "--set", "description=a b", "--out", str(out)])
+                     "--set", "workload.steps=10", "--set", "description=a b", "--out", str(out),
+                     "--force"])
     assert code == 0
     scenario, out_dir = seen[0]
     assert (scenario.target, scenario.seed, scenario.strategy.kind, scenario.workload.steps) == (

@@ -119,3 +119,13 @@ def test_read_jsonl_so_far_skips_a_torn_last_line_and_a_missing_file(tmp_path) -
     assert read_jsonl_so_far(path) == []
     path.write_text('{"a": 1}\n{"b": 2}\n{"c": ')
     assert read_jsonl_so_far(path) == [{"a": 1}, {"b": 2}]
+
+
+def test_goodput_counts_committed_steps_and_never_exceeds_one() -> None:
+    from rollcall.results import goodput
+
+    assert goodput(100, 0.5, 100.0) == 0.5
+    assert goodput(50, 0.5, 100.0) == 0.25  # a run cut short did half the work
+    assert goodput(300, 0.5, 100.0) == 1.0  # faster than the ideal: all of it, not more
+    assert goodput(0, 0.5, 100.0) == 0.0
+    assert goodput(100, None, 100.0) == 0.0 and goodput(100, 0.5, 0.0) == 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -98,3 +99,51 @@ def test_cli_sweep_bad_grid(capsys: pytest.CaptureFixture[str], tmp_path: Path) 
     assert main(["sweep", SCENARIO, "--grid", "workload.micro_batch=7", "--out", str(tmp_path / "b")]) == 2
     assert "micro_batch" in capsys.readouterr().err
     assert not (tmp_path / "b" / "sweep.csv").exists()
+
+
+def _mtimes(out: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")}
+
+
+def test_resumed_point_reruns_when_its_scenario_changed(tmp_path: Path) -> None:
+    text = Path(SCENARIO).read_text()
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(text)
+    grid = {"detector.timeout_s": [1.0]}
+    out = tmp_path / "sw"
+    df = sw.sweep(scenario, grid, seeds=1, sets=SETS, out=out, jobs=1, progress=False)
+    assert len(df) == 2 and set(df.steps_target) == {60}
+    before = _mtimes(out)
+    # a comment changes no run: nothing reruns
+    scenario.write_text("# a comment\n" + text)
+    sw.sweep(scenario, grid, seeds=1, sets=SETS, out=out, jobs=1, progress=False)
+    assert _mtimes(out) == before
+    # the file is edited: same command, every point is stale and reruns
+    scenario.write_text(text.replace("micro_batch_s: 0.1 ", "micro_batch_s: 0.2 "))
+    df = sw.sweep(scenario, grid, seeds=1, sets=SETS, out=out, jobs=1, progress=False)
+    after = _mtimes(out)
+    assert len(df) == 2 and all(after[p] != m for p, m in before.items())
+    # a --set that changes the run also makes it stale; one that does not change nothing
+    df = sw.sweep(scenario, grid, seeds=1, sets=SETS + ["workload.steps=70"], out=out, jobs=1,
+                  progress=False, strategies=("elastic",))
+    assert list(df.steps_target) == [70]
+    # the checkpoint-restart point, still of steps=60, is not listed as a run of steps=70
+    assert len(pd.read_csv(out / "sweep.csv")) == 1
+
+
+def test_runs_of_another_scenario_in_the_same_out_are_not_mixed_in(tmp_path: Path) -> None:
+    grid = {"detector.timeout_s": [1.0]}
+    out = tmp_path / "sw"
+    sw.sweep(SCENARIO, grid, seeds=1, sets=SETS, out=out, jobs=1, progress=False, limit=1)
+    other = tmp_path / "other.yaml"
+    other.write_text(Path(SCENARIO).read_text().replace("micro_batch_s: 0.1 ", "micro_batch_s: 0.2 "))
+    # limit=0: nothing runs; the first scenario's finished point is not this one's
+    df = sw.sweep(other, grid, seeds=1, sets=SETS, out=out, jobs=1, progress=False, limit=0)
+    assert len(df) == 0
+    # a point.json without a hash (an older sweep) cannot be trusted either
+    done = next(out.rglob("point.json"))
+    meta = json.loads(done.read_text())
+    assert sw.is_done(out, sw.Point(meta["grid"], meta["strategy"], meta["seed"]), meta["scenario_sha256"])
+    del meta["scenario_sha256"]
+    done.write_text(json.dumps(meta))
+    assert not sw.is_done(out, sw.Point(meta["grid"], meta["strategy"], meta["seed"]), "x")
