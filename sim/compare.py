@@ -12,7 +12,7 @@ the job, by definition).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from rollcall import compare as shared
 from rollcall.compare import METRICS, STRATEGIES, mean_ci, summarize, t975, with_strategy
@@ -24,8 +24,20 @@ __all__ = ["METRICS", "STRATEGIES", "compare", "mean_ci", "summarize", "t975", "
 
 
 def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path,
+            stop: Optional[Callable[[], Optional[str]]] = None,
             **options: Any) -> shared.Comparison:
     """Run both strategies per seed on the sim; writes ``compare.csv``, ``compare-table.csv``
     and ``compare-paired.csv``. ``options`` go to :func:`rollcall.compare.compare`
-    (``checkpoint_interval_steps``)."""
-    return shared.compare(scenario, seeds, out_dir, run, **options)
+    (``checkpoint_interval_steps``).
+
+    ``stop`` is polled by each run (:func:`sim.driver.run`); a run it ends
+    keeps its history and its ``result: interrupted`` summary, and the
+    compare stops there with a KeyboardInterrupt, as ``real.compare`` does.
+    """
+    def run_or_raise(sc: Scenario, run_dir: Path) -> dict[str, Any]:
+        summary = run(sc, run_dir, stop=stop)
+        if summary.get("result") == "interrupted":
+            raise KeyboardInterrupt(summary.get("end_reason", "interrupted"))
+        return summary
+
+    return shared.compare(scenario, seeds, out_dir, run_or_raise, **options)

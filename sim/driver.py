@@ -212,7 +212,11 @@ class Simulation:
         # --max-wall-s: the wall-clock deadline, whether it has passed, and
         # the latest instant run ahead of the env's clock (the end waits for it)
         self._wall_deadline: Optional[float] = None
-        self._wall_over = False
+        self._max_wall_s: Optional[float] = None
+        # asked from outside whether to stop (the CLI's signal flag): a reason or None
+        self._stop: Optional[Callable[[], Optional[str]]] = None
+        self._halt: Optional[str] = None  # why the run is ending early (wall limit, signal)
+        self.interrupted = False
         self._ahead_t = 0.0
         self._job_proc: Optional[simpy.Process] = None
         self._job_waiting = False
@@ -652,10 +656,9 @@ class Simulation:
         while (self.due is not None and self.state in (RUN, CKPT) and not self.stalled
                and not self.agents and not self.step_faults and self.due < env.peek()):
             met += 1
-            if (self._wall_deadline is not None and met % 64 == 0
-                    and _time.perf_counter() >= self._wall_deadline):
-                self._wall_over = True  # --max-wall-s: the deadline waits for a yield
-            if self._wall_over:
+            if met % 64 == 0 and self._halt is None:
+                self._check_halt()  # an early end waits for a yield
+            if self._halt is not None:
                 break
             due, self.due = self.due, None
             self._ahead_t = due
@@ -1145,22 +1148,34 @@ class Simulation:
 
     # ------------------------------------------------------------------ run
 
-    def run(self, max_wall_s: Optional[float] = None) -> dict:
-        """Simulate to the end, or until ``max_wall_s`` seconds of wall clock have passed."""
+    def run(self, max_wall_s: Optional[float] = None,
+            stop: Optional[Callable[[], Optional[str]]] = None) -> dict:
+        """Simulate to the end, or until ``max_wall_s`` seconds of wall clock have passed,
+        or until ``stop()`` returns a reason (an interrupt: ``result`` "interrupted")."""
         assert max_wall_s is None or max_wall_s > 0, max_wall_s
+        self._max_wall_s, self._stop = max_wall_s, stop
         with _few_collections():
             return self._run(max_wall_s)
 
-    def _run_until_wall(self, deadline: float, max_wall_s: float) -> None:
-        """``env.run(until=self.done)``, but ending the job at a wall-clock deadline.
+    def _check_halt(self) -> None:
+        """Note in ``_halt`` why the run must end early, if it must (polled, not pushed,
+        so a signal never lands in the middle of an event's effects)."""
+        reason = self._stop() if self._stop is not None else None
+        if reason is not None:
+            self._halt, self.interrupted = reason, True
+        elif self._wall_deadline is not None and _time.perf_counter() >= self._wall_deadline:
+            self._halt = f"wall limit: --max-wall-s {self._max_wall_s:g} reached"
+
+    def _run_until_halt(self) -> None:
+        """``env.run(until=self.done)``, but ending the job early when :meth:`_check_halt`
+        says so (a wall-clock deadline, or an interrupt).
 
         The same events are stepped in the same order (nothing is scheduled
-        to look at the clock), so a run that ends in time writes the very
-        history ``env.run`` would; one that does not is finished as not
-        completed, its history kept up to the last event stepped.
+        to look at the clock), so a run that is not cut short writes the very
+        history ``env.run`` would; one that is is finished as not completed,
+        its history kept up to the last event stepped.
         """
         env, done = self.env, self.done
-        self._wall_deadline = deadline
         stepped = 0
         while not done.processed:
             try:
@@ -1168,12 +1183,12 @@ class Simulation:
             except simpy.core.EmptySchedule:
                 raise RuntimeError("no scheduled events left") from None
             stepped += 1
-            if not self._wall_over and stepped % 1024 == 0 and _time.perf_counter() >= deadline:
-                self._wall_over = True
+            if self._halt is None and stepped % 1024 == 0:
+                self._check_halt()
             # the end is written once the env's clock has caught up with the
             # job's run-ahead, so the history stays in time order
-            if self._wall_over and not done.triggered and env.now >= self._ahead_t:
-                self._finish(env.now, False, f"wall limit: --max-wall-s {max_wall_s:g} reached")
+            if self._halt is not None and not done.triggered and env.now >= self._ahead_t:
+                self._finish(env.now, False, self._halt)
                 return
 
     def _run(self, max_wall_s: Optional[float] = None) -> dict:
@@ -1199,10 +1214,12 @@ class Simulation:
         horizon = 1000.0 * ideal_total + 100.0 * (sc.strategy.restart_s + sc.detector.timeout_s) + 3600.0
         self._at(horizon, self._horizon)
         try:
-            if max_wall_s is None:
+            if max_wall_s is None and self._stop is None:
                 env.run(until=self.done)
             else:
-                self._run_until_wall(wall0 + max_wall_s, max_wall_s)
+                if max_wall_s is not None:
+                    self._wall_deadline = wall0 + max_wall_s
+                self._run_until_halt()
         except RuntimeError:
             # simpy's "no scheduled events left" (the job can never end); any
             # other error raised inside a callback is a bug and crashes loudly
@@ -1233,6 +1250,9 @@ class Simulation:
             "seed": sc.seed,
             **summarize_report(report),
             "completed": self.completed,
+            # the real target's word for how the run ended, with the same values
+            "result": "completed" if self.completed else (
+                "interrupted" if self.interrupted else "failed"),
             "steps_target": sc.workload.steps,
             "elapsed_s": elapsed,
             "productive_s": productive,
@@ -1284,7 +1304,8 @@ def _flags_of_ids(ids: IdRuns, n: int) -> np.ndarray:
 
 
 def run(scenario: Scenario, out_dir: str | Path, ledger: Optional[bool] = None,
-        max_wall_s: Optional[float] = None) -> dict:
+        max_wall_s: Optional[float] = None,
+        stop: Optional[Callable[[], Optional[str]]] = None) -> dict:
     """Simulate ``scenario`` (its seed, its strategy); write history.jsonl and summary.json.
 
     ``ledger``: True writes the per-sample ledger whatever the run's size,
@@ -1292,6 +1313,9 @@ def run(scenario: Scenario, out_dir: str | Path, ledger: Optional[bool] = None,
     ``LEDGER_SAMPLES`` samples (and dataset ids), the compact one beyond.
     ``max_wall_s``: end the run (not completed, ``end_reason`` "wall limit:
     ...", history and summary written) once that much wall clock has passed.
+    ``stop``: polled during the run; once it returns a reason (the CLI's
+    "interrupted by SIGINT") the run ends the same way, with ``result``
+    "interrupted" and that reason as ``end_reason``.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -1299,6 +1323,6 @@ def run(scenario: Scenario, out_dir: str | Path, ledger: Optional[bool] = None,
     if hist.exists():
         hist.unlink()  # a rerun into the same directory starts a fresh history
     sim = Simulation(scenario, out, ledger=ledger)
-    summary = sim.run(max_wall_s)
+    summary = sim.run(max_wall_s, stop)
     write_summary(out, summary)
     return summary
