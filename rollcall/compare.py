@@ -42,7 +42,9 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from rollcall.results import prepare_out_dir
+from rollcall.results import (
+    HISTORY_FILE, SCENARIO_FILE, SUMMARY_FILE, prepare_out_dir, read_summary,
+)
 from rollcall.scenario import Scenario
 
 __all__ = [
@@ -176,6 +178,35 @@ class Comparison:
         return self.table.map(lambda v: float(f"{v:.6g}")).astype(object)
 
 
+def finished_summary(run_dir: Path, sc: Scenario) -> dict[str, Any] | None:
+    """The summary of a run already made in ``run_dir`` of this very scenario, or None.
+
+    A run counts as made when its ``summary.json`` exists and was not cut short
+    by an interrupt, and its ``scenario.yaml`` is ``sc``'s resolved YAML (an
+    edited scenario file, another ``--set`` or another checkpoint interval
+    makes it stale, so it runs again).
+    """
+    try:
+        same = (run_dir / SCENARIO_FILE).read_text(encoding="utf-8") == sc.to_yaml()
+        summary = read_summary(run_dir) if same else None
+    except (OSError, ValueError):
+        return None
+    if summary is None or summary.get("result") == "interrupted":
+        return None
+    return summary
+
+
+def _run_one(sc: Scenario, run_dir: Path, run: RunFn) -> tuple[dict[str, Any], bool]:
+    """The run's summary, made now or found finished in ``run_dir``; and whether it was found."""
+    found = finished_summary(run_dir, sc)
+    if found is not None:
+        return found, True
+    # an old summary must never sit beside the history of the run that replaces it
+    for name in (SUMMARY_FILE, HISTORY_FILE):
+        (run_dir / name).unlink(missing_ok=True)
+    return run(sc, prepare_out_dir(run_dir, sc)), False
+
+
 def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: RunFn,
             log: LogFn = _stderr_line, *,
             checkpoint_interval_steps: int | None = None) -> Comparison:
@@ -184,7 +215,9 @@ def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: 
     An exception out of ``run`` (KeyboardInterrupt included) propagates after
     the runs before it are in ``compare.csv``; the table and the paired file
     are written only when every run finished, so a partial table is never
-    mistaken for a full one.
+    mistaken for a full one. The same compare into the same ``out_dir``
+    resumes: a run whose directory holds its finished summary (see
+    :func:`finished_summary`) is read back, not run again.
     """
     assert seeds, "compare needs at least one seed"
     out = Path(out_dir)
@@ -195,13 +228,13 @@ def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: 
         for strategy in STRATEGIES:
             interval = checkpoint_interval_steps if strategy == "checkpoint-restart" else None
             sc = with_strategy(scenario, strategy, seed, interval)
-            run_dir = prepare_out_dir(out / f"{strategy}-seed{seed}", sc)
-            summary = run(sc, run_dir)
+            run_dir = out / f"{strategy}-seed{seed}"
+            summary, found = _run_one(sc, run_dir, run)
             row: dict[str, Any] = {"strategy": strategy, "seed": seed, "run_dir": str(run_dir)}
             row.update({k: summary[k] for k in METRICS if k in summary})
             rows.append(row)
             runs = _write_runs(out, rows)
-            log(_progress_line(len(rows), total, row))
+            log(_progress_line(len(rows), total, row) + (" (done before, kept)" if found else ""))
     absent = [m for m in METRICS if m not in runs.columns]
     if absent:
         log(f"compare: not in any {scenario.target} summary, left out: {', '.join(absent)}")
