@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
+from rollcall import interrupts
 from rollcall.results import (
     OutDirError, claim_out_dir, default_out_dir, history_estimate_bytes, prepare_out_dir,
 )
@@ -226,16 +227,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     if not _prepare(out_dir, scenario):
         return 2
-    options: dict[str, Any] = {}
-    if scenario.target == "sim":
-        options = {"ledger": True} if args.ledger else {}
-        if args.max_wall_s is not None:
-            options["max_wall_s"] = args.max_wall_s
-    summary = run(scenario, out_dir, **options)
+    with interrupts.catch() as stop:
+        options: dict[str, Any] = {}
+        if scenario.target == "sim":  # the real launcher handles the signals itself
+            options = {"ledger": True} if args.ledger else {}
+            if args.max_wall_s is not None:
+                options["max_wall_s"] = args.max_wall_s
+            options["stop"] = stop.reason
+        summary = run(scenario, out_dir, **options)
+    code = _interrupted_code(stop, summary)
+    if code is not None:
+        _err(f"{summary.get('end_reason') or summary.get('reason') or 'interrupted'}; "
+             f"history and summary (result: {summary.get('result')}) in {out_dir}")
+        return code
     if not args.quiet:
         _print_summary(summary, out_dir)
     print(_replay_line(args, scenario))
     return 0 if summary.get("completed") and summary.get("valid") else 1
+
+
+def _interrupted_code(stop: interrupts.Stop, summary: dict[str, Any]) -> int | None:
+    """The exit status of a run a signal ended (130 SIGINT, 143 SIGTERM), or None.
+
+    A signal that came after the run's end (during its checks) still
+    stops the command with the signal's status; the summary then says how
+    the run really ended.
+    """
+    if stop.exit_code is not None:
+        return stop.exit_code
+    if summary.get("result") == "interrupted":  # the real launcher caught it
+        return interrupts.exit_code_of_reason(str(summary.get("reason", "")))
+    return None
 
 
 def _compare_output(args: argparse.Namespace, scenario: Scenario, cmp: Any, choice: Any,
@@ -282,11 +304,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         return 2
     choice = checkpoint_interval(scenario, fixed=args.fixed_interval)
     _err(choice.line(scenario.strategy.checkpoint_interval_steps))
+    options: dict[str, Any] = {"checkpoint_interval_steps": choice.steps}
+    stop = interrupts.Stop()  # rebound by the block; here for a signal before it is entered
     try:
-        cmp = compare(scenario, seeds, out_dir, checkpoint_interval_steps=choice.steps)
-    except KeyboardInterrupt:
-        _err(f"interrupted; the finished runs are in {out_dir / 'compare.csv'}")
-        return 130
+        with interrupts.catch() as stop:
+            if scenario.target == "sim":
+                options["stop"] = stop.reason
+            cmp = compare(scenario, seeds, out_dir, **options)
+    except KeyboardInterrupt as exc:
+        _err(f"{_interrupt_reason(stop, exc)}; the finished runs are in "
+             f"{out_dir / 'compare.csv'} (run the same command to resume)")
+        return _interrupt_code(stop, exc)
     return _compare_output(args, scenario, cmp, choice, out_dir)
 
 
@@ -321,15 +349,18 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         # each real point is a whole process group; two at once share the CPUs and time out
         _err(f"sweep --target real: one run at a time (not --jobs {jobs})")
         jobs = 1
+    stop = interrupts.Stop()  # rebound by the block; here for a signal before it is entered
     try:
-        df = sweep.sweep(
-            args.scenario, grid, seeds=args.seeds, first_seed=args.seed, strategies=strategies,
-            target=args.target, sets=args.set, out=out_dir, jobs=jobs,
-            progress=not args.quiet and sys.stderr.isatty(),
-        )
-    except KeyboardInterrupt:
-        _err(f"interrupted; finished runs kept in {out_dir} (run the same command to resume)")
-        return 130
+        with interrupts.catch(immediate=True) as stop:
+            df = sweep.sweep(
+                args.scenario, grid, seeds=args.seeds, first_seed=args.seed,
+                strategies=strategies, target=args.target, sets=args.set, out=out_dir,
+                jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
+            )
+    except KeyboardInterrupt as exc:
+        _err(f"{_interrupt_reason(stop, exc)}; finished runs kept in {out_dir} "
+             f"(run the same command to resume)")
+        return _interrupt_code(stop, exc)
     if not args.quiet and len(df):
         table = analysis.summarize(df, list(grid) + ["strategy"], ["goodput", "ettr", "elapsed_s"])
         cols = list(grid) + ["strategy", "n", "goodput_mean", "goodput_ci", "ettr_mean", "ettr_ci", "elapsed_s_mean"]
@@ -343,6 +374,17 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     print(f"out: {out_dir}")
     print(f"csv: {out_dir / sweep.CSV_FILE}")
     return 1 if len(incomplete) or len(invalid) else 0
+
+
+def _interrupt_reason(stop: interrupts.Stop, exc: KeyboardInterrupt) -> str:
+    return stop.reason() or str(exc) or "interrupted"
+
+
+def _interrupt_code(stop: interrupts.Stop, exc: KeyboardInterrupt) -> int:
+    """130 or 143: the signal we caught, else the one a real launcher named."""
+    if stop.exit_code is not None:
+        return stop.exit_code
+    return interrupts.exit_code_of_reason(str(exc))
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -492,13 +534,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rollcall`` console script; returns the exit code."""
     args = _build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return code
     except ScenarioError as exc:
         _err(str(exc))
         return 2
+    except BrokenPipeError:
+        return _broken_pipe()
+    except interrupts.Interrupted as exc:
+        _err(f"interrupted by {exc}")
+        return exc.exit_code
     except KeyboardInterrupt:
         _err("interrupted")
         return 130
+
+
+#: exit status of a command whose reader went away (``rollcall run ... | head -1``)
+BROKEN_PIPE_EXIT = 128 + 13  # SIGPIPE's
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout is gone: nothing more can be said there, so stop quietly.
+
+    stdout is pointed at /dev/null so that the interpreter's own flush at
+    exit does not fail again and print "Exception ignored".
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return BROKEN_PIPE_EXIT
 
 
 if __name__ == "__main__":  # pragma: no cover
