@@ -121,7 +121,11 @@ def _print_summary(summary: dict[str, Any], out_dir: Path) -> None:
     violations = summary.get("violations") or []
     if violations:
         table.add_row("violations", "; ".join(str(v) for v in violations[:5]))
-    Console().print(table)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich's own exits 1; ours is the CLI's (141)
+            raise BrokenPipeError
+
+    _Console().print(table)
 
 
 def _prepare(out_dir: Path, scenario: Scenario) -> bool:

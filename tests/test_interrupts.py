@@ -1,0 +1,180 @@
+"""Issue 18, interrupts: SIGINT and SIGTERM on the sim and the CLI keep the results and say so.
+
+The runs are real ``python -m rollcall`` processes; a test waits (bounded,
+polling) until the history has records, then signals, and reads what the
+process left: exit status, ``summary.json``, ``history.jsonl``, processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+import pytest
+
+from rollcall import interrupts
+from rollcall.compare import RUNS_FILE, compare
+from rollcall.results import SUMMARY_KEYS, read_summary
+from rollcall.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+# a failure-free-after-the-start run that would take days, a record per step
+LONG = ["--set", "workload.steps=100000000", "--set", "strategy.checkpoint_interval_steps=1",
+        "--max-history-mb", "1000000"]
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(ROOT))
+
+
+def _wait_for(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.01)  # bounded poll of a condition, not a synchronising sleep
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def _interrupt_run(tmp_path: Path, signum: int) -> tuple[int, str, int, Path, set[int]]:
+    """Start a long sim run, signal it once it has written history; what it left."""
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "rollcall", "run", str(QUICKSTART), "--out", str(out),
+           "--quiet", *LONG]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    seen: set[int] = set()
+    try:
+        def started() -> int:
+            seen.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
+            return _lines(out / "history.jsonl")
+
+        before = _wait_for(started, 120, "history records on disk")
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err.decode(), before, out, seen
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signalled_sim_run_keeps_its_history_and_says_interrupted(
+        tmp_path: Path, signum: int, code: int) -> None:
+    rc, err, before, out, seen = _interrupt_run(tmp_path, signum)
+    name = signal.Signals(signum).name
+    assert rc == code, err
+    assert "Traceback" not in err, err
+    assert f"interrupted by {name}" in err and str(out) in err, err
+    s = read_summary(out)
+    assert s["result"] == "interrupted" and s["completed"] is False
+    assert s["end_reason"] == f"interrupted by {name}"
+    assert s["valid"] is True, s["violations"]
+    assert not set(SUMMARY_KEYS) - s.keys()
+    assert 0 < s["steps_committed"] < s["steps_target"]
+    lines = (out / "history.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) > before  # the buffer was flushed, not cut at a 4,096 boundary
+    last = json.loads(lines[-1])  # complete JSON
+    assert last["f"] == "end" and last["completed"] is False
+    assert last["reason"] == f"interrupted by {name}"
+    assert not [pid for pid in seen if psutil.pid_exists(pid)]
+    assert not psutil.Process().children(recursive=True)
+
+
+@pytest.mark.parametrize("quiet", [[], ["--quiet"]])  # the rich table; the replay line alone
+def test_a_closed_stdout_ends_the_run_without_a_traceback(tmp_path: Path, quiet: list) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before a byte is written: every write fails
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "rollcall", "run", str(QUICKSTART), "--out",
+             str(tmp_path / "run"), *quiet], cwd=tmp_path, env=_env(), stdout=write_end,
+            stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write_end)
+    err = proc.stderr.decode()
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert proc.returncode == 141, err
+    assert read_summary(tmp_path / "run")["completed"] is True
+
+
+def test_head_one_of_a_run_prints_one_line_and_no_traceback(tmp_path: Path) -> None:
+    cmd = (f"{sys.executable} -m rollcall run {QUICKSTART} --out {tmp_path / 'run'} | head -1")
+    proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=_env(),
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0
+    assert len(proc.stdout.decode().splitlines()) == 1
+    assert b"Traceback" not in proc.stderr, proc.stderr.decode()
+
+
+def test_an_interrupted_compare_keeps_finished_runs_and_resumes(tmp_path: Path) -> None:
+    from sim.driver import run as sim_run
+
+    sc = load_scenario(QUICKSTART, [])
+    out = tmp_path / "cmp"
+    calls: list[str] = []
+
+    def interrupted_second(s: Any, run_dir: Path) -> dict:
+        calls.append(s.strategy.kind)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("interrupted by SIGINT")
+        return sim_run(s, run_dir)
+
+    with pytest.raises(KeyboardInterrupt):
+        compare(sc, [0], out, interrupted_second, log=lambda line: None)
+    assert len(calls) == 2 and (out / RUNS_FILE).exists()
+    kept = sorted(p.name for p in out.iterdir() if (p / "summary.json").exists())
+    calls.clear()
+
+    def counted(s: Any, run_dir: Path) -> dict:
+        calls.append(s.strategy.kind)
+        return sim_run(s, run_dir)
+
+    logged: list[str] = []
+    cmp = compare(sc, [0], out, counted, log=logged.append)
+    assert len(kept) == 1 and len(calls) == 1, (kept, calls)  # the finished run is not redone
+    assert sum("done before, kept" in line for line in logged) == 1
+    assert len(cmp.runs) == 2 and not cmp.problems
+    # a changed scenario makes the kept runs stale: both run again
+    calls.clear()
+    compare(load_scenario(QUICKSTART, ["workload.steps=200"]), [0], out, counted,
+            log=lambda line: None)
+    assert len(calls) == 2
+
+
+def test_the_first_signal_asks_and_the_second_raises() -> None:
+    old = signal.getsignal(signal.SIGTERM)
+    with interrupts.catch() as stop:
+        assert stop.reason() is None
+        os.kill(os.getpid(), signal.SIGTERM)
+        _wait_for(stop.reason, 10, "the handler")
+        assert stop.reason() == "interrupted by SIGTERM" and stop.exit_code == 143
+        with pytest.raises(interrupts.Interrupted) as info:
+            os.kill(os.getpid(), signal.SIGINT)
+            _wait_for(lambda: False, 10, "the second signal")
+    assert info.value.exit_code == 130
+    assert signal.getsignal(signal.SIGTERM) is old
+
+
+def test_exit_code_of_a_launcher_reason() -> None:
+    assert interrupts.exit_code_of_reason("interrupted by SIGTERM") == 143
+    assert interrupts.exit_code_of_reason("interrupted by SIGINT") == 130
+    assert interrupts.exit_code_of_reason("") == 130
