@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import shlex
+import signal
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -316,8 +317,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 options["stop"] = stop.reason
             cmp = compare(scenario, seeds, out_dir, **options)
     except KeyboardInterrupt as exc:
-        _err(f"{_interrupt_reason(stop, exc)}; the finished runs are in "
-             f"{out_dir / 'compare.csv'} (run the same command to resume)")
+        _err(f"interrupted; the finished runs are in {out_dir / 'compare.csv'} "
+             f"({_interrupt_reason(stop, exc)}; run the same command to resume)")
         return _interrupt_code(stop, exc)
     return _compare_output(args, scenario, cmp, choice, out_dir)
 
@@ -362,8 +363,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
             )
     except KeyboardInterrupt as exc:
-        _err(f"{_interrupt_reason(stop, exc)}; finished runs kept in {out_dir} "
-             f"(run the same command to resume)")
+        _err(f"interrupted; finished runs kept in {out_dir} "
+             f"({_interrupt_reason(stop, exc)}; run the same command to resume)")
         return _interrupt_code(stop, exc)
     if not args.quiet and len(df):
         table = analysis.summarize(df, list(grid) + ["strategy"], ["goodput", "ettr", "elapsed_s"])
@@ -381,7 +382,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _interrupt_reason(stop: interrupts.Stop, exc: KeyboardInterrupt) -> str:
-    return stop.reason() or str(exc) or "interrupted"
+    """``interrupted (SIGINT)``: the signal we caught, or the one a real launcher named."""
+    return f"interrupted ({signal.Signals(_interrupt_code(stop, exc) - 128).name})"
 
 
 def _interrupt_code(stop: interrupts.Stop, exc: KeyboardInterrupt) -> int:

@@ -21,7 +21,8 @@ QUICK = str(ROOT / "scenarios" / "quickstart.yaml")
 def _fake_driver(monkeypatch: pytest.MonkeyPatch, target: str, completed: bool = True) -> list[Any]:
     seen: list[Any] = []
 
-    def run(scenario: Scenario, out_dir: Path) -> dict[str, Any]:
+    def run(scenario: Scenario, out_dir: Path, **options: Any) -> dict[str, Any]:
+        # options: the sim's ledger, max_wall_s and stop (the CLI's interrupt flag)
         seen.append((scenario, Path(out_dir)))
         summary = {k: 0 for k in SUMMARY_KEYS}
         summary.update(scenario=scenario.name, target=scenario.target, strategy=scenario.strategy.kind,
@@ -108,7 +109,9 @@ def test_compare_calls_target_compare(
         return {"completed": True, "valid": True,
                 "elapsed_s": 90.0 + scenario.seed if cr else 90.0, "goodput": 0.9}
 
-    def compare(scenario: Scenario, seeds: list[int], out_dir: Path, **options: object) -> object:
+    def compare(scenario: Scenario, seeds: list[int], out_dir: Path, stop: Any = None,
+                **options: object) -> object:
+        assert stop() is None  # the sim's runs poll the CLI's interrupt flag
         calls.append((scenario.name, seeds, Path(out_dir), options))
         return shared.compare(scenario, seeds, out_dir, run, log=lambda _: None, **options)
 
