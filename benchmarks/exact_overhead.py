@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                     out = Path(tmp) / f"{params}-{mode}-{i}"
                     s = driver.run(scenario(mode, args.workers, args.steps, params, args.lr), out)
                     if not s["completed"]:
-                        print(f"  {mode} run {i} did not complete: {s['reason']}")
+                        print(f"  {mode} run {i} did not complete: {s['end_reason']}")
                         return 1
                     times[mode].append(statistics.median(step_times(out)))
                     shas[mode].add(s["final_weights_sha256"])

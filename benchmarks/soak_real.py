@@ -85,7 +85,7 @@ def main() -> int:
             print(f"run {i:2d}: completed={s.get('completed')} valid={s.get('valid')} "
                   f"restarts={s.get('restarts')} generations={s.get('generations')} "
                   f"elapsed_s={s.get('elapsed_s', float('nan')):.2f} "
-                  f"{'' if ok else 'FAILED ' + str(s.get('reason')) + ' ' + str(out)}")
+                  f"{'' if ok else 'FAILED ' + str(s.get('end_reason')) + ' ' + str(out)}")
     finally:
         stop(hogs)
     print(f"{args.runs - len(failed)}/{args.runs} completed and valid")

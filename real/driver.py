@@ -127,7 +127,7 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
         "final_weights_agree": len(shas) <= 1,
         "survivor_restarts": launcher.survivor_restarts,
         "recoveries": recs,
-        "reason": launcher.reason,
+        "end_reason": launcher.reason,
         "result": launcher.result,
         "processes": [
             {"worker": p.worker, "incarnation": p.incarnation, "pid": p.pid,

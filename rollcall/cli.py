@@ -242,7 +242,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         summary = run(scenario, out_dir, **options)
     code = _interrupted_code(stop, summary)
     if code is not None:
-        _err(f"{summary.get('end_reason') or summary.get('reason') or 'interrupted'}; "
+        _err(f"{summary.get('end_reason') or 'interrupted'}; "
              f"history and summary (result: {summary.get('result')}) in {out_dir}")
         return code
     if not args.quiet:
@@ -261,7 +261,7 @@ def _interrupted_code(stop: interrupts.Stop, summary: dict[str, Any]) -> int | N
     if stop.exit_code is not None:
         return stop.exit_code
     if summary.get("result") == "interrupted":  # the real launcher caught it
-        return interrupts.exit_code_of_reason(str(summary.get("reason", "")))
+        return interrupts.exit_code_of_reason(str(summary.get("end_reason", "")))
     return None
 
 

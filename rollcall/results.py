@@ -68,6 +68,8 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "generations",
     "restarts",
     "wall_s",
+    "result",
+    "end_reason",
 )
 
 _STAMP = re.compile(r"^\d{8}T\d{6}Z$")

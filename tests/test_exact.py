@@ -86,7 +86,7 @@ class Runs:
 
             out = self.root / f"{case}-{reduction}"
             summary = driver.run(scenario(case, reduction), out)
-            assert summary["completed"] is True, (case, reduction, summary["reason"])
+            assert summary["completed"] is True, (case, reduction, summary["end_reason"])
             assert summary["valid"] is True, summary["violations"]
             assert summary["samples_duplicated"] == summary["samples_skipped"] == 0
             assert summary["steps_committed"] == STEPS
@@ -159,6 +159,6 @@ def test_a_diverging_exact_run_ends_with_the_reason(tmp_path: Path) -> None:
     raw["workload"]["steps"] = 100
     s = driver.run(parse_scenario(yaml.safe_dump(raw), "<diverges>"), tmp_path)
     assert s["completed"] is False
-    assert "non-finite gradient" in s["reason"], s["reason"]
+    assert "non-finite gradient" in s["end_reason"], s["end_reason"]
     assert s["valid"] is True, s["violations"]
     assert 0 < s["steps_committed"] < 100

@@ -48,7 +48,7 @@ def run(sc, out: Path) -> tuple[dict, list[dict]]:
     from real import driver
 
     s = driver.run(sc, out)
-    assert s["completed"] is True, s["reason"]
+    assert s["completed"] is True, s["end_reason"]
     assert s["valid"] is True, s["violations"]
     assert s["samples_duplicated"] == s["samples_skipped"] == 0
     assert s["steps_committed"] == sc.workload.steps

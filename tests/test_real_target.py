@@ -136,7 +136,7 @@ def worker_pid(worker: int, incarnation: int = 0, root: int | None = None) -> in
 def test_kill_one_of_four(tmp_path: Path) -> None:
     sc = load("real-kill-one")
     s = run_real(sc, tmp_path)
-    assert s["completed"] is True, s["reason"]
+    assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     assert_survivors_kept_pids(s, faulted={1})
     assert_no_process_left(s)
@@ -163,7 +163,7 @@ def test_a_kill_of_a_node_whose_process_is_still_starting_takes_it_down(tmp_path
     sc = load("real-kill-one", "cluster.repair_s=0.01",
               "failures.schedule=[{at_step: 5, kill: 1}, {at_step: 8, kill: 1}]")
     s = run_real(sc, tmp_path)
-    assert s["completed"] is True, s["reason"]
+    assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     assert_survivors_kept_pids(s, faulted={1})
     assert_no_process_left(s)
@@ -183,7 +183,7 @@ def test_a_kill_of_a_node_whose_process_is_still_starting_takes_it_down(tmp_path
 def test_kill_two_at_once(tmp_path: Path) -> None:
     sc = load("real-kill-two")
     s = run_real(sc, tmp_path)
-    assert s["completed"] is True, s["reason"]
+    assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     assert_survivors_kept_pids(s, faulted={1, 2})
     assert_no_process_left(s)
@@ -196,7 +196,7 @@ def test_kill_two_at_once(tmp_path: Path) -> None:
 def test_pause_past_timeout_is_evicted_fenced_and_rejoins(tmp_path: Path) -> None:
     sc = load("real-pause-one")
     s = run_real(sc, tmp_path)
-    assert s["completed"] is True, s["reason"]
+    assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     # Worker 2 was paused, not restarted: it too keeps its one process.
     assert_survivors_kept_pids(s, faulted=set())
@@ -226,7 +226,7 @@ def test_pause_past_timeout_is_evicted_fenced_and_rejoins(tmp_path: Path) -> Non
 def test_join_one(tmp_path: Path) -> None:
     sc = load("real-join-one")
     s = run_real(sc, tmp_path)
-    assert s["completed"] is True, s["reason"]
+    assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     assert_survivors_kept_pids(s, faulted=set())
     assert_no_process_left(s)
@@ -272,7 +272,7 @@ def test_kill_during_a_roll_call(tmp_path: Path) -> None:
     th.join(5)
     assert "error" not in killed, killed.get("error")
     assert killed.get("pid") and killed["still_open"]
-    assert s["completed"] is True, s["reason"]
+    assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     assert_survivors_kept_pids(s, faulted={1, 2})
     assert_no_process_left(s)
@@ -293,7 +293,7 @@ def test_below_min_workers_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureF
     sc = load("real-below-min")
     s = run_real(sc, tmp_path)
     assert s["completed"] is False
-    assert "min_workers" in s["reason"]
+    assert "min_workers" in s["end_reason"]
     assert "completed: false" in capsys.readouterr().out
     assert_exactly_once(s)  # what was committed before the failure is still exact
     assert 5 <= s["steps_committed"] < sc.workload.steps
@@ -308,7 +308,7 @@ def test_below_min_workers_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureF
 def test_checkpoint_restart_with_a_kill(tmp_path: Path) -> None:
     sc = load("real-checkpoint-restart")
     s = run_real(sc, tmp_path)
-    assert s["completed"] is True, s["reason"]
+    assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     assert s["restarts"] == 1
     assert s["survivor_restarts"] == 2  # torchrun's way: the survivors were torn down too
@@ -339,7 +339,7 @@ def test_chaos_kill_join_kill_under_checkpoint_restart(tmp_path: Path) -> None:
     which report the launcher heard first."""
     sc = load("chaos-cr-kill-join-kill")
     s = run_real(sc, tmp_path)
-    assert s["completed"] is True, s["reason"]
+    assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     assert s["restarts"] == 2
     recs = records(tmp_path)
@@ -386,4 +386,4 @@ def test_sigint_to_the_launcher_leaves_no_process_and_keeps_history(tmp_path: Pa
     assert recs[-1]["f"] == "end" and recs[-1]["completed"] is False
     s = read_summary(out)
     assert s["completed"] is False and s["valid"] is True, s["violations"]
-    assert "interrupted" in s["reason"]
+    assert "interrupted" in s["end_reason"]

@@ -39,8 +39,8 @@ def test_prepare_out_dir_writes_resolved_scenario(tmp_path: Path) -> None:
 
 
 def test_summary_keys() -> None:
-    assert len(SUMMARY_KEYS) == len(set(SUMMARY_KEYS)) == 25
-    assert SUMMARY_KEYS[0] == "scenario" and SUMMARY_KEYS[-1] == "wall_s"
+    assert len(SUMMARY_KEYS) == len(set(SUMMARY_KEYS)) == 27
+    assert SUMMARY_KEYS[0] == "scenario" and SUMMARY_KEYS[-2:] == ("result", "end_reason")
 
 
 def test_summary_round_trip_sorted_indented(tmp_path: Path) -> None:

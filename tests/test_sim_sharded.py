@@ -29,7 +29,7 @@ def _records(out: Path, f: str) -> list[dict]:
 
 
 def _assert_valid(s: dict) -> None:
-    assert s["completed"] is True, s.get("reason")
+    assert s["completed"] is True, s.get("end_reason")
     assert s["valid"] is True, s["violations"]
     assert s["samples_duplicated"] == s["samples_skipped"] == 0
 
