@@ -141,6 +141,11 @@ def _prepare(out_dir: Path, scenario: Scenario) -> bool:
 def _cmd_validate(args: argparse.Namespace) -> int:
     scenario = _load(args)
     print(f"ok: {scenario.name} ({scenario.target}, {scenario.strategy.kind})")
+    if args.plan:
+        from rollcall.plan import format_plan, plan
+
+        print(scenario.to_yaml().rstrip())
+        print(format_plan(plan(scenario)))
     return 0
 
 
@@ -468,6 +473,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("validate", help="check a scenario file and print its resolved identity")
     common(p)
+    p.add_argument("--plan", action="store_true",
+                   help="also print the resolved scenario, the worker id ranges, the fault "
+                        "timeline, the failure-free time and the expected random failures")
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("run", help="run a scenario on a target")
