@@ -20,9 +20,7 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
 
 import pandas as pd
 import psutil
@@ -35,6 +33,7 @@ from rollcall.core import check
 from rollcall.results import read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import load_scenario
 from real_processes import needs_pidfd, one_real_run_at_a_time
+from polling import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_REAL = ROOT / "scenarios" / "real-checkpoint-restart.yaml"
@@ -46,7 +45,6 @@ SIM_METRICS_BEFORE = (
     "stall_s", "recovery_s", "checkpoint_s", "failures", "generations", "restarts",
     "lost_steps", "samples_duplicated", "samples_skipped", "global_batch_min", "wall_s",
 )
-
 
 
 def _rows(out: Path) -> list[dict[str, str]]:
@@ -69,16 +67,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def _wait_for(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.01)  # bounded poll of a condition, not a synchronising sleep
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def _assert_row_is_its_history(row: dict[str, str]) -> None:
@@ -187,14 +175,14 @@ def test_ctrl_c_keeps_finished_rows_and_leaves_no_process(tmp_path: Path) -> Non
                                 stdout=subprocess.DEVNULL, stderr=fh, start_new_session=True)
     seen: set[int] = set()
     try:
-        _wait_for(lambda: "compare [1/4]" in err.read_text(), 150, "the first finished run")
+        wait_for(lambda: "compare [1/4]" in err.read_text(), 150, "the first finished run")
 
         def training() -> bool:
             seen.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
             recs = read_jsonl_so_far(out / f"elastic-seed{first}" / "history.jsonl")
             return sum(r["f"] == "commit" for r in recs) >= 3
 
-        _wait_for(training, 120, "the second run training")
+        wait_for(training, 120, "the second run training")
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=60)
     finally:

@@ -12,9 +12,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import pytest
@@ -23,6 +22,7 @@ from rollcall import interrupts
 from rollcall.compare import RUNS_FILE, compare
 from rollcall.results import SUMMARY_KEYS, read_summary
 from rollcall.scenario import load_scenario
+from polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -33,16 +33,6 @@ LONG = ["--set", "workload.steps=100000000", "--set", "strategy.checkpoint_inter
 
 def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT))
-
-
-def _wait_for(cond: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.01)  # bounded poll of a condition, not a synchronising sleep
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def _lines(path: Path) -> int:
@@ -65,7 +55,7 @@ def _interrupt_run(tmp_path: Path, signum: int) -> tuple[int, str, int, Path, se
             seen.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
             return _lines(out / "history.jsonl")
 
-        before = _wait_for(started, 120, "history records on disk")
+        before = wait_for(started, 120, "history records on disk")
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -165,11 +155,11 @@ def test_the_first_signal_asks_and_the_second_raises() -> None:
     with interrupts.catch() as stop:
         assert stop.reason() is None
         os.kill(os.getpid(), signal.SIGTERM)
-        _wait_for(stop.reason, 10, "the handler")
+        wait_for(stop.reason, 10, "the handler")
         assert stop.reason() == "interrupted by SIGTERM" and stop.exit_code == 143
         with pytest.raises(interrupts.Interrupted) as info:
             os.kill(os.getpid(), signal.SIGINT)
-            _wait_for(lambda: False, 10, "the second signal")
+            wait_for(lambda: False, 10, "the second signal")
     assert info.value.exit_code == 130
     assert signal.getsignal(signal.SIGTERM) is old
 

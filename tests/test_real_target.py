@@ -16,9 +16,8 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import pytest
@@ -26,6 +25,7 @@ import pytest
 from rollcall.results import SUMMARY_KEYS, read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import Scenario, load_scenario
 from real_processes import REAL_PROCESSES
+from polling import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -98,16 +98,6 @@ def generations(recs: list[dict]) -> list[dict]:
 
 def members(r: dict) -> list[int]:
     return [w for lo, hi in r["members"] for w in range(lo, hi + 1)]
-
-
-def wait_for(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.01) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)  # bounded poll of a condition, not a synchronising sleep
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def history_lines(out: Path) -> list[dict]:

@@ -1,0 +1,18 @@
+"""Waiting for another process to get somewhere, bounded (no synchronising sleep)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str, every: float = 0.01) -> Any:
+    """``cond()``'s first truthy value, polled every ``every`` seconds for at
+    most ``timeout`` seconds; an AssertionError naming ``what`` after that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(every)  # bounded poll of a condition, not a synchronising sleep
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
