@@ -293,10 +293,9 @@ class Keeper:
         self._steps_lost = 0  # committed steps the latest fallback threw away
         # workers not to relaunch: node down (until node_up), or left the job
         self.down: IdRuns = EMPTY
-        # lives that left the job: over for good (a late copy of one of their
-        # Joins is refused); ``gone`` are the workers whose latest life left
+        # worker -> its life that left the job: over for good (a late copy of
+        # one of its Joins is refused) until a newer life joins
         self.left: dict[WorkerId, int] = {}
-        self.gone: IdRuns = EMPTY
         self._relaunched: IdRuns = EMPTY  # ordered lives a Relaunch started
         self._promised: dict[WorkerId, int] = {}  # node_up: a life handed out, until it joins
         self._committed: Optional[int] = None  # the current generation's last committed step
@@ -484,7 +483,6 @@ class Keeper:
             if message.worker in self.liveness:
                 self.down = self.down | (message.worker,)  # gone for good: no relaunch
                 self.left[message.worker] = message.incarnation
-                self.gone = self.gone | (message.worker,)
                 self._declare_dead(now, message.worker, "left")
         elif isinstance(message, Checkpointed):
             self._checkpointed(now, message)
@@ -492,9 +490,8 @@ class Keeper:
             raise TypeError(f"unknown message {message!r}")
 
     def _incarnation_ok(self, now: float, worker: WorkerId, incarnation: int) -> bool:
-        if worker in self.gone and incarnation <= self.left[worker]:
-            pass  # that life left: whatever it sent is a late copy
-        elif incarnation >= self.life_table.get(worker):
+        left = self.left.get(worker, -1)  # a life that left: all it sends is a late copy
+        if incarnation > left and incarnation >= self.life_table.get(worker):
             return True
         self._refuse(now, worker, incarnation, "message", "stale-incarnation")
         return False
@@ -530,9 +527,9 @@ class Keeper:
                 return
         new_life = not tracked or inc > known
         self.life_table.set(w, inc)
-        if w in self.gone:
+        if w in self.left:
             assert inc > self.left[w], "a life that left is refused (_incarnation_ok)"
-            self._back(IdRuns.span(w, w))
+            del self.left[w]
         if self._promised.get(w, inc + 1) <= inc:
             del self._promised[w]  # kept: a life node_up handed out that has not joined
         if w in self.awaiting_relaunch:
@@ -579,17 +576,17 @@ class Keeper:
                     self._join(now, Join(w, claimed(w), None))
                 workers, r = workers.tail(1), self.round
             # a lives-less batch stands for the lives the keeper knows: for a
-            # worker a restart moved on, the torn-down one, which each Join
-            # would have refused as stale (the slow path below refuses it)
-            # a worker whose life left: refused one by one (the slow path)
-            fast = (workers & r.expected) - self.awaiting_relaunch - self.gone \
+            # worker a restart moved on, the torn-down one, or one whose life
+            # left, which each Join would have refused (the slow path does)
+            gone = IdRuns.of(self.left) if self.left else EMPTY
+            fast = (workers & r.expected) - self.awaiting_relaunch - gone \
                 if r is not None else EMPTY
             if r is not None and batch.cursor is None:
                 # Workers never seen (or back from repair, untracked) joining
                 # without state: what ``_join`` does to each, done to all at
                 # once (admission by id order is the same: ``Keeper._close``).
                 new = workers - fast - self.liveness.tracked - self.members - self.awaiting_relaunch \
-                    - self.gone
+                    - gone
                 if new:
                     counter = self.counter
                     for w in [w for w in counter if w in new]:
@@ -632,18 +629,12 @@ class Keeper:
             for w in fresh:
                 table.set(w, claimed(w))
         self.awaiting_relaunch = self.awaiting_relaunch - fresh
-        if not fresh.isdisjoint(self.gone):
-            self._back(fresh & self.gone)
+        for w in [w for w in self.left if w in fresh]:  # newer lives of workers that left
+            del self.left[w]
         counter = self.counter
         for w in [w for w in counter if w in fresh]:
             del counter[w]
         return fresh
-
-    def _back(self, ws: IdRuns) -> None:
-        """Newer lives of workers whose life had left have joined."""
-        for w in ws:
-            del self.left[w]
-        self.gone = self.gone - ws
 
     def _step_failed(self, now: float, msg: StepFailed) -> None:
         if msg.generation != self.generation or msg.worker not in self.members:
