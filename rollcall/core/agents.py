@@ -419,15 +419,12 @@ class AgentBatch:
     def _canon(self, state: AgentState) -> AgentState:
         """With heartbeats off, no agent holds a beat deadline or counter;
         with retries off, none a retry deadline."""
-        beats = self.heartbeats or (state.beat_at is None and not state.counter)
-        retries = self.retries or state.retry_at is None
-        if beats and retries:
-            return state
-        if beats:
-            return replace(state, retry_at=None)
-        if retries:
-            return replace(state, beat_at=None, counter=0)
-        return replace(state, beat_at=None, counter=0, retry_at=None)
+        drop: dict[str, object] = {}
+        if not self.heartbeats and (state.beat_at is not None or state.counter):
+            drop.update(beat_at=None, counter=0)
+        if not self.retries and state.retry_at is not None:
+            drop["retry_at"] = None
+        return replace(state, **drop) if drop else state
 
     def _put(self, key: Key, ids: IdRuns) -> None:
         have = self._groups.get(key)
