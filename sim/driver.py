@@ -276,12 +276,17 @@ class Simulation:
     # ------------------------------------------------------------------ keeper
 
     def _kreceive(self, now: float, messages: list) -> None:
+        self._kcall(now, self.keeper.receive_many, messages)
+
+    def _kcall(self, now: float, call: Callable[..., list], *args: Any) -> None:
+        """One input to the keeper at ``now``: ``call(now, *args)``, after the
+        votes that reached it first, its outputs carried out."""
         if self.state == DONE:
             return
         self._cast(now)  # the votes that reached the keeper first
         self.tally.counts["keeper_calls"] += 1
         t = _perf()
-        out = self.keeper.receive_many(now, messages)
+        out = call(now, *args)
         self.keeper_s += _perf() - t
         self._apply(now, out)
 
@@ -310,15 +315,7 @@ class Simulation:
         mostly the killed process's teardown). Whether it evicts the life
         (``exited``) is the keeper's decision.
         """
-        now = self.env.now
-        if self.state == DONE:
-            return
-        self._cast(now)  # the votes that reached the keeper first
-        self.tally.counts["keeper_calls"] += 1
-        t = _perf()
-        out = self.keeper.exited(now, w, incarnation)
-        self.keeper_s += _perf() - t
-        self._apply(now, out)
+        self._kcall(self.env.now, self.keeper.exited, w, incarnation)
 
     def _alarm(self, t: float, detection: bool = True) -> None:
         key = (t, detection)
@@ -1155,7 +1152,7 @@ class Simulation:
         assert max_wall_s is None or max_wall_s > 0, max_wall_s
         self._max_wall_s, self._stop = max_wall_s, stop
         with _few_collections():
-            return self._run(max_wall_s)
+            return self._run()
 
     def _check_halt(self) -> None:
         """Note in ``_halt`` why the run must end early, if it must (polled, not pushed,
@@ -1191,7 +1188,7 @@ class Simulation:
                 self._finish(env.now, False, self._halt)
                 return
 
-    def _run(self, max_wall_s: Optional[float] = None) -> dict:
+    def _run(self) -> dict:
         wall0 = _time.perf_counter()
         sc = self.sc
         env = self.env
@@ -1214,11 +1211,11 @@ class Simulation:
         horizon = 1000.0 * ideal_total + 100.0 * (sc.strategy.restart_s + sc.detector.timeout_s) + 3600.0
         self._at(horizon, self._horizon)
         try:
-            if max_wall_s is None and self._stop is None:
+            if self._max_wall_s is None and self._stop is None:
                 env.run(until=self.done)
             else:
-                if max_wall_s is not None:
-                    self._wall_deadline = wall0 + max_wall_s
+                if self._max_wall_s is not None:
+                    self._wall_deadline = wall0 + self._max_wall_s
                 self._run_until_halt()
         except RuntimeError:
             # simpy's "no scheduled events left" (the job can never end); any
