@@ -263,10 +263,8 @@ def _interrupted_code(stop: interrupts.Stop, summary: dict[str, Any]) -> int | N
     stops the command with the signal's status; the summary then says how
     the run really ended.
     """
-    if stop.exit_code is not None:
-        return stop.exit_code
-    if summary.get("result") == "interrupted":  # the real launcher caught it
-        return interrupts.exit_code_of_reason(str(summary.get("end_reason", "")))
+    if stop.exit_code is not None or summary.get("result") == "interrupted":  # or real's launcher
+        return _interrupt_code(stop, str(summary.get("end_reason", "")))
     return None
 
 
@@ -324,7 +322,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:
         _err(f"interrupted; the finished runs are in {out_dir / 'compare.csv'} "
              f"({_interrupt_reason(stop, exc)}; run the same command to resume)")
-        return _interrupt_code(stop, exc)
+        return _interrupt_code(stop, str(exc))
     return _compare_output(args, scenario, cmp, choice, out_dir)
 
 
@@ -370,7 +368,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     except KeyboardInterrupt as exc:
         _err(f"interrupted; finished runs kept in {out_dir} "
              f"({_interrupt_reason(stop, exc)}; run the same command to resume)")
-        return _interrupt_code(stop, exc)
+        return _interrupt_code(stop, str(exc))
     if not args.quiet and len(df):
         table = analysis.summarize(df, list(grid) + ["strategy"], ["goodput", "ettr", "elapsed_s"])
         cols = list(grid) + ["strategy", "n", "goodput_mean", "goodput_ci", "ettr_mean", "ettr_ci", "elapsed_s_mean"]
@@ -388,14 +386,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _interrupt_reason(stop: interrupts.Stop, exc: KeyboardInterrupt) -> str:
     """``interrupted (SIGINT)``: the signal we caught, or the one a real launcher named."""
-    return f"interrupted ({signal.Signals(_interrupt_code(stop, exc) - 128).name})"
+    return f"interrupted ({signal.Signals(_interrupt_code(stop, str(exc)) - 128).name})"
 
 
-def _interrupt_code(stop: interrupts.Stop, exc: KeyboardInterrupt) -> int:
-    """130 or 143: the signal we caught, else the one a real launcher named."""
+def _interrupt_code(stop: interrupts.Stop, named: str) -> int:
+    """130 or 143: the signal we caught, else the one ``named`` (a real launcher's reason)."""
     if stop.exit_code is not None:
         return stop.exit_code
-    return interrupts.exit_code_of_reason(str(exc))
+    return interrupts.exit_code_of_reason(named)
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
