@@ -380,8 +380,6 @@ class AgentBatch:
             if sel is not None and not (ids.mask & sel.mask):
                 continue
             part = ids if sel is None else ids & sel
-            if only is None:
-                self._cut(key, ids, part)
             state, src = key
             parts = split(part, src) if split is not None else [(part, src, src)]
             for sub, mine, after in parts:
@@ -391,8 +389,13 @@ class AgentBatch:
                 acts = fn(agent)
                 new = self._canon(agent.state())
                 life = after if new.generation != state.generation else mine
+                if acts:
+                    out += self._actions(sub, agent, life, acts)
+                if only is None and sub is ids and life is src and new == state:
+                    continue  # the whole group, unchanged: it stays as it is
+                if only is None:
+                    self._cut(key, self._groups[key], sub)
                 moved.append(((new, life), sub))
-                out += self._actions(sub, agent, life, acts)
         for key, ids in moved:  # after the loop: a part must not be handled twice
             self._put(key, ids)
         return out

@@ -89,7 +89,7 @@ class IdRuns(Sequence[int]):
     @classmethod
     def of(cls, ids: Ids) -> "IdRuns":
         """Any iterable of non-negative ints (in any order, repeats allowed)."""
-        if isinstance(ids, IdRuns):
+        if ids.__class__ is cls or isinstance(ids, IdRuns):
             return ids
         if isinstance(ids, range) and ids.step == 1:
             return cls.span(ids.start, ids.stop - 1)
@@ -206,7 +206,9 @@ class IdRuns(Sequence[int]):
         return 1 if x in self else 0
 
     def __contains__(self, x: object) -> bool:
-        if not isinstance(x, int) or isinstance(x, bool) or x < 0:
+        if x.__class__ is not int and (not isinstance(x, int) or isinstance(x, bool)):
+            return False
+        if x < 0:  # type: ignore[operator]
             return False
         lo = self._lo_
         if lo is not None:  # runs at hand: bisect, cheaper than shifting the mask

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
+from rollcall.core.lives import Lives
 from rollcall.core.placement import RecoveryPlan
 from rollcall.core.types import Cursor, WorkerId
 
@@ -139,6 +140,9 @@ class Membership:
     fallback: bool = False
 
     def admits(self, worker: WorkerId, incarnation: int) -> bool:
+        incs = self.incarnations
+        if isinstance(incs, Lives) and incs.members is self.members:
+            return incs.of(worker) == incarnation  # by id: no rank lookup
         try:
             rank = self.members.index(worker)
         except ValueError:
