@@ -602,7 +602,8 @@ class Launcher:
                 if p.alive:
                     os.kill(p.pid, signal.SIGCONT)
                     p.paused = False
-                    self.write(rec(now, "info", "resume", NEMESIS, workers=[p.worker]))
+                    self.write(rec(now, "info", "fault", NEMESIS, kind="resume",
+                                   workers=[p.worker]))
         for t, w in list(self.repairs):
             if now >= t:
                 self.repairs.remove((t, w))
