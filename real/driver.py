@@ -144,10 +144,13 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
     return summary
 
 
-def run(scenario: Scenario, out_dir: str | Path) -> dict[str, Any]:
+def run(scenario: Scenario, out_dir: str | Path,
+        max_wall_s: Optional[float] = None) -> dict[str, Any]:
+    """Run ``scenario`` as real processes; ``max_wall_s``: end it (not
+    completed, result failed) after that many wall seconds, as on the sim."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    launcher = Launcher(scenario, out)
+    launcher = Launcher(scenario, out, max_wall_s)
     raised: Optional[BaseException] = None
     try:
         launcher.run()

@@ -222,9 +222,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
              f"is too large to list (at most {LEDGER_DATASET_LIMIT}); run without --ledger "
              f"for the compact ledger")
         return 2
-    if args.max_wall_s is not None and scenario.target != "sim":
-        _err("--max-wall-s: the sim target only (a real run is stopped with Ctrl-C)")
-        return 2
     problem = _size_problem(scenario, _per_sample_ledger(scenario, args.ledger),
                             args.max_history_mb, args.force)
     if problem is not None:
@@ -239,10 +236,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     with interrupts.catch() as stop:
         options: dict[str, Any] = {}
+        if args.max_wall_s is not None:
+            options["max_wall_s"] = args.max_wall_s
         if scenario.target == "sim":  # the real launcher handles the signals itself
-            options = {"ledger": True} if args.ledger else {}
-            if args.max_wall_s is not None:
-                options["max_wall_s"] = args.max_wall_s
+            if args.ledger:
+                options["ledger"] = True
             options["stop"] = stop.reason
         summary = run(scenario, out_dir, **options)
     code = _interrupted_code(stop, summary)
@@ -489,7 +487,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="sim: write the per-sample ledger whatever the run's size "
                         "(the real target always writes it)")
     p.add_argument("--max-wall-s", type=_positive_float, metavar="S",
-                   help="sim: end the run after S seconds of wall clock (completed: false, "
+                   help="end the run after S seconds of wall clock (completed: false, "
                         "end_reason 'wall limit: ...', history and summary kept; exit 1)")
     _size_options(p)
     p.set_defaults(func=_cmd_run)

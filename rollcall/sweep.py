@@ -30,11 +30,13 @@ import json
 import os
 import re
 import shutil
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
+import psutil
 import yaml
 
 from rollcall.results import SUMMARY_FILE, SUMMARY_KEYS, prepare_out_dir, read_summary, scenario_hash
@@ -149,6 +151,52 @@ def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str
     return driver.run(sc, out)
 
 
+def _pool_worker_init() -> None:
+    """A pool process leaves the signals to the sweep: SIGINT (which a
+    terminal sends the whole group) is ignored, SIGTERM ends it at once (it
+    would otherwise inherit the sweep's handler, turn the signal into an
+    exception inside its task and wait for the next)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _run_pool(pending: Sequence[Point], jobs: int, advance: Callable[[], None],
+              scenario_path: str, sets: Sequence[str], target: str | None, root: Path) -> None:
+    """The pending points in a pool of ``jobs`` processes. On any exception (an
+    interrupt) the pool's processes are ended, by PID, before it propagates:
+    a point cut short has no summary and reruns next time."""
+    before = {c.pid for c in psutil.Process().children()}
+    pool = cf.ProcessPoolExecutor(max_workers=jobs, initializer=_pool_worker_init)
+    try:
+        futures = [pool.submit(run_point, scenario_path, list(sets), p, target, str(root))
+                   for p in pending]
+        for fut in cf.as_completed(futures):
+            fut.result()
+            advance()
+    except BaseException:
+        mine = [c for c in psutil.Process().children() if c.pid not in before]
+        pool.shutdown(wait=False, cancel_futures=True)
+        _end_processes(mine, timeout_s=10.0)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _end_processes(procs: Sequence[psutil.Process], timeout_s: float) -> None:
+    """SIGTERM each, then SIGKILL whichever is still there after ``timeout_s``."""
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=timeout_s)
+
+
 def _row(point: Point, summary: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {k: summary.get(k) for k in SUMMARY_KEYS}
     row.update({k: v for k, v in summary.items() if k not in row})
@@ -228,17 +276,7 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
                 run_point(scenario_path, sets, p, target, str(root))
                 advance()
         else:
-            pool = cf.ProcessPoolExecutor(max_workers=jobs)
-            try:
-                futures = [pool.submit(run_point, scenario_path, list(sets), p, target, str(root))
-                           for p in pending]
-                for fut in cf.as_completed(futures):
-                    fut.result()
-                    advance()
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-            pool.shutdown(wait=True)
+            _run_pool(pending, jobs, advance, scenario_path, sets, target, root)
     finally:
         if bar is not None:
             bar.stop()
