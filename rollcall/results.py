@@ -176,6 +176,29 @@ def scenario_hash(scenario: Scenario) -> str:
     return hashlib.sha256(scenario.to_yaml().encode("utf-8")).hexdigest()
 
 
+def finished_summary(run_dir: str | Path, sha256: str) -> dict[str, Any] | None:
+    """The summary of a run already made in ``run_dir`` of the very scenario
+    whose :func:`scenario_hash` is ``sha256``, or None (then it must run again).
+
+    Made: its ``summary.json`` exists and was not cut short by an interrupt,
+    and its ``scenario.yaml`` (the resolved scenario the run wrote before it
+    started) hashes to ``sha256``: an edited scenario file, another
+    ``--set``, another checkpoint interval or another scenario's run in the
+    same directory is stale. The one rule ``compare`` and ``sweep`` resume by.
+    """
+    run_dir = Path(run_dir)
+    try:
+        text = (run_dir / SCENARIO_FILE).read_bytes()
+        if hashlib.sha256(text).hexdigest() != sha256:
+            return None
+        summary = read_summary(run_dir)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or summary.get("result") == "interrupted":
+        return None
+    return summary
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
     # Write beside the target and rename: a reader (or a crash) sees either
     # the old file or the whole new one, never half a file.

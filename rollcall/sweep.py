@@ -39,7 +39,9 @@ import pandas as pd
 import psutil
 import yaml
 
-from rollcall.results import SUMMARY_FILE, SUMMARY_KEYS, prepare_out_dir, read_summary, scenario_hash
+from rollcall.results import (
+    SUMMARY_FILE, SUMMARY_KEYS, finished_summary, prepare_out_dir, read_summary, scenario_hash,
+)
 from rollcall.scenario import Scenario, load_scenario
 
 __all__ = ["STRATEGIES", "Point", "expand_grid", "is_done", "parse_grid", "plan", "resolve", "run_point",
@@ -120,15 +122,9 @@ def resolve(scenario_path: str, sets: Sequence[str], point: Point, target: str |
 
 
 def is_done(out_root: str | Path, point: Point, sha256: str) -> bool:
-    """Whether the point's run directory holds a finished run of exactly this scenario."""
-    run_dir = Path(out_root) / point.rel_dir
-    if not (run_dir / SUMMARY_FILE).exists():
-        return False
-    try:
-        meta = json.loads((run_dir / POINT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False  # no hash recorded (an older sweep): cannot tell, so redo it
-    return isinstance(meta, dict) and meta.get("scenario_sha256") == sha256
+    """Whether the point's run directory holds a finished run of exactly this
+    scenario (:func:`rollcall.results.finished_summary`, as compare resumes)."""
+    return finished_summary(Path(out_root) / point.rel_dir, sha256) is not None
 
 
 def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str | None,
