@@ -11,9 +11,9 @@ checked: not blank, every image loaded.
 from __future__ import annotations
 
 import contextlib
+import html
 import io
 import json
-import math
 import os
 import re
 import shutil
@@ -35,6 +35,7 @@ from rollcall.report import REPORT_FILE, ReportError, build
 from rollcall.report import data, figures, source
 from rollcall.results import LATEST_LINK, prepare_out_dir, update_latest
 from rollcall.scenario import load_scenario
+from polling import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = str(ROOT / "scenarios" / "quickstart.yaml")
@@ -114,7 +115,7 @@ def test_compare_report_states_the_verdict_compare_printed(dirs: dict[str, Path]
     src = source.load(dirs["compare"])
     assert data.verdict_sentence(src) == printed
     page = build(dirs["compare"]).read_text(encoding="utf-8")
-    assert printed.replace("[", "[") in page.replace("&#x27;", "'")
+    assert f'<p class="verdict">{html.escape(printed)}</p>' in page
 
 
 def test_break_even_is_the_paired_difference_per_point(dirs: dict[str, Path]) -> None:
@@ -136,8 +137,13 @@ def test_break_even_is_the_paired_difference_per_point(dirs: dict[str, Path]) ->
 
 
 def test_sweep_sentence_without_pairs() -> None:
-    assert data.sweep_sentence(data.break_even.__annotations__ and pd.DataFrame(
-        columns=["d_mean", "significant", "verdict"])).startswith("no verdict")
+    empty = pd.DataFrame(columns=["d_mean", "significant", "verdict"])
+    assert data.sweep_sentence(empty).startswith("no verdict")
+    # a sweep of one strategy has no pairs, and says so
+    src = source.Source("sweep", Path("."), pd.DataFrame(
+        {"strategy": ["elastic"] * 2, "seed": [0, 1], "run_dir": ["a", "b"],
+         "elapsed_s": [1.0, 2.0], "completed": [True, True], "valid": [True, True]}))
+    assert data.break_even(src).empty
 
 
 def test_u_curve_has_its_minimum_at_daly(dirs: dict[str, Path]) -> None:
@@ -336,8 +342,27 @@ def test_commands_point_runs_latest_at_their_directory(tmp_path: Path,
 
 # --------------------------------------------------------------------------- in a browser
 
+def _live_in_group(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that still run (zombies waiting for init are not)."""
+    import psutil
+
+    live = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(p.pid) == pgid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                live.append(p.pid)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return live
+
+
 def _browser(args: list[str], cwd: Path) -> str:
-    """Run headless Chromium in ``cwd`` (its profile there too), bounded; its stdout."""
+    """Run headless Chromium in ``cwd`` (its profile there too), bounded; its stdout.
+
+    It runs in a session of its own, so its helpers are found by group id
+    afterwards: each still running is killed by PID, and the test waits
+    (bounded) until none is left.
+    """
     assert CHROMIUM is not None
     cmd = [CHROMIUM, "--no-sandbox", "--headless", f"--user-data-dir={cwd / 'profile'}", *args]
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -345,12 +370,14 @@ def _browser(args: list[str], cwd: Path) -> str:
     try:
         out, _ = proc.communicate(timeout=BROWSER_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # its group: the browser and its helpers
+        proc.kill()
         proc.communicate()
-        raise AssertionError(f"chromium did not finish in {BROWSER_TIMEOUT_S} s")
+        raise AssertionError(f"chromium did not finish in {BROWSER_TIMEOUT_S} s") from None
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # a helper left behind by the browser
+        for pid in _live_in_group(proc.pid):  # helpers the browser left behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: not _live_in_group(proc.pid), 10.0, "chromium's helpers to exit")
     assert proc.returncode == 0, f"chromium exited {proc.returncode}"
     return out
 
@@ -383,3 +410,15 @@ def test_report_renders_in_chromium(name: str, dirs: dict[str, Path], tmp_path: 
     assert title is not None
     assert title.group(1) == f"loaded:{page.count('<img ')}", title.group(1)
     assert page.count("<img ") >= 3
+
+
+def test_a_compare_reported_from_another_directory(dirs: dict[str, Path], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare.csv names its runs relative to where compare ran; the report finds them in DIR."""
+    monkeypatch.chdir(tmp_path)
+    assert _cli("compare", QUICK, "--seeds", "1", "--out", "c", *MTBF)[0] == 0
+    moved = tmp_path / "elsewhere"
+    (tmp_path / "c").rename(moved)
+    page = build(moved).read_text(encoding="utf-8")
+    assert '<img src="timeline.png"' in page
+    assert source.load(moved).runs.run_dir.map(lambda d: Path(d).parent == moved).all()

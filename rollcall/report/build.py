@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from rollcall import verdict as vd
 from rollcall.report import data, figures
 from rollcall.report.page import Section, render
-from rollcall.report.source import ReportError, Source, comparison_of, finite, load, points
+from rollcall.report.source import Source, comparison_of, finite, load, points
 
 __all__ = ["REPORT_FILE", "build"]
 
@@ -158,6 +159,13 @@ def build(path: str | Path) -> Path:
 
 
 def _scenario_name(src: Source) -> Any:
+    """The scenario's name: the summary's, sweep.csv's, else the resolved scenario.yaml's."""
     if src.kind == "run":
         return src.summary.get("scenario", "?")
-    return src.runs["scenario"].iloc[0] if "scenario" in src.runs.columns else src.path.name
+    if "scenario" in src.runs.columns:
+        return src.runs["scenario"].iloc[0]
+    try:
+        doc = yaml.safe_load((src.path / "scenario.yaml").read_text(encoding="utf-8"))
+        return doc.get("name", src.path.name) if isinstance(doc, dict) else src.path.name
+    except (OSError, yaml.YAMLError):
+        return src.path.name

@@ -21,7 +21,6 @@ from matplotlib.figure import Figure
 from rollcall import analysis as an
 from rollcall import verdict as vd
 from rollcall.report.data import UCurve, point_label
-from rollcall.report.source import finite
 
 __all__ = ["COLOURS", "break_even_heatmap", "break_even_line", "metrics", "save",
            "timelines", "u_curve"]
@@ -77,6 +76,7 @@ def metrics(stats: pd.DataFrame, keys: Sequence[str]) -> Figure:
             _errorbars(ax, x, sub, metric, scale, COLOURS.get(str(strategy), "k"), str(strategy))
         ax.set_xticks(range(len(labels)), labels, rotation=30 if len(labels) > 2 else 0,
                       ha="right" if len(labels) > 2 else "center", fontsize=7)
+        ax.set_xlim(-0.5, len(labels) - 0.5)
         ax.set_title({"elapsed_s": f"elapsed ({unit})"}.get(metric, metric))
         if metric != "elapsed_s":
             ax.set_ylim(0, 1.05)

@@ -100,6 +100,9 @@ def _load_compare(d: Path) -> Source:
     runs = _read_csv(d / cmp_mod.RUNS_FILE)
     if runs.empty:
         raise ReportError(f"{d / cmp_mod.RUNS_FILE}: no finished run yet")
+    # compare names each run <strategy>-seed<S>/ inside its out; run_dir was written
+    # relative to the cwd of the compare, so it is found again from here instead
+    runs = runs.assign(run_dir=[str(d / Path(str(r)).name) for r in runs["run_dir"]])
     notes = ()
     if not (d / cmp_mod.TABLE_FILE).is_file():
         notes = (f"unfinished compare: {cmp_mod.TABLE_FILE} is missing (interrupted?); "
