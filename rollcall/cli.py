@@ -20,6 +20,7 @@ from typing import Any, Callable, NoReturn, Sequence
 from rollcall import interrupts
 from rollcall.results import (
     OutDirError, claim_out_dir, default_out_dir, history_estimate_bytes, prepare_out_dir,
+    update_latest,
 )
 from rollcall.scenario import Scenario, ScenarioError, load_scenario
 
@@ -135,7 +136,20 @@ def _prepare(out_dir: Path, scenario: Scenario) -> bool:
     except OSError as exc:
         _err(f"{out_dir}: cannot create the run directory: {exc.strerror or exc}")
         return False
+    _link_latest(out_dir)
     return True
+
+
+#: the default root of run, compare and sweep directories (its ``latest`` link is kept)
+RUNS_ROOT = Path("runs")
+
+
+def _link_latest(out_dir: Path) -> None:
+    """``runs/latest`` -> ``out_dir`` when it lies under runs/; a failure is a warning only."""
+    try:
+        update_latest(out_dir, RUNS_ROOT)
+    except OSError as exc:
+        _err(f"warning: {RUNS_ROOT / 'latest'}: cannot update the link: {exc.strerror or exc}")
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -364,9 +378,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
             )
     except KeyboardInterrupt as exc:
+        if out_dir.is_dir():
+            _link_latest(out_dir)
         _err(f"interrupted; finished runs kept in {out_dir} "
              f"({_interrupt_reason(stop, exc)}; run the same command to resume)")
         return _interrupt_code(stop, str(exc))
+    _link_latest(out_dir)
     if not args.quiet and len(df):
         table = analysis.summarize(df, list(grid) + ["strategy"], ["goodput", "ettr", "elapsed_s"])
         cols = list(grid) + ["strategy", "n", "goodput_mean", "goodput_ci", "ettr_mean", "ettr_ci", "elapsed_s_mean"]
@@ -408,6 +425,21 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for key, value in calibrate.overrides(cal).items():
         print(f"{key}={_fmt(value)}")
     print(f"out: {out}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from rollcall.report import ReportError, build
+
+    try:
+        path = build(args.dir)
+    except ReportError as exc:
+        _err(str(exc))
+        return 2
+    except OSError as exc:
+        _err(f"{args.dir}: cannot write the report: {exc.strerror or exc}")
+        return 2
+    print(path)
     return 0
 
 
@@ -532,6 +564,17 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     _size_options(p)
     p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser(
+        "report", help="write DIR/report.html (and PNGs): timeline, goodput/ETTR, break-even, "
+                       "checkpoint-interval U-curve, verdict",
+        description="Draw a run, compare or sweep directory into one self-contained HTML page "
+                    "(DIR/report.html, PNGs beside it; nothing fetched from the network) and "
+                    "print its path. Exit 2 when DIR is missing, not a rollcall directory or an "
+                    "unfinished run.")
+    p.add_argument("dir", metavar="DIR", help="a run, compare or sweep directory (runs/latest: "
+                                              "the last one written under runs/)")
+    p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("calibrate", help="measure a real run's costs and write calibration.yaml")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of the real target")

@@ -28,10 +28,12 @@ __all__ = [
     "OutDirError",
     "claim_out_dir",
     "default_out_dir",
+    "LATEST_LINK",
     "goodput",
     "history_estimate_bytes",
     "scenario_hash",
     "prepare_out_dir",
+    "update_latest",
     "read_history",
     "read_summary",
     "write_summary",
@@ -135,6 +137,38 @@ def claim_out_dir(path: str | Path, force: bool) -> Path:
     for name in (SUMMARY_FILE, HISTORY_FILE):
         (out / name).unlink(missing_ok=True)
     return out
+
+
+#: name of the symlink in the runs root that points at the last directory written there
+LATEST_LINK = "latest"
+
+
+def update_latest(out_dir: str | Path, root: str | Path = "runs") -> Path | None:
+    """Point ``root/latest`` at ``out_dir`` (a relative symlink); returns the link, or None.
+
+    Why: after ``rollcall run``, ``compare`` or ``sweep`` the user wants
+    ``rollcall report runs/latest`` without copying a time stamp. Only a
+    directory inside ``root`` gets the link (an explicit ``--out`` elsewhere
+    is the user's own place), and a real directory named ``latest`` (a
+    scenario of that name) is left alone. The link is made under a temporary
+    name and renamed over the old one, so a reader sees the old or the new
+    target, never no link.
+    """
+    base, out = Path(root).resolve(), Path(out_dir).resolve()
+    link = base / LATEST_LINK
+    if base == out or base not in out.parents or link == out or link in out.parents:
+        return None
+    if link.exists() and not link.is_symlink():
+        return None
+    tmp = base / f".{LATEST_LINK}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    os.symlink(os.path.relpath(out, base), tmp)
+    try:
+        os.replace(tmp, link)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    return link
 
 
 #: Bytes of one history record, about (118-123 B measured on the sim's
