@@ -448,6 +448,16 @@ def _size_options(p: argparse.ArgumentParser) -> None:
                             "are removed first)" if p.prog.endswith(" run") else ""))
 
 
+class _GpusAction(argparse.Action):
+    """``--gpus N``: appends ``cluster.gpus=N`` to the ``--set`` items, in command-line order
+    (so the replay line, the sweep's directory name and a later ``--set`` all see it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        items = list(getattr(namespace, self.dest, None) or [])  # a copy: the default is shared
+        setattr(namespace, self.dest, items + [f"cluster.gpus={values}"])
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (the house rule for bad input), still exit 2."""
 
@@ -467,6 +477,11 @@ def _build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--set", action="append", default=[], metavar="KEY=VALUE",
             help="override a scenario key, e.g. --set failures.worker_mtbf_s=3600 (value is YAML)",
+        )
+        p.add_argument(
+            "--gpus", action=_GpusAction, dest="set", type=_positive_int, metavar="N",
+            help="shorthand for --set cluster.gpus=N: N / cluster.gpus_per_worker workers "
+                 "(replaces the scenario's cluster.workers)",
         )
 
     p = sub.add_parser("validate", help="check a scenario file and print its resolved identity")
