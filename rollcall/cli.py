@@ -142,10 +142,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     scenario = _load(args)
     print(f"ok: {scenario.name} ({scenario.target}, {scenario.strategy.kind})")
     if args.plan:
-        from rollcall.plan import format_plan, plan
+        from rollcall.plan import format_plan, plan, wall_estimate
 
         print(scenario.to_yaml().rstrip())
-        print(format_plan(plan(scenario)))
+        p = plan(scenario)
+        print(format_plan({**p, "wall_estimate": wall_estimate(scenario, p)}))
     return 0
 
 
@@ -509,7 +510,8 @@ def _build_parser() -> argparse.ArgumentParser:
     common(p)
     p.add_argument("--plan", action="store_true",
                    help="also print the resolved scenario, the worker id ranges, the fault "
-                        "timeline, the failure-free time and the expected random failures")
+                        "timeline, the failure-free time, the expected random failures and a "
+                        "wall-time estimate (sim: unit costs timed by tiny runs, ~0.3 s)")
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("run", help="run a scenario on a target")
