@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from rollcall.scenario import Scenario
 
-__all__ = ["UnitCosts", "calibrate", "format_plan", "plan", "real_wall_estimate",
+__all__ = ["UnitCosts", "calibrate", "expected_run", "format_plan", "plan", "real_wall_estimate",
            "sim_wall_estimate", "sim_work", "wall_estimate"]
 
 _DAY_S = 86_400.0
@@ -118,32 +118,61 @@ def _faults(sc: Scenario) -> int:
                if f.at_step is None or f.at_step < sc.workload.steps)
 
 
-def real_wall_estimate(sc: Scenario, p: dict[str, Any]) -> dict[str, Any]:
-    """The real target's wall time: it runs in real time, so the job's own time.
-
-    Failure-free time plus warm-up, plus per expected failure (random and
-    scripted) the time it costs: detection (``detector.timeout_s``), then for
-    checkpoint-restart the restart, the checkpoint read and, on average,
-    half an interval of lost steps; for elastic the last call and the state
-    copy to a newcomer. A floor of the same kind as the expected failures.
-    """
-    st, wl = sc.strategy, sc.workload
-    failures = (p["expected_random_failures"] or 0.0) + _faults(sc)
+def _per_failure(sc: Scenario) -> tuple[float, str]:
+    """Seconds one failure costs the job, and how: detection (``detector.timeout_s``),
+    then for checkpoint-restart the restart, the checkpoint read and, on
+    average, half an interval of lost steps; for elastic the last call and
+    the state copy to a newcomer."""
+    st, wl, det = sc.strategy, sc.workload, sc.detector
     if st.kind == "checkpoint-restart":
         lost_s = st.checkpoint_interval_steps * sc.ideal_step_s / 2
-        per_s = sc.detector.timeout_s + st.restart_s + st.checkpoint_read_s + lost_s
-        how = (f"detect {sc.detector.timeout_s:g} s + restart {st.restart_s:g} s + read "
-               f"{st.checkpoint_read_s:g} s + half an interval {lost_s:.3g} s")
-    else:
-        copy_s = wl.model_params * wl.bytes_per_param / sc.network.bandwidth_Bps
-        per_s = sc.detector.timeout_s + sc.rendezvous.last_call_s + copy_s
-        how = (f"detect {sc.detector.timeout_s:g} s + last call {sc.rendezvous.last_call_s:g} s "
-               f"+ state copy {copy_s:.3g} s")
-    wall_s = wl.warmup_s + p["failure_free_s"] + failures * per_s
-    basis = (f"failure-free {_duration(p['failure_free_s'])} + warm-up {wl.warmup_s:g} s + "
-             f"{_many(failures, 'failure')} x {per_s:.3g} s ({how}); plus process start-up; "
+        return (det.timeout_s + st.restart_s + st.checkpoint_read_s + lost_s,
+                f"detect {det.timeout_s:g} s + restart {st.restart_s:g} s + read "
+                f"{st.checkpoint_read_s:g} s + half an interval {lost_s:.3g} s")
+    copy_s = wl.model_params * wl.bytes_per_param / sc.network.bandwidth_Bps
+    return (det.timeout_s + sc.rendezvous.last_call_s + copy_s,
+            f"detect {det.timeout_s:g} s + last call {sc.rendezvous.last_call_s:g} s "
+            f"+ state copy {copy_s:.3g} s")
+
+
+def expected_run(sc: Scenario, p: dict[str, Any]) -> dict[str, Any]:
+    """The job's expected time and failures, failures lengthening it included.
+
+    Every node alive at the start can fail (workers and spares, as the sim
+    draws them), at ``(workers + spares) / worker_mtbf_s`` per second of
+    the run; each failure adds its :func:`_per_failure` time, during which
+    more can come. So the run lasts ``T = free + rate x T x per_s``: ``T =
+    free / (1 - rate x per_s)``. When ``rate x per_s >= 1`` failures come
+    faster than the job recovers (it may never finish): the failure-free
+    floor is used and ``saturated`` says so. Scripted faults add their
+    count and their time.
+    """
+    per_s, how = _per_failure(sc)
+    free_s, faults = p["failure_free_s"], _faults(sc)
+    mtbf = sc.failures.worker_mtbf_s
+    rate = 0.0 if mtbf is None else (sc.cluster.workers + sc.cluster.spares) / mtbf
+    load = rate * per_s
+    saturated = load >= 1.0
+    random_s = free_s if saturated else free_s / (1.0 - load)
+    failures = rate * random_s + faults
+    return {"elapsed_s": random_s + faults * per_s, "failures": failures, "per_failure_s": per_s,
+            "how": how, "saturated": saturated}
+
+
+def real_wall_estimate(sc: Scenario, p: dict[str, Any]) -> dict[str, Any]:
+    """The real target's wall time: it runs in real time, so the job's own
+    (:func:`expected_run`) plus the warm-up of its first step."""
+    run = expected_run(sc, p)
+    wall_s = sc.workload.warmup_s + run["elapsed_s"]
+    basis = (f"failure-free {_duration(p['failure_free_s'])} + warm-up {sc.workload.warmup_s:g} s"
+             f" + {_many(run['failures'], 'failure')} x {run['per_failure_s']:.3g} s "
+             f"({run['how']}){_SATURATED if run['saturated'] else ''}; plus process start-up; "
              f"assumes steps take ideal_step_s here (rollcall calibrate measures them)")
-    return {"wall_s": wall_s, "failures": failures, "per_failure_s": per_s, "basis": basis}
+    return {**run, "wall_s": wall_s, "basis": basis}
+
+
+_SATURATED = ("; failures come faster than the job recovers, so it may never finish: "
+              "its failures counted over the failure-free time only")
 
 
 @dataclass(frozen=True)
@@ -162,8 +191,9 @@ class UnitCosts:
             assert math.isfinite(value) and value >= 0, (name, value)
 
 
-def sim_work(sc: Scenario, p: dict[str, Any], ledger_samples: int) -> dict[str, float]:
-    """The units of sim work the scenario asks for (expected values, failure-free floor).
+def sim_work(sc: Scenario, p: dict[str, Any], ledger_samples: int) -> dict[str, Any]:
+    """The units of sim work the scenario asks for (expected values; failures as
+    :func:`expected_run` counts them, over the run they lengthen).
 
     ``ledger_samples``: the driver's ``LEDGER_SAMPLES``, up to which a run
     writes one ledger record per member per step (see ``sim.driver``).
@@ -171,20 +201,21 @@ def sim_work(sc: Scenario, p: dict[str, Any], ledger_samples: int) -> dict[str, 
     wl = sc.workload
     per_sample = (wl.steps * wl.global_batch <= ledger_samples
                   and wl.dataset_samples <= ledger_samples)
-    failures = (p["expected_random_failures"] or 0.0) + _faults(sc)
+    run = expected_run(sc, p)
     return {"segments": float(-(-wl.steps // sc.strategy.checkpoint_interval_steps)),
             "records": float(wl.steps * sc.cluster.workers if per_sample else 0),
-            "failures": failures}
+            "failures": run["failures"], "saturated": run["saturated"]}
 
 
-def sim_wall_estimate(work: dict[str, float], costs: UnitCosts) -> dict[str, Any]:
+def sim_wall_estimate(work: dict[str, Any], costs: UnitCosts) -> dict[str, Any]:
     """The sim's wall time: the fixed start plus each unit of work at its cost."""
     wall_s = (costs.start_s + work["segments"] * costs.segment_s
               + work["records"] * costs.record_s + work["failures"] * costs.failure_s)
     basis = (f"start {_duration(costs.start_s)} + {_many(work['segments'], 'segment')} x "
              f"{costs.segment_s * 1e6:.3g} us + {_many(work['records'], 'ledger record')} x "
              f"{costs.record_s * 1e6:.3g} us + {_many(work['failures'], 'failure')} x "
-             f"{costs.failure_s * 1e3:.3g} ms; {costs.basis}; the run only, not Python's start")
+             f"{costs.failure_s * 1e3:.3g} ms; {costs.basis}; the run only, not Python's start"
+             f"{_SATURATED if work.get('saturated') else ''}")
     return {"wall_s": wall_s, **work, "basis": basis}
 
 

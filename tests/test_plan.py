@@ -60,7 +60,8 @@ def test_validate_plan_prints_the_resolved_scenario_and_the_plan(capsys) -> None
 # nothing; benchmarks/plan_estimate.py compares it with measured runs).
 
 from rollcall.plan import (  # noqa: E402
-    UnitCosts, calibrate, real_wall_estimate, sim_wall_estimate, sim_work, wall_estimate,
+    UnitCosts, calibrate, expected_run, real_wall_estimate, sim_wall_estimate, sim_work,
+    wall_estimate,
 )
 from rollcall.scenario import parse_scenario  # noqa: E402
 
@@ -91,16 +92,35 @@ def test_a_fault_that_never_fires_costs_nothing() -> None:
     assert sim_work(sc, plan(sc), ledger_samples=0)["failures"] == 2
 
 
-def test_random_failures_scale_the_sim_estimate() -> None:
+def test_failures_lengthen_the_run_they_are_counted_over() -> None:
     sc = load_scenario(SCENARIOS / "llama3-54d.yaml")
     p = plan(sc)
+    run = expected_run(sc, p)
+    rate = (sc.cluster.workers + sc.cluster.spares) / sc.failures.worker_mtbf_s
+    # the fixed point: the run lasts its failure-free time plus each failure's cost,
+    # and sees the failures of that whole time (spares' included)
+    assert math.isclose(run["elapsed_s"], p["failure_free_s"] + run["failures"] * run["per_failure_s"])
+    assert math.isclose(run["failures"], rate * run["elapsed_s"])
+    assert run["failures"] > p["expected_random_failures"] and not run["saturated"]
     work = sim_work(sc, p, ledger_samples=1_000_000)
-    assert work["records"] == 0 and math.isclose(work["failures"], p["expected_random_failures"])
+    assert work["records"] == 0 and work["failures"] == run["failures"]
     double = load_scenario(SCENARIOS / "llama3-54d.yaml", ["failures.per_1000_node_days=7.6"])
     more = sim_work(double, plan(double), ledger_samples=1_000_000)
-    assert math.isclose(more["failures"], 2 * work["failures"], rel_tol=1e-6)
+    assert more["failures"] > 2 * work["failures"]  # and each makes the run longer still
     gap = sim_wall_estimate(more, COSTS)["wall_s"] - sim_wall_estimate(work, COSTS)["wall_s"]
-    assert math.isclose(gap, work["failures"] * COSTS.failure_s, rel_tol=1e-6)
+    assert math.isclose(gap, (more["failures"] - work["failures"]) * COSTS.failure_s)
+
+
+def test_failures_faster_than_recovery_fall_back_to_the_floor() -> None:
+    sc = load_scenario(SCENARIOS / "llama3-54d.yaml", ["strategy.restart_s=1e9"],
+                       strategy="checkpoint-restart")
+    p = plan(sc)
+    run = expected_run(sc, p)
+    rate = (sc.cluster.workers + sc.cluster.spares) / sc.failures.worker_mtbf_s
+    assert run["saturated"] and math.isclose(run["failures"], rate * p["failure_free_s"])
+    work = sim_work(sc, p, ledger_samples=0)
+    assert "may never finish" in sim_wall_estimate(work, COSTS)["basis"]
+    assert "may never finish" in real_wall_estimate(sc, p)["basis"]
 
 
 def test_real_estimate_is_the_job_time_plus_each_failure() -> None:
@@ -115,11 +135,17 @@ def test_real_estimate_is_the_job_time_plus_each_failure() -> None:
         else:
             per = (det.timeout_s + sc.rendezvous.last_call_s
                    + sc.workload.model_params * sc.workload.bytes_per_param / sc.network.bandwidth_Bps)
+        rate = (sc.cluster.workers + sc.cluster.spares) / sc.failures.worker_mtbf_s
         assert math.isclose(est["per_failure_s"], per)
-        assert math.isclose(est["wall_s"], sc.workload.warmup_s + p["failure_free_s"]
-                            + p["expected_random_failures"] * per)
+        assert math.isclose(est["wall_s"], sc.workload.warmup_s + p["failure_free_s"] / (1 - rate * per))
         assert wall_estimate(sc, p) == est  # the real target runs nothing to estimate
         assert "days" in format_plan({**p, "wall_estimate": est}).splitlines()[-1]
+    # scripted faults: their count and their time, on top
+    sc = load_scenario(SCENARIOS / "kill-pause-join.yaml", ["target=real"])
+    p, est = plan(sc), real_wall_estimate(sc, plan(sc))
+    assert est["failures"] == len(sc.failures.schedule)
+    assert math.isclose(est["wall_s"], sc.workload.warmup_s + p["failure_free_s"]
+                        + len(sc.failures.schedule) * est["per_failure_s"])
 
 
 def test_calibration_gives_usable_unit_costs() -> None:
