@@ -6,6 +6,7 @@ Bad values of each are cases of tests/test_scenario_errors.py (one line, exit 2)
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -167,3 +168,28 @@ def test_sweep_over_gpus_resumes(tmp_path: Path, capsys: pytest.CaptureFixture[s
     before = {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")}
     assert cli.main(args) == 0  # the same sweep again: every point is done, nothing reruns
     assert {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")} == before
+
+
+def test_compare_with_gpus_resumes_and_a_new_size_reruns(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: gpus-compare\ncluster: {gpus: 2}\nworkload: {steps: 40, per_worker_batch: 8, micro_batch: 8}\n"
+        "failures:\n  per_1000_node_days: 1.0e6\n")  # an MTBF of 86.4 s: a few failures per run
+    out = tmp_path / "cmp"
+    args = ["compare", str(scenario), "--gpus", "4", "--seeds", "1", "--out", str(out), "--json"]
+    assert cli.main(args) == 0
+    first = json.loads(capsys.readouterr().out)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")}
+    assert len(before) == 2
+    for path in out.rglob("scenario.yaml"):
+        resolved = yaml.safe_load(path.read_text())
+        assert resolved["cluster"]["workers"] == 4 and resolved["workload"]["global_batch"] == 32
+        assert resolved["failures"]["worker_mtbf_s"] == 86.4
+    assert cli.main(args) == 0  # the same command: both runs read back, none rerun
+    assert json.loads(capsys.readouterr().out)["verdict"] == first["verdict"]
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")} == before
+    assert cli.main(args[:3] + ["8"] + args[4:]) == 0  # another size: another scenario, rerun
+    capsys.readouterr()
+    after = {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")}
+    assert all(after[p] != m for p, m in before.items())
