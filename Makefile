@@ -4,6 +4,10 @@
 # The venv is (re)installed only when pyproject.toml changes: the stamp file
 # .venv/.installed records the last successful install. pip finds the CPU
 # torch wheel through the machine's pip configuration (PIP_FIND_LINKS).
+#
+# The Debian packages the tests need (tools/debian-packages.sh: headless
+# Chromium for tests/test_report.py) are installed by `make test` when it
+# runs as root (CI); as any other user the script only names what is missing.
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
@@ -14,7 +18,7 @@ PYTEST_ARGS ?=
 HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
 export HYPOTHESIS_PROFILE
 
-.PHONY: quickstart test venv clean
+.PHONY: quickstart test venv clean debian-packages
 
 venv: $(STAMP)
 
@@ -26,7 +30,10 @@ $(STAMP): pyproject.toml
 quickstart: $(STAMP)
 	$(VENV)/bin/rollcall run scenarios/quickstart.yaml --target sim
 
-test: $(STAMP)
+debian-packages:
+	if [ "$$(id -u)" -eq 0 ]; then tools/debian-packages.sh; fi
+
+test: $(STAMP) debian-packages
 	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider tests/ $(PYTEST_ARGS)
 
 clean:

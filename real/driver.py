@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from rollcall.config import data_spec
-from rollcall.core import check, summarize_report
-from rollcall.results import HISTORY_FILE, SUMMARY_KEYS, goodput, write_summary
+from rollcall.core import FailureTally, check, summarize_report
+from rollcall.results import HISTORY_FILE, check_summary_keys, goodput, write_summary
 from rollcall.scenario import Scenario
 
 from real.launcher import Launcher
@@ -61,8 +61,8 @@ def recoveries(records: list[dict]) -> list[dict]:
     commits = [r for r in records if r.get("f") == "commit"]
     out = []
     for f in records:
-        if f.get("f") != "fault":
-            continue
+        if f.get("f") != "fault" or f.get("kind") in ("resume", "repair"):
+            continue  # a pause's end, a node's return: not faults to recover from
         t, gen = f["t"], f.get("gen", 0)
         later = [c for c in commits if c["t"] > t and c["gen"] > gen]
         if not later:
@@ -120,7 +120,7 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
         "lost_work_s": round(lost, 6),
         "stall_s": round(max(0.0, elapsed - productive - lost), 6),
         "recovery_s": round(sum(r["kill_to_resume_s"] or 0.0 for r in recs), 6),
-        "failures": sum(1 for r in records if r.get("f") == "fault" and r.get("kind") != "join"),
+        "failures": FailureTally.of(records),
         "wall_s": round(end_t, 6),
         "ideal_step_s": round(ideal, 6) if ideal else None,
         "final_weights_sha256": final_sha,
@@ -140,15 +140,17 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
         summary["valid"] = False
         summary["violations"] = list(summary["violations"]) + [
             f"members ended with different weights: {sorted(shas)}"]
-    missing = [k for k in SUMMARY_KEYS if k not in summary]
-    assert not missing, missing
+    check_summary_keys(summary, "real")
     return summary
 
 
-def run(scenario: Scenario, out_dir: str | Path) -> dict[str, Any]:
+def run(scenario: Scenario, out_dir: str | Path,
+        max_wall_s: Optional[float] = None) -> dict[str, Any]:
+    """Run ``scenario`` as real processes; ``max_wall_s``: end it (not
+    completed, result failed) after that many wall seconds, as on the sim."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    launcher = Launcher(scenario, out)
+    launcher = Launcher(scenario, out, max_wall_s)
     raised: Optional[BaseException] = None
     try:
         launcher.run()

@@ -107,7 +107,10 @@ class Conn:
 
 
 class Launcher:
-    def __init__(self, scenario: Scenario, out_dir: str | Path) -> None:
+    def __init__(self, scenario: Scenario, out_dir: str | Path,
+                 max_wall_s: Optional[float] = None) -> None:
+        assert max_wall_s is None or max_wall_s > 0, max_wall_s
+        self.max_wall_s = max_wall_s  # the run ends (failed) after this many seconds
         self.sc = scenario
         self.out = Path(out_dir)
         self.real_dir = self.out / "real"
@@ -602,7 +605,8 @@ class Launcher:
                 if p.alive:
                     os.kill(p.pid, signal.SIGCONT)
                     p.paused = False
-                    self.write(rec(now, "info", "resume", NEMESIS, workers=[p.worker]))
+                    self.write(rec(now, "info", "fault", NEMESIS, kind="resume",
+                                   workers=[p.worker]))
         for t, w in list(self.repairs):
             if now >= t:
                 self.repairs.remove((t, w))
@@ -685,6 +689,8 @@ class Launcher:
             self.start_store()
             while self.result is None:
                 deadline = self.next_deadline()
+                if self.max_wall_s is not None:
+                    deadline = min(self.max_wall_s, deadline or self.max_wall_s)
                 timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - self.now()))
                 for key, _ in self.sel.select(timeout):
                     kind, obj = key.data
@@ -702,6 +708,8 @@ class Launcher:
                         break
                 self.timers()
                 self.check_done()
+                if self.max_wall_s is not None and self.now() >= self.max_wall_s:
+                    self.finish("failed", f"wall limit: --max-wall-s {self.max_wall_s:g} reached")
         except Interrupted as exc:
             self.finish("interrupted", f"interrupted by {exc}")
         except BaseException as exc:

@@ -37,12 +37,14 @@ __all__ = [
     "daly_interval",
     "daly_params",
     "daly_wall_time",
+    "events",
     "generations",
     "ideal_step_s",
     "load_history",
     "load_summaries",
     "load_summary",
     "mean_ci",
+    "member_spans",
     "origin",
     "plot_timeline",
     "step_times",
@@ -353,15 +355,52 @@ def timeline(run_dir: str | Path) -> pd.DataFrame:
     - ``restart``: a whole-job restart (``restart`` record to the next generation);
     - ``fault``: an instant (start == end) per faulted worker, with ``what``
       the fault kind (kill, kill_rack, crash, pause, resume, join).
+
+    A row per member per generation is ~900,000 rows for a 2,048-worker
+    54-day run; :func:`member_spans` is the compact form that plots use.
     """
     gens = generations(run_dir)
-    recs = _records(run_dir)
-    t0 = origin(recs)
     rows: list[dict[str, Any]] = []
     for g in gens.itertuples(index=False):
         for w in g.members:
             rows.append({"kind": "member", "worker": w, "gen": g.gen,
                          "start": g.t_rel, "end": g.t_end_rel, "what": g.reason})
+    rows += _event_rows(run_dir, gens)
+    return pd.DataFrame(rows, columns=["kind", "worker", "gen", "start", "end", "what"])
+
+
+def member_spans(run_dir: str | Path) -> pd.DataFrame:
+    """One row per generation per run of consecutive member ids: ``gen, lo, hi, start, end``.
+
+    Why: the history stores members as id runs (``[[0, 2047]]``), and a
+    timeline drawn from them costs a rectangle per run, not per worker, so a
+    2,048-worker run with hundreds of generations draws in a second.
+    ``lo``/``hi`` are inclusive; times are relative to training start.
+    """
+    recs = _records(run_dir)
+    t0 = origin(recs)
+    end_t = max((float(r["t"]) for r in recs), default=0.0)
+    gens: list[tuple[int, float, list[list[int]]]] = []
+    for r in recs:
+        if r.get("f") == "generation":
+            gens.append((int(r["gen"]), float(r["t"]), r["members"]))
+        elif r.get("f") == "end":
+            end_t = float(r["t"])
+    rows = []
+    for i, (gen, t, runs) in enumerate(gens):
+        t_end = gens[i + 1][1] if i + 1 < len(gens) else end_t
+        for lo, hi in runs:
+            assert int(lo) <= int(hi), (gen, lo, hi)
+            rows.append((gen, int(lo), int(hi), t - t0, t_end - t0))
+    return pd.DataFrame(rows, columns=["gen", "lo", "hi", "start", "end"])
+
+
+def _event_rows(run_dir: str | Path, gens: pd.DataFrame) -> list[dict[str, Any]]:
+    """The timeline rows that are not membership: roll calls, faults, stalls, restarts."""
+    recs = _records(run_dir)
+    t0 = origin(recs)
+    rows: list[dict[str, Any]] = []
+    for g in gens.itertuples(index=False):
         if g.t_round_rel < g.t_rel:
             rows.append({"kind": "roll_call", "worker": None, "gen": g.gen,
                          "start": g.t_round_rel, "end": g.t_rel, "what": g.reason})
@@ -383,47 +422,86 @@ def timeline(run_dir: str | Path) -> pd.DataFrame:
             nxt = next((x for x in gen_ts if x >= t), None)
             rows.append({"kind": "restart", "worker": None, "gen": r.get("gen"), "start": t,
                          "end": nxt if nxt is not None else t, "what": r.get("reason")})
-    df = pd.DataFrame(rows, columns=["kind", "worker", "gen", "start", "end", "what"])
-    return df
+    return rows
+
+
+def events(run_dir: str | Path) -> pd.DataFrame:
+    """:func:`timeline` without the ``member`` rows (roll calls, stalls, restarts, faults)."""
+    rows = _event_rows(run_dir, generations(run_dir))
+    return pd.DataFrame(rows, columns=["kind", "worker", "gen", "start", "end", "what"])
+
+
+#: at most this many generation labels (g1, g2, ...) and per-worker y ticks on a timeline
+_LABELS_MAX = 32
+_SHADE = {"stall": ("tab:red", 0.15), "roll_call": ("grey", 0.35), "restart": ("black", 0.15)}
+_MARKERS = {"kill": ("x", "red"), "kill_rack": ("x", "red"), "crash": ("X", "darkred"),
+            "pause": ("v", "orange"), "resume": ("^", "green"), "join": ("*", "blue"),
+            "repair": (".", "black")}
+#: a time axis longer than two of a unit is labelled in that unit
+_TIME_UNITS = (("days", 86400.0), ("hours", 3600.0), ("min", 60.0))
 
 
 def plot_timeline(run_dir: str | Path, ax: Any = None, title: str | None = None) -> Any:
-    """Draw :func:`timeline` on ``ax``: a row per worker coloured by generation, faults marked,
+    """Draw the timeline on ``ax``: member id runs coloured by generation, faults marked,
     stalls (red) and roll calls / restarts (grey) shaded. Returns the axes.
 
+    One ``broken_barh`` per id run (all its generations in one call), one
+    for each shaded kind and one marker line per fault kind, so the cost
+    grows with the runs and generations, not with workers x generations.
     matplotlib is imported here, lazily, so reading results does not need it.
     """
     import matplotlib.pyplot as plt
 
-    tl = timeline(run_dir)
+    spans = member_spans(run_dir)
+    ev = events(run_dir)
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 3))
     cmap = plt.get_cmap("tab10")
-    members = tl[tl.kind == "member"]
-    for m in members.itertuples(index=False):
-        ax.broken_barh([(m.start, max(m.end - m.start, 1e-9))], (m.worker - 0.4, 0.8),
-                       facecolors=cmap((int(m.gen) - 1) % 10), edgecolor="none")
-    shade = {"stall": ("tab:red", 0.15), "roll_call": ("grey", 0.35), "restart": ("black", 0.15)}
-    for kind, (colour, alpha) in shade.items():
-        for i, s in enumerate(tl[tl.kind == kind].itertuples(index=False)):
-            ax.axvspan(s.start, s.end, color=colour, alpha=alpha, lw=0,
-                       label=kind.replace("_", " ") if i == 0 else None)
-    markers = {"kill": ("x", "red"), "kill_rack": ("x", "red"), "crash": ("X", "darkred"),
-               "pause": ("v", "orange"), "resume": ("^", "green"), "join": ("*", "blue")}
-    seen: set[str] = set()
-    for f in tl[tl.kind == "fault"].itertuples(index=False):
-        marker, colour = markers.get(f.what, ("o", "k"))
-        y = f.worker if f.worker is not None else -1
-        ax.plot([f.start], [y], marker=marker, color=colour, ms=9, ls="none",
-                label=f.what if f.what not in seen else None)
-        seen.add(f.what)
-    for g in members.drop_duplicates("gen").itertuples(index=False):
-        ax.text(g.start, members.worker.max() + 0.6, f"g{int(g.gen)}", fontsize=7)
-    ax.set_xlabel("time since training start (s)")
-    ax.set_ylabel("worker")
-    if len(members):
-        ax.set_yticks(sorted(members.worker.unique()))
-    ax.legend(loc="upper right", fontsize=7, ncol=3)
+    tiny = 1e-9 * max(1.0, float(spans.end.max()) if len(spans) else 1.0)
+    for (lo, hi), grp in spans.groupby(["lo", "hi"], sort=False):
+        ax.broken_barh([(s, max(e - s, tiny)) for s, e in zip(grp.start, grp.end)],
+                       (lo - 0.4, hi - lo + 0.8),
+                       facecolors=[cmap((int(g) - 1) % 10) for g in grp.gen], edgecolor="none")
+    for kind, (colour, alpha) in _SHADE.items():
+        sel = ev[ev.kind == kind]
+        if len(sel):
+            ax.broken_barh(list(zip(sel.start, sel.end - sel.start)), (0, 1), color=colour,
+                           alpha=alpha, lw=0, label=kind.replace("_", " "),
+                           transform=ax.get_xaxis_transform())
+    faults = ev[ev.kind == "fault"]
+    size = 9 if len(spans) == 0 or int(spans.hi.max()) < 4 * _LABELS_MAX else 4
+    for what, grp in faults.groupby("what", sort=True):
+        marker, colour = _MARKERS.get(str(what), ("o", "k"))
+        ys = [w if w is not None and w == w else -1 for w in grp.worker]
+        ax.plot(list(grp.start), ys, marker=marker, color=colour, ms=size, ls="none",
+                label=str(what))
+    _label_timeline(ax, spans)
     if title:
         ax.set_title(title)
     return ax
+
+
+def _label_timeline(ax: Any, spans: pd.DataFrame) -> None:
+    """Axis labels, and per-generation and per-worker labels where there are few enough to read."""
+    from matplotlib.ticker import FuncFormatter
+
+    length = float(spans.end.max()) if len(spans) else 0.0
+    name, unit_s = next(((n, u) for n, u in _TIME_UNITS if length >= 2 * u), ("s", 1.0))
+    if unit_s != 1.0:  # ticks at round numbers of the unit, not of seconds
+        from matplotlib.ticker import MaxNLocator
+
+        ticks = MaxNLocator(nbins=8, steps=[1, 2, 5, 10]).tick_values(0.0, length / unit_s)
+        ax.set_xticks([t * unit_s for t in ticks if 0 <= t <= length / unit_s])
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x / unit_s:g}"))
+    ax.set_xlabel(f"time since training start ({name})")
+    ax.set_ylabel("worker")
+    if len(spans) == 0:
+        return
+    top = int(spans.hi.max())
+    firsts = spans.drop_duplicates("gen")
+    if len(firsts) <= _LABELS_MAX:
+        for g in firsts.itertuples(index=False):
+            ax.text(g.start, top + 0.6, f"g{int(g.gen)}", fontsize=7)
+    if top - int(spans.lo.min()) < _LABELS_MAX:
+        ax.set_yticks(range(int(spans.lo.min()), top + 1))
+    ax.legend(loc="upper right", fontsize=7, ncol=3)

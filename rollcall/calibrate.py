@@ -49,7 +49,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from rollcall.results import SCENARIO_FILE, read_history
+from rollcall.results import SCENARIO_FILE, read_history, read_summary
 from rollcall.scenario import Scenario
 from rollcall.core.types import from_ranges
 
@@ -208,10 +208,26 @@ def _generation_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
     return out
 
 
+def _run_target(run_dir: Path, scenario: Any) -> str:
+    """The target that made the run: its summary's word, else the resolved scenario's."""
+    try:
+        summary = read_summary(run_dir)
+    except (OSError, ValueError):
+        summary = {}
+    target = summary.get("target") if isinstance(summary, dict) else None
+    if target is None and isinstance(scenario, dict):
+        target = scenario.get("target")
+    return str(target)
+
+
 def measure(run_dir: str | Path) -> dict[str, Any]:
     """The costs a real run exhibited, in seconds (see the module docstring)."""
     run_dir = Path(run_dir)
     sc = yaml.safe_load((run_dir / SCENARIO_FILE).read_text(encoding="utf-8"))
+    target = _run_target(run_dir, sc)
+    if target != "real":
+        raise ValueError(f"a {target} run: calibrate measures a real run (a sim run's "
+                         f"timings are its scenario's own model, not a machine's)")
     recs = list(read_history(run_dir))
     if not any(r.get("f") == "commit" for r in recs):
         raise ValueError("no committed step in the history: nothing to calibrate")

@@ -20,6 +20,7 @@ from typing import Any, Callable, NoReturn, Sequence
 from rollcall import interrupts
 from rollcall.results import (
     OutDirError, claim_out_dir, default_out_dir, history_estimate_bytes, prepare_out_dir,
+    update_latest,
 )
 from rollcall.scenario import Scenario, ScenarioError, load_scenario
 
@@ -135,7 +136,20 @@ def _prepare(out_dir: Path, scenario: Scenario) -> bool:
     except OSError as exc:
         _err(f"{out_dir}: cannot create the run directory: {exc.strerror or exc}")
         return False
+    _link_latest(out_dir)
     return True
+
+
+#: the default root of run, compare and sweep directories (its ``latest`` link is kept)
+RUNS_ROOT = Path("runs")
+
+
+def _link_latest(out_dir: Path) -> None:
+    """``runs/latest`` -> ``out_dir`` when it lies under runs/; a failure is a warning only."""
+    try:
+        update_latest(out_dir, RUNS_ROOT)
+    except OSError as exc:
+        _err(f"warning: {RUNS_ROOT / 'latest'}: cannot update the link: {exc.strerror or exc}")
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -213,7 +227,7 @@ def _run_out_dir(out: str | Path | None, force: bool, scenario: Scenario) -> Pat
 
 
 class RunRefused(Exception):
-    """A run that must not start as asked (an option its target lacks, too large, an
+    """A run that must not start as asked (too large for the machine or the disk, an
     ``--out`` in use); ``str()`` is one line. The CLI prints it and exits 2."""
 
 
@@ -234,8 +248,6 @@ def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bo
         raise RunRefused(f"--ledger: the data order of a {scenario.workload.dataset_samples}-sample "
                          f"dataset is too large to list (at most {LEDGER_DATASET_LIMIT}); run "
                          f"without --ledger for the compact ledger")
-    if max_wall_s is not None and scenario.target != "sim":
-        raise RunRefused("--max-wall-s: the sim target only (a real run is stopped with Ctrl-C)")
     problem = _size_problem(scenario, _per_sample_ledger(scenario, ledger),
                             MAX_HISTORY_MB if max_history_mb is None else max_history_mb, force)
     if problem is not None:
@@ -248,12 +260,14 @@ def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bo
         prepare_out_dir(out_dir, scenario)
     except OSError as exc:
         raise RunRefused(f"{out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
+    _link_latest(out_dir)
     with interrupts.catch() as stop:
         options: dict[str, Any] = {}
+        if max_wall_s is not None:
+            options["max_wall_s"] = max_wall_s
         if scenario.target == "sim":  # the real launcher handles the signals itself
-            options = {"ledger": True} if ledger else {}
-            if max_wall_s is not None:
-                options["max_wall_s"] = max_wall_s
+            if ledger:
+                options["ledger"] = True
             options["stop"] = stop.reason
         summary = run(scenario, out_dir, **options)
     return summary, out_dir, _interrupted_code(stop, summary)
@@ -388,9 +402,12 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
             )
     except KeyboardInterrupt as exc:
+        if out_dir.is_dir():
+            _link_latest(out_dir)
         _err(f"interrupted; finished runs kept in {out_dir} "
              f"({_interrupt_reason(stop, exc)}; run the same command to resume)")
         return _interrupt_code(stop, str(exc))
+    _link_latest(out_dir)
     if not args.quiet and len(df):
         table = analysis.summarize(df, list(grid) + ["strategy"], ["goodput", "ettr", "elapsed_s"])
         cols = list(grid) + ["strategy", "n", "goodput_mean", "goodput_ci", "ettr_mean", "ettr_ci", "elapsed_s_mean"]
@@ -432,6 +449,21 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for key, value in calibrate.overrides(cal).items():
         print(f"{key}={_fmt(value)}")
     print(f"out: {out}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from rollcall.report import ReportError, build
+
+    try:
+        path = build(args.dir)
+    except ReportError as exc:
+        _err(str(exc))
+        return 2
+    except OSError as exc:
+        _err(f"{args.dir}: cannot write the report: {exc.strerror or exc}")
+        return 2
+    print(path)
     return 0
 
 
@@ -527,7 +559,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="sim: write the per-sample ledger whatever the run's size "
                         "(the real target always writes it)")
     p.add_argument("--max-wall-s", type=_positive_float, metavar="S",
-                   help="sim: end the run after S seconds of wall clock (completed: false, "
+                   help="end the run after S seconds of wall clock (completed: false, "
                         "end_reason 'wall limit: ...', history and summary kept; exit 1)")
     _size_options(p)
     p.set_defaults(func=_cmd_run)
@@ -572,6 +604,17 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     _size_options(p)
     p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser(
+        "report", help="write DIR/report.html (and PNGs): timeline, goodput/ETTR, break-even, "
+                       "checkpoint-interval U-curve, verdict",
+        description="Draw a run, compare or sweep directory into one self-contained HTML page "
+                    "(DIR/report.html, PNGs beside it; nothing fetched from the network) and "
+                    "print its path. Exit 2 when DIR is missing, not a rollcall directory or an "
+                    "unfinished run.")
+    p.add_argument("dir", metavar="DIR", help="a run, compare or sweep directory (runs/latest: "
+                                              "the last one written under runs/)")
+    p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("calibrate", help="measure a real run's costs and write calibration.yaml")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of the real target")

@@ -43,7 +43,8 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from rollcall.results import (
-    HISTORY_FILE, SCENARIO_FILE, SUMMARY_FILE, prepare_out_dir, read_summary,
+    HISTORY_FILE, SCENARIO_FILE, SUMMARY_FILE, finished_summary, prepare_out_dir, read_summary,
+    scenario_hash,
 )
 from rollcall.scenario import Scenario
 
@@ -178,27 +179,9 @@ class Comparison:
         return self.table.map(lambda v: float(f"{v:.6g}")).astype(object)
 
 
-def finished_summary(run_dir: Path, sc: Scenario) -> dict[str, Any] | None:
-    """The summary of a run already made in ``run_dir`` of this very scenario, or None.
-
-    A run counts as made when its ``summary.json`` exists and was not cut short
-    by an interrupt, and its ``scenario.yaml`` is ``sc``'s resolved YAML (an
-    edited scenario file, another ``--set`` or another checkpoint interval
-    makes it stale, so it runs again).
-    """
-    try:
-        same = (run_dir / SCENARIO_FILE).read_text(encoding="utf-8") == sc.to_yaml()
-        summary = read_summary(run_dir) if same else None
-    except (OSError, ValueError):
-        return None
-    if summary is None or summary.get("result") == "interrupted":
-        return None
-    return summary
-
-
 def _run_one(sc: Scenario, run_dir: Path, run: RunFn) -> tuple[dict[str, Any], bool]:
     """The run's summary, made now or found finished in ``run_dir``; and whether it was found."""
-    found = finished_summary(run_dir, sc)
+    found = finished_summary(run_dir, scenario_hash(sc))
     if found is not None:
         return found, True
     # an old summary must never sit beside the history of the run that replaces it

@@ -19,7 +19,7 @@ import signal
 import threading
 from contextlib import contextmanager
 from types import FrameType
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 __all__ = ["Interrupted", "SIGNALS", "Stop", "catch", "exit_code", "exit_code_of_reason"]
 
@@ -45,9 +45,11 @@ class Interrupted(KeyboardInterrupt):
     ``immediate`` section); a KeyboardInterrupt, so code that keeps its finished
     work on Ctrl-C keeps it on SIGTERM too."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = int(signum)
+    def __init__(self, signum: Union[int, str]) -> None:
+        # by name too: simpy re-raises a callback's exception as type(exc)(*exc.args)
+        sig = signal.Signals[signum] if isinstance(signum, str) else signal.Signals(signum)
+        super().__init__(sig.name)
+        self.signum = int(sig)
 
     @property
     def exit_code(self) -> int:

@@ -28,10 +28,12 @@ __all__ = [
     "OutDirError",
     "claim_out_dir",
     "default_out_dir",
+    "LATEST_LINK",
     "goodput",
     "history_estimate_bytes",
     "scenario_hash",
     "prepare_out_dir",
+    "update_latest",
     "read_history",
     "read_summary",
     "write_summary",
@@ -71,6 +73,29 @@ SUMMARY_KEYS: tuple[str, ...] = (
     "result",
     "end_reason",
 )
+
+#: Keys only one target's summary adds (docs/results.md defines each one).
+SIM_ONLY_KEYS: tuple[str, ...] = (
+    "checkpoint_s", "fallbacks", "lost_steps", "state_bytes_moved", "steps_lost_to_fallback",
+    "end_s", "ideal_step_s", "checkpoints", "detections", "evictions", "crashes", "kills",
+    "rack_kills", "pauses", "joins", "repairs", "rounds", "min_members", "events",
+    "keeper_calls", "sim_per_wall", "keeper_wall_s", "check_wall_s",
+)
+REAL_ONLY_KEYS: tuple[str, ...] = (
+    "fallbacks", "lost_steps", "state_bytes_moved", "steps_lost_to_fallback", "ideal_step_s",
+    "final_weights_sha256", "final_weights_agree", "survivor_restarts", "recoveries",
+    "processes",
+)
+
+
+def check_summary_keys(summary: dict[str, Any], target: str) -> None:
+    """Every key a summary carries is one of its target's documented keys,
+    and none of the common ones is missing (both drivers call this)."""
+    extra = SIM_ONLY_KEYS if target == "sim" else REAL_ONLY_KEYS
+    missing = [k for k in SUMMARY_KEYS if k not in summary]
+    unknown = [k for k in summary if k not in SUMMARY_KEYS and k not in extra]
+    assert not missing and not unknown, ("summary keys", target, missing, unknown)
+
 
 _STAMP = re.compile(r"^\d{8}T\d{6}Z$")
 
@@ -114,6 +139,38 @@ def claim_out_dir(path: str | Path, force: bool) -> Path:
     return out
 
 
+#: name of the symlink in the runs root that points at the last directory written there
+LATEST_LINK = "latest"
+
+
+def update_latest(out_dir: str | Path, root: str | Path = "runs") -> Path | None:
+    """Point ``root/latest`` at ``out_dir`` (a relative symlink); returns the link, or None.
+
+    Why: after ``rollcall run``, ``compare`` or ``sweep`` the user wants
+    ``rollcall report runs/latest`` without copying a time stamp. Only a
+    directory inside ``root`` gets the link (an explicit ``--out`` elsewhere
+    is the user's own place), and a real directory named ``latest`` (a
+    scenario of that name) is left alone. The link is made under a temporary
+    name and renamed over the old one, so a reader sees the old or the new
+    target, never no link.
+    """
+    base, out = Path(root).resolve(), Path(out_dir).resolve()
+    link = base / LATEST_LINK
+    if base == out or base not in out.parents or link == out or link in out.parents:
+        return None
+    if link.exists() and not link.is_symlink():
+        return None
+    tmp = base / f".{LATEST_LINK}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    os.symlink(os.path.relpath(out, base), tmp)
+    try:
+        os.replace(tmp, link)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    return link
+
+
 #: Bytes of one history record, about (118-123 B measured on the sim's
 #: quickstart runs, compact and per-sample ledger alike).
 HISTORY_RECORD_BYTES = 120
@@ -151,6 +208,29 @@ def goodput(steps_committed: int, ideal_step_s: float | None, elapsed_s: float) 
 def scenario_hash(scenario: Scenario) -> str:
     """SHA-256 of the resolved scenario (its YAML): equal iff the same run would be made."""
     return hashlib.sha256(scenario.to_yaml().encode("utf-8")).hexdigest()
+
+
+def finished_summary(run_dir: str | Path, sha256: str) -> dict[str, Any] | None:
+    """The summary of a run already made in ``run_dir`` of the very scenario
+    whose :func:`scenario_hash` is ``sha256``, or None (then it must run again).
+
+    Made: its ``summary.json`` exists and was not cut short by an interrupt,
+    and its ``scenario.yaml`` (the resolved scenario the run wrote before it
+    started) hashes to ``sha256``: an edited scenario file, another
+    ``--set``, another checkpoint interval or another scenario's run in the
+    same directory is stale. The one rule ``compare`` and ``sweep`` resume by.
+    """
+    run_dir = Path(run_dir)
+    try:
+        text = (run_dir / SCENARIO_FILE).read_bytes()
+        if hashlib.sha256(text).hexdigest() != sha256:
+            return None
+        summary = read_summary(run_dir)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or summary.get("result") == "interrupted":
+        return None
+    return summary
 
 
 def _atomic_write_text(path: Path, text: str) -> None:

@@ -30,14 +30,18 @@ import json
 import os
 import re
 import shutil
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
+import psutil
 import yaml
 
-from rollcall.results import SUMMARY_FILE, SUMMARY_KEYS, prepare_out_dir, read_summary, scenario_hash
+from rollcall.results import (
+    SUMMARY_FILE, SUMMARY_KEYS, finished_summary, prepare_out_dir, read_summary, scenario_hash,
+)
 from rollcall.scenario import Scenario, load_scenario
 
 __all__ = ["STRATEGIES", "Point", "expand_grid", "is_done", "parse_grid", "plan", "resolve", "run_point",
@@ -118,15 +122,9 @@ def resolve(scenario_path: str, sets: Sequence[str], point: Point, target: str |
 
 
 def is_done(out_root: str | Path, point: Point, sha256: str) -> bool:
-    """Whether the point's run directory holds a finished run of exactly this scenario."""
-    run_dir = Path(out_root) / point.rel_dir
-    if not (run_dir / SUMMARY_FILE).exists():
-        return False
-    try:
-        meta = json.loads((run_dir / POINT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False  # no hash recorded (an older sweep): cannot tell, so redo it
-    return isinstance(meta, dict) and meta.get("scenario_sha256") == sha256
+    """Whether the point's run directory holds a finished run of exactly this
+    scenario (:func:`rollcall.results.finished_summary`, as compare resumes)."""
+    return finished_summary(Path(out_root) / point.rel_dir, sha256) is not None
 
 
 def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str | None,
@@ -147,6 +145,52 @@ def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str
         encoding="utf-8")
     driver = importlib.import_module(f"{sc.target}.driver")
     return driver.run(sc, out)
+
+
+def _pool_worker_init() -> None:
+    """A pool process leaves the signals to the sweep: SIGINT (which a
+    terminal sends the whole group) is ignored, SIGTERM ends it at once (it
+    would otherwise inherit the sweep's handler, turn the signal into an
+    exception inside its task and wait for the next)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _run_pool(pending: Sequence[Point], jobs: int, advance: Callable[[], None],
+              scenario_path: str, sets: Sequence[str], target: str | None, root: Path) -> None:
+    """The pending points in a pool of ``jobs`` processes. On any exception (an
+    interrupt) the pool's processes are ended, by PID, before it propagates:
+    a point cut short has no summary and reruns next time."""
+    before = {c.pid for c in psutil.Process().children()}
+    pool = cf.ProcessPoolExecutor(max_workers=jobs, initializer=_pool_worker_init)
+    try:
+        futures = [pool.submit(run_point, scenario_path, list(sets), p, target, str(root))
+                   for p in pending]
+        for fut in cf.as_completed(futures):
+            fut.result()
+            advance()
+    except BaseException:
+        mine = [c for c in psutil.Process().children() if c.pid not in before]
+        pool.shutdown(wait=False, cancel_futures=True)
+        _end_processes(mine, timeout_s=10.0)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _end_processes(procs: Sequence[psutil.Process], timeout_s: float) -> None:
+    """SIGTERM each, then SIGKILL whichever is still there after ``timeout_s``."""
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=timeout_s)
 
 
 def _row(point: Point, summary: dict[str, Any]) -> dict[str, Any]:
@@ -228,17 +272,7 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
                 run_point(scenario_path, sets, p, target, str(root))
                 advance()
         else:
-            pool = cf.ProcessPoolExecutor(max_workers=jobs)
-            try:
-                futures = [pool.submit(run_point, scenario_path, list(sets), p, target, str(root))
-                           for p in pending]
-                for fut in cf.as_completed(futures):
-                    fut.result()
-                    advance()
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-            pool.shutdown(wait=True)
+            _run_pool(pending, jobs, advance, scenario_path, sets, target, root)
     finally:
         if bar is not None:
             bar.stop()

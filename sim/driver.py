@@ -124,12 +124,13 @@ import simpy
 
 from rollcall.config import data_spec, draws, job_policy, keeper_config
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Broadcast, Checkpointed, Cursor, Enter, Formed, IdRuns,
+    DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Broadcast, Checkpointed, Cursor, Enter,
+    FailureTally, Formed, IdRuns,
     JobFailed, Keeper, Log, Membership, Record, Relaunch, RestartJob, RollCall,
     Send, SendToKeeper, Stop, check, commit, describe_assignment, members_field, rank_range, rec,
     sample_ids, step_batch, summarize_report,
 )
-from rollcall.results import SUMMARY_KEYS, goodput, write_summary
+from rollcall.results import check_summary_keys, goodput, write_summary
 from rollcall.scenario import Scenario
 
 from sim.sharded import copy_time
@@ -163,6 +164,8 @@ IDLE, SYNC, RUN, CKPT, WAIT, DONE = "idle", "sync", "run", "ckpt", "wait", "done
 # a run writes the per-sample ledger by default up to this many samples
 # (steps x global batch, and the dataset an epoch's permutation spans)
 LEDGER_SAMPLES = 1_000_000
+# the records FailureTally reads (the rest pass it by)
+_TALLIED = frozenset(("fault", "evict"))
 
 
 class Simulation:
@@ -201,6 +204,7 @@ class Simulation:
         self.fail_heap: list[tuple[float, int, int]] = []
         self._init_job(ledger)
         self.tally = Tally(self.W)  # where the simulated time went, and counters
+        self.failures = FailureTally()
         self.completed = False
         self.end_reason = ""
         self.recorder = Recorder(Path(out_dir) if out_dir is not None else None, flush_every)
@@ -265,6 +269,8 @@ class Simulation:
 
     def _write(self, record: dict) -> None:
         self.recorder.write(record)
+        if record["f"] in _TALLIED:
+            self.failures.feed(record)  # the summary's failures, read from the records
 
     def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
         ev = self.env.timeout(max(0.0, t - self.env.now))
@@ -473,7 +479,6 @@ class Simulation:
         assert kind in ("kill", "crash"), kind
         if not self.nodes.hw[w]:
             return
-        self.tally.counts["failures"] += 1
         self.tally.counts["crashes" if kind == "crash" else "kills"] += 1
         if record:
             self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
@@ -1259,7 +1264,7 @@ class Simulation:
             "stall_s": self.tally.acc["stall"],
             "recovery_s": self.tally.acc["recovery"],
             "checkpoint_s": self.tally.acc["checkpoint"],
-            "failures": self.tally.counts["failures"],
+            "failures": self.failures.count,
             "wall_s": self.wall_s,
             # extras
             "end_s": self.tally.end_s,
@@ -1282,8 +1287,7 @@ class Simulation:
             "keeper_wall_s": self.keeper_s,
             "check_wall_s": self.check_s,
         }
-        missing = set(SUMMARY_KEYS) - out.keys()
-        assert not missing, missing
+        check_summary_keys(out, "sim")
         return out
 
 

@@ -60,7 +60,7 @@ class Tally:
         lost=0.0, stall=0.0, recovery=0.0, checkpoint=0.0))
     segments: list[list[float]] = field(default_factory=list)  # [first, last, step_s] committed
     counts: dict[str, int] = field(default_factory=lambda: dict(
-        failures=0, crashes=0, kills=0, pauses=0, joins=0, repairs=0, detections=0,
+        crashes=0, kills=0, pauses=0, joins=0, repairs=0, detections=0,
         evictions=0, checkpoints=0, restarts=0, rounds=0, keeper_calls=0, rack_kills=0))
     elapsed_s: float = 0.0  # the end of the last committed step
     end_s: float = 0.0

@@ -245,3 +245,18 @@ def test_cli_calibrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert "detector.timeout_s=" in out and (run / "calibration.yaml").exists()
     assert main(["calibrate", str(tmp_path / "nope")]) == 2
+
+
+def test_calibrate_refuses_a_sim_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A sim run's timings are its scenario's own model: calibrating on them
+    wrote a calibration 75x off (issue 18). One line, exit 2, nothing written."""
+    from rollcall.cli import main
+
+    run = tmp_path / "sim"
+    assert main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--out", str(run),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["calibrate", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "a sim run" in err, err
+    assert not (run / "calibration.yaml").exists()

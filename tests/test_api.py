@@ -89,8 +89,9 @@ def test_errors_are_the_cli_ones(tmp_path: Path) -> None:
     (tmp_path / "used" / "keep.txt").write_text("mine")
     with pytest.raises(RunRefused, match="exists and is not empty"):
         rollcall.run(QUICKSTART, out=tmp_path / "used")
-    with pytest.raises(RunRefused, match="the sim target only"):
-        rollcall.run(QUICKSTART, target="real", max_wall_s=1.0, out=tmp_path / "r")
+    with pytest.raises(RunRefused, match="would write a history of at least"):
+        rollcall.run(QUICKSTART, workload__steps=10**12, out=tmp_path / "huge")
+    assert not (tmp_path / "huge").exists()
     with pytest.raises(TypeError, match="expected a Scenario, a mapping or a path"):
         rollcall.run(42)  # type: ignore[arg-type]
     with pytest.warns(UserWarning, match="never fires"):

@@ -85,6 +85,7 @@ from typing import Callable, NamedTuple
 
 import pytest
 
+from rollcall.core import FailureTally
 from rollcall.decisions import Decision, decisions, drop, first_difference, kills, mask
 from rollcall.results import read_history
 from rollcall.scenario import Scenario, load_scenario
@@ -213,3 +214,15 @@ def test_random_lifetime_end_is_one_fault_kind(runs: Callable[..., Pair]) -> Non
         evicted = [d["reason"] for d in decisions(history) if d["kind"] == "evict"
                    and d["worker"] == w and d["incarnation"] == 0]
         assert evicted == ["timeout"], (w, evicted)
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in SKIPPED])
+def test_failures_mean_the_same_on_both_targets(runs: Callable[..., Pair], name: str) -> None:
+    """The summary's ``failures`` (one definition, read from the history):
+    a scripted scenario's count is the same on sim and real; a pause counts
+    only where the keeper evicted the paused worker (real-pause-one: yes)."""
+    _, sim, real = runs(name)
+    assert FailureTally.of(sim) == FailureTally.of(real), (name, kills(sim), kills(real))
+    if name == "real-pause-one":
+        assert FailureTally.of(sim) == 1

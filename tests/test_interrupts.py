@@ -168,3 +168,77 @@ def test_exit_code_of_a_launcher_reason() -> None:
     assert interrupts.exit_code_of_reason("interrupted by SIGTERM") == 143
     assert interrupts.exit_code_of_reason("interrupted by SIGINT") == 130
     assert interrupts.exit_code_of_reason("") == 130
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("signum, code, jobs", [(signal.SIGINT, 130, 1), (signal.SIGTERM, 143, 2)])
+def test_a_signalled_sweep_stops_keeps_its_csv_and_leaves_no_process(
+        tmp_path: Path, signum: int, code: int, jobs: int) -> None:
+    """A sweep whose points would run for days: the signal ends it at once,
+    its pool's processes with it (a SIGTERM reaches the sweep alone, not its
+    pool), and ``sweep.csv`` is written for the (no) finished points."""
+    out = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "rollcall", "sweep", str(QUICKSTART), "--out", str(out),
+           "--quiet", "--seeds", "2", "--jobs", str(jobs), "--strategy", "elastic",
+           "--grid", "cluster.workers=4", *LONG]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    seen: set[int] = set()
+    try:
+        def started() -> int:
+            seen.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
+            return sum(_lines(p) for p in out.glob("**/history.jsonl"))
+
+        wait_for(started, 120, "sweep points writing history")
+        if jobs > 1:
+            wait_for(lambda: len(psutil.Process(proc.pid).children()) >= jobs, 60, "the pool")
+            seen.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = err.decode()
+    name = signal.Signals(signum).name
+    assert proc.returncode == code, text
+    assert "Traceback" not in text, text
+    assert f"interrupted ({name})" in text and str(out) in text, text
+    assert (out / "sweep.csv").exists()
+    assert jobs == 1 or len(seen) >= jobs, seen
+    assert wait_for(lambda: not [p for p in seen if _running(p)], 30, "the pool's processes gone")
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.timeout(300)
+def test_a_sigterm_to_compare_ends_the_run_cleanly_and_says_how_to_resume(tmp_path: Path) -> None:
+    """The run in progress stops at a consistent point (its summary says
+    interrupted, its history is valid) and the command exits 143."""
+    out = tmp_path / "cmp"
+    cmd = [sys.executable, "-m", "rollcall", "compare", str(QUICKSTART), "--out", str(out),
+           "--seeds", "1", *LONG]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: sum(_lines(p) for p in out.glob("*/history.jsonl")), 120,
+                 "the first run writing history")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = err.decode()
+    assert proc.returncode == 143, text
+    assert "Traceback" not in text and "run the same command to resume" in text, text
+    (run_dir,) = [p.parent for p in out.glob("*/history.jsonl")]
+    s = read_summary(run_dir)
+    assert s["result"] == "interrupted" and s["end_reason"] == "interrupted by SIGTERM"
+    assert s["valid"] is True, s["violations"]
+    assert not psutil.Process().children(recursive=True)

@@ -1,9 +1,12 @@
 """Every notebook in notebooks/ executes from a clean state, and none is committed with outputs.
 
-Each notebook makes its own runs (small sweeps on the sim, one short real
-run) under ``$ROLLCALL_RUNS``, pointed here at a temporary directory, so
-nothing is written into the repository. Budget: about a minute each on two
-cores; the whole set must stay under 5 minutes in CI.
+Each notebook reads the user's run directories through one cell tagged
+``parameters`` (the papermill convention) and, when they are absent, makes
+its own runs (small sweeps on the sim, one short real run) there. Here a
+cell after it sets ``RUNS_DIR`` to a temporary directory, as papermill's
+injected cell would, and ``$ROLLCALL_RUNS`` points elsewhere: every run must
+land where the parameter says, and nothing in the repository. Budget: about
+a minute each on two cores; the whole set must stay under 5 minutes in CI.
 """
 
 from __future__ import annotations
@@ -33,14 +36,33 @@ def test_notebook_has_no_outputs(path: Path) -> None:
             assert not cell.outputs and cell.execution_count is None, f"{path.name}: strip outputs"
 
 
+def _parameters_cells(nb: "nbformat.NotebookNode") -> list[int]:
+    return [i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", [])]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_has_one_parameters_cell(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    cells = _parameters_cells(nb)
+    assert len(cells) == 1, f"{path.name}: one cell tagged parameters, not {len(cells)}"
+    cell = nb.cells[cells[0]]
+    assert cell.cell_type == "code" and "RUNS_DIR = None" in cell.source
+    # literals only, so papermill (or the user) can override it by a cell after it
+    assert "import" not in cell.source
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.xdist_group("real-processes")  # the timeline notebook starts a real run
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ROLLCALL_RUNS", str(tmp_path))
+    monkeypatch.setenv("ROLLCALL_RUNS", str(tmp_path / "env"))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("ROLLCALL_JOBS", os.environ.get("ROLLCALL_JOBS", "2"))
     nb = nbformat.read(path, as_version=4)
+    (params,) = _parameters_cells(nb)
+    runs_dir = tmp_path / "mine"
+    nb.cells.insert(params + 1, nbformat.v4.new_code_cell(
+        f"RUNS_DIR = {str(runs_dir)!r}", metadata={"tags": ["injected-parameters"]}))
     client = nbclient.NotebookClient(
         nb, timeout=200, kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
@@ -48,4 +70,6 @@ def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch: pytest.Monke
     client.execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
-    assert any(f.is_file() for f in tmp_path.rglob("summary.json")), "the notebook made no run"
+    assert nb.cells[params].execution_count is not None, "the parameters cell ran"
+    assert any(f.is_file() for f in runs_dir.rglob("summary.json")), "no run in RUNS_DIR"
+    assert not (tmp_path / "env").exists(), "RUNS_DIR given: $ROLLCALL_RUNS is not used"

@@ -346,7 +346,9 @@ def test_chaos_kill_join_kill_under_checkpoint_restart(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(150)
-def test_sigint_to_the_launcher_leaves_no_process_and_keeps_history(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_to_the_launcher_leaves_no_process_and_keeps_history(
+        tmp_path: Path, signum: int, code: int) -> None:
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "rollcall", "run", str(SCENARIOS / "real-kill-one.yaml"),
            "--target", "real", "--out", str(out), "--set", "workload.steps=100000",
@@ -362,13 +364,14 @@ def test_sigint_to_the_launcher_leaves_no_process_and_keeps_history(tmp_path: Pa
             return sum(r["f"] == "commit" for r in history_lines(out)) >= 5
 
         wait_for(training, 120, "five committed steps")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         output, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode != 0
+    assert proc.returncode == code, output.decode()[-2000:]
+    assert b"Traceback" not in output, output.decode()[-2000:]
     assert seen, "saw no worker process"
     assert not [pid for pid in seen if pid_alive(pid)], output.decode()[-2000:]
     recs = records(out)
@@ -376,4 +379,25 @@ def test_sigint_to_the_launcher_leaves_no_process_and_keeps_history(tmp_path: Pa
     assert recs[-1]["f"] == "end" and recs[-1]["completed"] is False
     s = read_summary(out)
     assert s["completed"] is False and s["valid"] is True, s["violations"]
-    assert "interrupted" in s["end_reason"]
+    assert s["result"] == "interrupted", s["result"]
+    assert s["end_reason"] == f"interrupted by {signal.Signals(signum).name}", s["end_reason"]
+
+
+@pytest.mark.timeout(150)
+def test_max_wall_s_ends_a_real_run_with_its_results(tmp_path: Path) -> None:
+    """``run --max-wall-s`` on the real target, as on the sim: not completed,
+    the same reason, the history valid, every process stopped."""
+    from rollcall import cli
+
+    out = tmp_path / "run"
+    code = cli.main(["run", str(SCENARIOS / "real-kill-one.yaml"), "--target", "real",
+                     "--set", "workload.steps=100000", "--set", "failures.schedule=[]",
+                     "--max-wall-s", "12", "--out", str(out), "--quiet"])
+    assert code == 1
+    s = read_summary(out)
+    assert s["completed"] is False and s["result"] == "failed"
+    assert s["end_reason"] == "wall limit: --max-wall-s 12 reached"
+    assert s["valid"] is True, s["violations"]
+    recs = records(out)
+    assert recs[-1]["f"] == "end" and recs[-1]["completed"] is False
+    assert_no_process_left(s)

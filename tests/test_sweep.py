@@ -140,10 +140,17 @@ def test_runs_of_another_scenario_in_the_same_out_are_not_mixed_in(tmp_path: Pat
     # limit=0: nothing runs; the first scenario's finished point is not this one's
     df = sw.sweep(other, grid, seeds=1, sets=SETS, out=out, jobs=1, progress=False, limit=0)
     assert len(df) == 0
-    # a point.json without a hash (an older sweep) cannot be trusted either
+    # the one rule compare resumes by too: the run's own scenario.yaml must
+    # hash to the point's resolved scenario, and the run must not be interrupted
     done = next(out.rglob("point.json"))
     meta = json.loads(done.read_text())
-    assert sw.is_done(out, sw.Point(meta["grid"], meta["strategy"], meta["seed"]), meta["scenario_sha256"])
-    del meta["scenario_sha256"]
-    done.write_text(json.dumps(meta))
-    assert not sw.is_done(out, sw.Point(meta["grid"], meta["strategy"], meta["seed"]), "x")
+    point, sha = sw.Point(meta["grid"], meta["strategy"], meta["seed"]), meta["scenario_sha256"]
+    assert sw.is_done(out, point, sha) and not sw.is_done(out, point, "x")
+    summary_path = done.parent / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary_path.write_text(json.dumps({**summary, "result": "interrupted"}))
+    assert not sw.is_done(out, point, sha)
+    summary_path.write_text(json.dumps(summary))
+    scenario_yaml = done.parent / "scenario.yaml"
+    scenario_yaml.write_text(scenario_yaml.read_text() + "# edited\n")
+    assert not sw.is_done(out, point, sha)

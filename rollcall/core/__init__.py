@@ -29,7 +29,9 @@ from rollcall.core.agents import AgentBatch, GroupAction, LifeSource
 from rollcall.core.checkers import CheckReport, DataSpec, check, summarize_report
 from rollcall.core.detector import TimeoutDetector, make_detector
 from rollcall.core.failures import Draws, FailureModel
-from rollcall.core.history import DRIVER, JOB, KEEPER, NEMESIS, commit, members_field, rec
+from rollcall.core.history import (
+    DRIVER, JOB, KEEPER, NEMESIS, FailureTally, commit, members_field, rec,
+)
 from rollcall.core.idset import EMPTY, IdRuns
 from rollcall.core.job import JobPolicy
 from rollcall.core.keeper import (
@@ -51,12 +53,12 @@ from rollcall.core.types import Cursor, WorkerId, from_ranges
 __all__ = [
     "Abort", "Action", "Agent", "AgentBatch", "AgentState", "Broadcast", "CheckReport",
     "Checkpointed", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec", "Draws", "EMPTY",
-    "Enter", "FailureModel", "Formed", "GroupAction", "Heartbeat", "IdRuns", "JOB", "JobFailed",
-    "JobPolicy", "Join", "JoinBatch", "KEEPER", "Keeper", "KeeperConfig", "Leave", "LifeSource",
-    "Lives", "Log", "Membership", "NEMESIS", "Output", "Phase", "RecoveryPlan", "Record",
-    "Refused", "Relaunch", "Reload", "RestartJob", "RollCall", "Send", "SendToKeeper",
-    "ShardSpec", "StepFailed", "Stop", "TimeoutDetector", "ToKeeper", "ToWorker", "WorkerId",
-    "check", "commit", "describe_assignment", "from_ranges", "lr_scale", "make_detector",
-    "members_field", "plan_step", "rank_range", "rec", "sample_ids", "split_bytes", "step_batch",
-    "summarize_report",
+    "Enter", "FailureModel", "FailureTally", "Formed", "GroupAction", "Heartbeat", "IdRuns",
+    "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER", "Keeper", "KeeperConfig",
+    "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS", "Output", "Phase",
+    "RecoveryPlan", "Record", "Refused", "Relaunch", "Reload", "RestartJob", "RollCall", "Send",
+    "SendToKeeper", "ShardSpec", "StepFailed", "Stop", "TimeoutDetector", "ToKeeper",
+    "ToWorker", "WorkerId", "check", "commit", "describe_assignment", "from_ranges", "lr_scale",
+    "make_detector", "members_field", "plan_step", "rank_range", "rec", "sample_ids",
+    "split_bytes", "step_batch", "summarize_report",
 ]

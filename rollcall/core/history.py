@@ -39,7 +39,8 @@ Records used (``f``, who writes it, fields beyond t/type/f/process):
                                  steps ``step..last`` committed in ``gen``,
                                  covering stream offsets ``[sample, stop)``
 - ``contribute`` worker ok      gen, step, samples         per-sample ledger (real)
-- ``fault``     nemesis info    kind, workers              injected fault
+- ``fault``     nemesis info    kind, workers              injected fault (kind: kill, crash,
+                                 kill_rack (+ rack), pause (+ for_s), resume, repair, join)
 - ``end``       driver  info    completed, cursor, reason
 
 Member lists are written as inclusive id runs (see ``types.to_ranges``).
@@ -84,3 +85,49 @@ def commit(
     """Steps ``first..last`` (inclusive) committed in ``gen`` between t0 and t."""
     return rec(t, "ok", "commit", process, gen=gen, step=first, last=last,
                sample=sample, stop=stop, batch=batch, t0=round(float(t0), 9))
+
+
+class FailureTally:
+    """The summary's ``failures``, one definition for both targets, read from
+    the history's ``fault`` and ``evict`` records as they are written.
+
+    A failure is a worker a fault took out: each worker a ``kill``,
+    ``crash`` or ``kill_rack`` record lists (the targets list only the
+    nodes that were up), and a paused worker only if the pause cost it its
+    membership: the keeper evicted it for silence (``timeout``) before it
+    resumed. A pause the job rode out is a slow worker, not a failure; a
+    paused worker killed meanwhile counts once, for the kill.
+    """
+
+    __slots__ = ("count", "_paused")
+
+    _KILLS = frozenset(("kill", "crash", "kill_rack"))
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._paused: set[WorkerId] = set()  # paused and not yet evicted for it
+
+    def feed(self, record: dict) -> None:
+        """One history record (any: those other than faults and evictions pass)."""
+        f = record.get("f")
+        if f == "fault":
+            kind, workers = record.get("kind"), record.get("workers", ())
+            if kind in self._KILLS:
+                self.count += len(workers)
+                self._paused.difference_update(workers)
+            elif kind == "pause":
+                self._paused.update(workers)
+            elif kind == "resume":
+                self._paused.difference_update(workers)
+        elif f == "evict" and record.get("reason") == "timeout":
+            w = record.get("worker")
+            if w in self._paused:
+                self._paused.discard(w)
+                self.count += 1
+
+    @classmethod
+    def of(cls, records: Iterable[dict]) -> int:
+        tally = cls()
+        for r in records:
+            tally.feed(r)
+        return tally.count

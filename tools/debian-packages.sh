@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The Debian packages the tests need, installed when this runs as root on a
+# machine with apt-get (CI); otherwise it says what is missing and exits 0,
+# so `make test` works for a user without root (the tests that need a
+# missing package skip and say why).
+#
+#   chromium-headless-shell  tests/test_report.py renders report.html in it
+#
+# Idempotent: a package dpkg reports installed is skipped, and nothing is
+# fetched when all are there.
+set -euo pipefail
+
+PACKAGES=(chromium-headless-shell)
+
+installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    if command -v dpkg-query >/dev/null 2>&1 && installed "$pkg"; then
+        continue
+    fi
+    missing+=("$pkg")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "debian-packages: not installed: ${missing[*]} (as root: apt-get install -y" \
+         "--no-install-recommends ${missing[*]}); the tests that need them skip" >&2
+    exit 0
+fi
+echo "debian-packages: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y --no-install-recommends "${missing[@]}"
