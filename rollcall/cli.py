@@ -156,10 +156,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     scenario = _load(args)
     print(f"ok: {scenario.name} ({scenario.target}, {scenario.strategy.kind})")
     if args.plan:
-        from rollcall.plan import format_plan, plan
+        from rollcall.plan import format_plan, plan, wall_estimate
 
         print(scenario.to_yaml().rstrip())
-        print(format_plan(plan(scenario)))
+        p = plan(scenario)
+        print(format_plan({**p, "wall_estimate": wall_estimate(scenario, p)}))
     return 0
 
 
@@ -213,51 +214,74 @@ def _per_sample_ledger(scenario: Scenario, ledger: bool) -> bool:
     return scenario.workload.steps * scenario.workload.global_batch <= small
 
 
-def _run_out_dir(args: argparse.Namespace, scenario: Scenario) -> Path:
-    """``--out`` (claimed: refused if it holds another run, unless --force), or a fresh default."""
-    if args.out:
-        return claim_out_dir(args.out, args.force)
+def _run_out_dir(out: str | Path | None, force: bool, scenario: Scenario) -> Path:
+    """``out`` (claimed: refused if it holds another run, unless ``force``), or a fresh default."""
+    if out:
+        return claim_out_dir(out, force)
     base = default_out_dir(scenario, _utc_stamp())
-    out, n = base, 1
-    while out.exists():  # two runs within one second of each other
+    path, n = base, 1
+    while path.exists():  # two runs within one second of each other
         n += 1
-        out = base.with_name(f"{base.name}-{n}")
-    return out
+        path = base.with_name(f"{base.name}-{n}")
+    return path
+
+
+class RunRefused(Exception):
+    """A run that must not start as asked (too large for the machine or the disk, an
+    ``--out`` in use); ``str()`` is one line. The CLI prints it and exits 2."""
+
+
+def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bool = False,
+                 ledger: bool = False, max_wall_s: float | None = None,
+                 max_history_mb: int | None = None) -> tuple[dict[str, Any], Path, int | None]:
+    """Run one resolved scenario on its target: what ``rollcall run`` does, minus the printing.
+
+    One code path for the command and for :func:`rollcall.run`. Returns the
+    summary, the run directory and, when a signal ended the run, its exit
+    status (130/143; else None). Raises :class:`RunRefused` before anything
+    runs when the run cannot be made as asked.
+    """
+    run = _load_target_attr(scenario.target, "driver", "run")
+    if run is None:
+        raise RunRefused(f"target '{scenario.target}' is not built yet")
+    if ledger and scenario.workload.dataset_samples > LEDGER_DATASET_LIMIT:
+        raise RunRefused(f"--ledger: the data order of a {scenario.workload.dataset_samples}-sample "
+                         f"dataset is too large to list (at most {LEDGER_DATASET_LIMIT}); run "
+                         f"without --ledger for the compact ledger")
+    problem = _size_problem(scenario, _per_sample_ledger(scenario, ledger),
+                            MAX_HISTORY_MB if max_history_mb is None else max_history_mb, force)
+    if problem is not None:
+        raise RunRefused(problem)
+    try:
+        out_dir = _run_out_dir(out, force, scenario)
+    except OutDirError as exc:
+        raise RunRefused(str(exc)) from None
+    try:
+        prepare_out_dir(out_dir, scenario)
+    except OSError as exc:
+        raise RunRefused(f"{out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
+    _link_latest(out_dir)
+    with interrupts.catch() as stop:
+        options: dict[str, Any] = {}
+        if max_wall_s is not None:
+            options["max_wall_s"] = max_wall_s
+        if scenario.target == "sim":  # the real launcher handles the signals itself
+            if ledger:
+                options["ledger"] = True
+            options["stop"] = stop.reason
+        summary = run(scenario, out_dir, **options)
+    return summary, out_dir, _interrupted_code(stop, summary)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     scenario = _load(args)
-    run = _load_target_attr(scenario.target, "driver", "run")
-    if run is None:
-        _err(f"target '{scenario.target}' is not built yet")
-        return 2
-    if args.ledger and scenario.workload.dataset_samples > LEDGER_DATASET_LIMIT:
-        _err(f"--ledger: the data order of a {scenario.workload.dataset_samples}-sample dataset "
-             f"is too large to list (at most {LEDGER_DATASET_LIMIT}); run without --ledger "
-             f"for the compact ledger")
-        return 2
-    problem = _size_problem(scenario, _per_sample_ledger(scenario, args.ledger),
-                            args.max_history_mb, args.force)
-    if problem is not None:
-        _err(problem)
-        return 2
     try:
-        out_dir = _run_out_dir(args, scenario)
-    except OutDirError as exc:
+        summary, out_dir, code = run_scenario(
+            scenario, out=args.out, force=args.force, ledger=args.ledger,
+            max_wall_s=args.max_wall_s, max_history_mb=args.max_history_mb)
+    except RunRefused as exc:
         _err(str(exc))
         return 2
-    if not _prepare(out_dir, scenario):
-        return 2
-    with interrupts.catch() as stop:
-        options: dict[str, Any] = {}
-        if args.max_wall_s is not None:
-            options["max_wall_s"] = args.max_wall_s
-        if scenario.target == "sim":  # the real launcher handles the signals itself
-            if args.ledger:
-                options["ledger"] = True
-            options["stop"] = stop.reason
-        summary = run(scenario, out_dir, **options)
-    code = _interrupted_code(stop, summary)
     if code is not None:
         _err(f"{summary.get('end_reason') or 'interrupted'}; "
              f"history and summary (result: {summary.get('result')}) in {out_dir}")
@@ -478,6 +502,16 @@ def _size_options(p: argparse.ArgumentParser) -> None:
                             "are removed first)" if p.prog.endswith(" run") else ""))
 
 
+class _GpusAction(argparse.Action):
+    """``--gpus N``: appends ``cluster.gpus=N`` to the ``--set`` items, in command-line order
+    (so the replay line, the sweep's directory name and a later ``--set`` all see it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        items = list(getattr(namespace, self.dest, None) or [])  # a copy: the default is shared
+        setattr(namespace, self.dest, items + [f"cluster.gpus={values}"])
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (the house rule for bad input), still exit 2."""
 
@@ -498,12 +532,18 @@ def _build_parser() -> argparse.ArgumentParser:
             "--set", action="append", default=[], metavar="KEY=VALUE",
             help="override a scenario key, e.g. --set failures.worker_mtbf_s=3600 (value is YAML)",
         )
+        p.add_argument(
+            "--gpus", action=_GpusAction, dest="set", type=_positive_int, metavar="N",
+            help="shorthand for --set cluster.gpus=N: N / cluster.gpus_per_worker workers "
+                 "(replaces the scenario's cluster.workers)",
+        )
 
     p = sub.add_parser("validate", help="check a scenario file and print its resolved identity")
     common(p)
     p.add_argument("--plan", action="store_true",
                    help="also print the resolved scenario, the worker id ranges, the fault "
-                        "timeline, the failure-free time and the expected random failures")
+                        "timeline, the failure-free time, the expected random failures and a "
+                        "wall-time estimate (sim: unit costs timed by tiny runs, ~0.3 s)")
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("run", help="run a scenario on a target")

@@ -24,7 +24,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "unknown_top_key.yaml": ("seeed", 2, "unknown key (expected one of: name,"),
     "unknown_nested_key.yaml": (
         "cluster.wrokers", 4,
-        "unknown key (expected one of: workers, gpus_per_worker, spares, repair_s, rack_size)"
+        "unknown key (expected one of: workers, gpus_per_worker, spares, repair_s, rack_size, gpus)"
     ),
     "negative_time.yaml": ("strategy.restart_s", 4, "must be >= 0, got -30"),
     "negative_latency.yaml": ("network.latency_s", 3, "must be >= 0"),
@@ -79,6 +79,17 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "warmup_negative.yaml": ("workload.warmup_s", 3, "must be >= 0, got -1.0"),
     "zero_rack_size.yaml": ("cluster.rack_size", 4, "must be >= 1, got 0"),
     "state_unknown_key.yaml": ("state.replica", 4, "unknown key (expected one of: sharding, replicas, shards)"),
+    # scale helpers (cluster.gpus, fractions, per-worker batch, rate per 1,000 node-days)
+    "gpus_not_multiple.yaml": ("cluster.gpus", 4, "must be a multiple of cluster.gpus_per_worker=8"),
+    "gpus_disagree.yaml": ("cluster.gpus", 5, "64 GPUs are 8 workers of 8 GPUs, but cluster.workers=4"),
+    "fraction_above_one.yaml": ("rendezvous.min_workers", 5, "a fraction is at most 1"),
+    "max_fraction_below_workers.yaml": (
+        "rendezvous.max_workers", 6, "0.95 of cluster.workers=10 is 9 (rounded down): must be >= "
+    ),
+    "per_worker_and_global_batch.yaml": (
+        "workload.per_worker_batch", 6, "give either workload.per_worker_batch or workload.global_batch"
+    ),
+    "rate_and_mtbf.yaml": ("failures.per_1000_node_days", 4, "not both"),
 }
 
 SUBPROCESS_CASES = [

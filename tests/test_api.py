@@ -1,0 +1,101 @@
+"""``rollcall.run(...)``: the Python API for notebooks, on the sim target.
+
+It must be the same run as ``rollcall run`` (byte-identical history for the
+same scenario and seed), take its overrides as dotted keys, and keep
+``import rollcall`` cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+import rollcall
+from rollcall import cli
+from rollcall.api import Summary
+from rollcall.cli import RunRefused
+from rollcall.results import SUMMARY_KEYS
+from rollcall.scenario import ScenarioError, load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+
+
+def test_import_rollcall_loads_no_driver_and_no_heavy_package() -> None:
+    code = ("import sys, rollcall; heavy = {'pydantic', 'pandas', 'yaml', 'sim', 'real', 'numpy'};"
+            "print(sorted(heavy & set(sys.modules))); rollcall.run; print('pydantic' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[]", "True"]  # the API itself arrives on first use
+
+
+def test_run_is_the_cli_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = rollcall.run(QUICKSTART, out=tmp_path / "api", failures__worker_mtbf_s=3600,
+                     set={"workload.steps": 120})
+    assert cli.main(["run", str(QUICKSTART), "--out", str(tmp_path / "cli"), "--quiet",
+                     "--set", "failures.worker_mtbf_s=3600", "--set", "workload.steps=120"]) == 0
+    capsys.readouterr()
+    for name in ("history.jsonl", "scenario.yaml"):
+        assert (tmp_path / "api" / name).read_bytes() == (tmp_path / "cli" / name).read_bytes()
+    on_disk = json.loads((tmp_path / "api" / "summary.json").read_text())
+    assert isinstance(s, Summary) and s.dir == tmp_path / "api"
+    assert s.to_dict() == on_disk
+    assert {k: getattr(s, k) for k in SUMMARY_KEYS} == {k: on_disk[k] for k in SUMMARY_KEYS}
+    assert s.completed and s.valid and s.steps_target == 120 and s.target == "sim"
+    assert s.events == on_disk["events"]  # a driver's extra key, as an attribute
+    with pytest.raises(AttributeError, match="no key 'nope'"):
+        _ = s.nope
+    history = s.history()
+    lines = (tmp_path / "api" / "history.jsonl").read_text().splitlines()
+    assert len(history) == len(lines) and list(history["f"][:1]) == ["start"]
+    resolved = yaml.safe_load((tmp_path / "api" / "scenario.yaml").read_text())
+    assert resolved["failures"]["worker_mtbf_s"] == 3600 and resolved["workload"]["steps"] == 120
+
+
+def test_a_dict_a_scenario_and_the_flags(tmp_path: Path) -> None:
+    raw = {"name": "api-dict", "cluster": {"gpus": 4}, "workload": {"steps": 30}}
+    a = rollcall.run(raw, out=tmp_path / "a", seed=3, strategy="checkpoint-restart",
+                     rendezvous__min_workers="50%")
+    assert (a.scenario, a.seed, a.strategy, a.completed) == ("api-dict", 3, "checkpoint-restart", True)
+    resolved = load_scenario(tmp_path / "a" / "scenario.yaml")
+    assert resolved.cluster.workers == 4 and resolved.rendezvous.min_workers == 2
+    # a resolved Scenario runs again to the same history
+    b = rollcall.run(resolved, out=tmp_path / "b")
+    assert (tmp_path / "a" / "history.jsonl").read_bytes() == (tmp_path / "b" / "history.jsonl").read_bytes()
+    assert b.elapsed_s == a.elapsed_s
+    # keywords come after set=: the later word wins
+    sc = rollcall.resolve(raw, set={"workload.steps": 10}, workload__steps=20)
+    assert sc.workload.steps == 20 and rollcall.resolve(raw, target="real").target == "real"
+
+
+def test_default_out_is_the_cli_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    s = rollcall.run({"name": "api-default", "workload": {"steps": 10}})
+    assert s.dir.parent == Path("runs") / "api-default" and s.dir.name.endswith("-seed0")
+    assert (tmp_path / s.dir / "summary.json").exists()
+
+
+def test_errors_are_the_cli_ones(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match=r"cluster.workers \(from --set\): expected an integer"):
+        rollcall.run(QUICKSTART, cluster__workers="x", out=tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "keep.txt").write_text("mine")
+    with pytest.raises(RunRefused, match="exists and is not empty"):
+        rollcall.run(QUICKSTART, out=tmp_path / "used")
+    with pytest.raises(RunRefused, match="would write a history of at least"):
+        rollcall.run(QUICKSTART, workload__steps=10**12, out=tmp_path / "huge")
+    assert not (tmp_path / "huge").exists()
+    with pytest.raises(TypeError, match="expected a Scenario, a mapping or a path"):
+        rollcall.run(42)  # type: ignore[arg-type]
+    with pytest.warns(UserWarning, match="never fires"):
+        s = rollcall.run({"name": "late", "workload": {"steps": 10},
+                          "failures": {"schedule": [{"at_step": 50, "kill": 0}]}},
+                         out=tmp_path / "late")
+    assert s.failures == 0
