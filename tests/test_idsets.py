@@ -85,8 +85,12 @@ def test_mask_and_runs_are_one_set(spans: list[tuple[int, int]], x: int, k: int)
     if ids:
         assert back.first() == ids[0] and back.last() == ids[-1] and back[len(ids) // 2] == ids[len(ids) // 2]
         assert back.index(ids[-1]) == len(ids) - 1
+    if ids:  # a mask with no runs derived yet: ranks counted and ids peeled off the mask
+        mid = ids[len(ids) // 2]
+        assert IdRuns.from_mask(r.mask).index(mid) == len(ids) // 2
+        assert list(IdRuns.from_mask(r.mask).ascending())[:5] == ids[:5]
     for cut in (k, k * len(ids) // 40):  # near the start, and anywhere
-        for s in (r, back):  # runs given, runs derived by numpy
+        for s in (r, back, IdRuns.from_mask(r.mask)):  # runs given, derived, none yet
             h, t = s.head(cut), s.tail(cut)
             assert list(h) == ids[:cut] and list(t) == ids[cut:]
             for part in (h, t):  # cut runs: the same as the mask's own

@@ -168,7 +168,15 @@ class IdRuns(Sequence[int]):
         return self._m != 0
 
     def __iter__(self) -> Iterator[int]:
+        if self._lo_ is None and self._n <= _PEEL_MAX:
+            return _bits(self._m)  # a few ids: peeled off the mask, no runs derived
         return chain.from_iterable(map(range, self._lo, map((1).__add__, self._hi)))
+
+    def ascending(self) -> Iterator[int]:
+        """The ids in increasing order, lazily: from the runs if they are at
+        hand, else bit by bit off the mask, so that reading the first few
+        of a large set derives nothing."""
+        return iter(self) if self._lo_ is not None else _bits(self._m)
 
     def __reversed__(self) -> Iterator[int]:
         return reversed(tuple(self))
@@ -195,9 +203,12 @@ class IdRuns(Sequence[int]):
         """Rank of ``x`` (its position in the sorted list)."""
         if x not in self:
             raise ValueError(f"{x!r} is not in the list")
-        lo = self._lo
-        i = bisect_right(lo, x) - 1  # type: ignore[arg-type]
-        k = self._cum[i] + x - lo[i]  # type: ignore[operator]
+        if self._cum_ is None:  # the ids below x, counted on the mask: no runs derived
+            k = (self._m & ((1 << x) - 1)).bit_count()  # type: ignore[operator]
+        else:
+            lo = self._lo
+            i = bisect_right(lo, x) - 1  # type: ignore[arg-type]
+            k = self._cum[i] + x - lo[i]  # type: ignore[operator]
         if k < start or (stop is not None and k >= stop):
             raise ValueError(f"{x!r} is not in the list")
         return k
@@ -233,6 +244,8 @@ class IdRuns(Sequence[int]):
             return self
         if k <= 0:
             return EMPTY
+        if self._cum_ is None and k <= _PEEL_MAX:
+            return IdRuns.from_mask(_low_bits(self._m, k))
         cum, lo = self._cum, self._lo
         i = bisect_right(cum, k - 1) - 1  # the run holding the k-th id
         last = lo[i] + k - 1 - cum[i]
@@ -244,6 +257,8 @@ class IdRuns(Sequence[int]):
             return self
         if k >= self._n:
             return EMPTY
+        if self._cum_ is None and k <= _PEEL_MAX:
+            return IdRuns.from_mask(self._m & ~_low_bits(self._m, k))
         cum, lo = self._cum, self._lo
         i = bisect_right(cum, k) - 1  # the run holding the (k+1)-th id
         first = lo[i] + k - cum[i]
@@ -323,6 +338,30 @@ EMPTY = IdRuns._raw([], [], 0)
 # where C does the work (int <-> str in base 2 and a regular expression).
 _PY_MAX_RUNS = 8
 _ONES = re.compile("1+")
+
+
+# Up to this many ids, iterating or cutting a set without its runs peels
+# bits off the mask one by one (a few big-int operations each) rather than
+# deriving every run of what may be a long, holey member list.
+_PEEL_MAX = 32
+
+
+def _bits(m: int) -> Iterator[int]:
+    """The set bits of ``m``, lowest first."""
+    while m:
+        low = m & -m
+        yield low.bit_length() - 1
+        m ^= low
+
+
+def _low_bits(m: int, k: int) -> int:
+    """The mask of the ``k`` lowest set bits of ``m`` (which has at least ``k``)."""
+    out = 0
+    for _ in range(k):
+        low = m & -m
+        out |= low
+        m ^= low
+    return out
 
 
 def _mask_of_runs(lo: list[int], hi: list[int]) -> int:

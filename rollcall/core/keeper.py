@@ -895,7 +895,7 @@ class Keeper:
             for group in (old, new):
                 candidates = holders & group
                 assert isinstance(candidates, IdRuns), "in id order: the first match is the lowest"
-                for w in candidates:
+                for w in candidates.ascending():  # mostly the first: derive no runs
                     if self._on_lineage(best, r.state_gen.get(w)):
                         return best, w
         return fallback, None
