@@ -96,10 +96,20 @@ class Proc:
         return self.exited_t is None
 
 
+# a connection has this long to answer the challenge, and at most this many
+# wait at once (the oldest is dropped): a stranger cannot hold the service
+AUTH_TIMEOUT_S = 10.0
+MAX_UNAUTHENTICATED = 32
+MAX_REJECT_RECORDS = 100  # the history records the first ones; the count is kept
+
+
 @dataclass
 class Conn:
     sock: socket.socket
-    reader: wire.FrameReader = field(default_factory=wire.FrameReader)
+    opened_t: float
+    nonce: str = field(default_factory=wire.new_nonce)
+    authed: bool = False
+    reader: wire.FrameReader = field(default_factory=lambda: wire.FrameReader(wire.TO_LAUNCHER))
     worker: Optional[int] = None
     incarnation: Optional[int] = None
     spare: bool = False
@@ -117,6 +127,12 @@ class Launcher:
         self.real_dir.mkdir(parents=True, exist_ok=True)
         (self.real_dir / "logs").mkdir(exist_ok=True)
         (self.real_dir / "scenario.json").write_text(json.dumps(scenario.to_dict()))
+        # the run's secret: every connection to the service proves it holds it
+        self.secret_path = self.real_dir / "secret"
+        self.secret_path.unlink(missing_ok=True)
+        self.secret = wire.write_secret(self.secret_path)
+        self.run_id = wire.new_nonce()
+        self.rejected = 0  # connections dropped for a bad or unauthenticated frame
         hist = self.out / HISTORY_FILE
         if hist.exists():
             hist.unlink()
@@ -171,7 +187,8 @@ class Launcher:
         log = open(self.real_dir / "logs" / f"worker-{worker}.{incarnation}.log", "ab")
         cmd = [sys.executable, "-m", "real.worker", "--port", str(self.port),
                "--worker", str(worker), "--incarnation", str(incarnation),
-               "--t0", repr(self.t0), "--run-dir", str(self.out)]
+               "--t0", repr(self.t0), "--run-dir", str(self.out),
+               "--secret-file", str(self.secret_path)]
         if spare:
             cmd.append("--spare")
         env = dict(os.environ)
@@ -372,9 +389,26 @@ class Launcher:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Conn(sock)
+            waiting = [c for c in self.conns.values() if not c.authed]
+            if len(waiting) >= MAX_UNAUTHENTICATED:
+                self.reject(min(waiting, key=lambda c: c.opened_t), "too many unauthenticated")
+            conn = Conn(sock, self.now())
             self.conns[sock] = conn
             self.sel.register(sock, selectors.EVENT_READ, ("conn", conn))
+            self.queue(conn, ("challenge", conn.nonce, self.run_id))
+
+    def reject(self, conn: Conn, reason: str) -> None:
+        """Drop one connection for what it sent (or did not): the run goes on."""
+        self.rejected += 1
+        if self.rejected <= MAX_REJECT_RECORDS:
+            self.write(rec(self.now(), "info", "reject", DRIVER, reason=reason[:200],
+                           worker=conn.worker, authenticated=conn.authed))
+        self.drop(conn)
+
+    def expire_unauthenticated(self, now: float) -> None:
+        for conn in [c for c in self.conns.values()
+                     if not c.authed and now >= c.opened_t + AUTH_TIMEOUT_S]:
+            self.reject(conn, "no hello in time")
 
     def drop(self, conn: Conn) -> None:
         try:
@@ -394,8 +428,16 @@ class Launcher:
         if not data:
             self.drop(conn)
             return
-        for frame in conn.reader.feed(data):
-            self.frame(conn, frame)
+        try:
+            frames = conn.reader.feed(data)
+            while frames and conn.sock in self.conns:
+                for frame in frames:
+                    self.frame(conn, frame)
+                    if conn.sock not in self.conns:
+                        return  # rejected
+                frames = conn.reader.more()
+        except wire.WireError as exc:
+            self.reject(conn, f"bad frame: {exc}")
 
     def writable(self, conn: Conn) -> None:
         try:
@@ -412,16 +454,34 @@ class Launcher:
     def frame(self, conn: Conn, frame: tuple) -> None:
         kind = frame[0]
         now = self.now()
-        if kind == "hello":
-            _, w, inc, _pid, spare = frame
-            conn.worker, conn.incarnation, conn.spare = w, inc, spare
-            self.conn_of[(w, inc)] = conn
-            cur = self.latest_conn.get(w)
-            if cur is None or (cur.incarnation or 0) <= inc:
-                self.latest_conn[w] = conn
-            if self.store_port is not None:
-                self.queue(conn, ("welcome", self.store_port))
-        elif kind == "ready":
+        if not conn.authed:
+            if kind != "hello":
+                self.reject(conn, f"unauthenticated {kind}")
+            elif not wire.hello_ok(self.secret, conn.nonce, self.run_id, frame):
+                self.reject(conn, "hello without the run's key")
+            else:
+                conn.authed = True
+                conn.reader.authenticated()
+                self.hello(conn, frame)
+        elif kind == "hello":
+            self.reject(conn, "a second hello")
+        else:
+            self.authenticated_frame(conn, frame, now)
+
+    def hello(self, conn: Conn, frame: tuple) -> None:
+        """An authenticated process says who it is: its replies go to this connection."""
+        _, w, inc, _pid, spare, _mac = frame
+        conn.worker, conn.incarnation, conn.spare = w, inc, spare
+        self.conn_of[(w, inc)] = conn
+        cur = self.latest_conn.get(w)
+        if cur is None or (cur.incarnation or 0) <= inc:
+            self.latest_conn[w] = conn
+        if self.store_port is not None:
+            self.queue(conn, ("welcome", self.store_port))
+
+    def authenticated_frame(self, conn: Conn, frame: tuple, now: float) -> None:
+        kind = frame[0]
+        if kind == "ready":
             p = self.proc_of(conn)
             if p is not None:
                 p.ready = True
@@ -589,10 +649,12 @@ class Launcher:
         if any(p.alive and p.want and not p.activated for p in self.procs):
             times += [t for t in self.batch_deadline.values() if t > self.now()]
         times += [self.batch_deadline[b] for b in self.held_joins]
+        times += [c.opened_t + AUTH_TIMEOUT_S for c in self.conns.values() if not c.authed]
         return min(times) if times else None
 
     def timers(self) -> None:
         now = self.now()
+        self.expire_unauthenticated(now)
         kt = self.keeper.get_timer()
         if kt is not None and now >= kt:
             self.effects(self.keeper.handle_timer(now))
@@ -729,6 +791,7 @@ class Launcher:
 
     def shutdown(self) -> None:
         self.kill_all()
+        self.secret_path.unlink(missing_ok=True)  # no key outlives its run
         now = self.now()
         if self.end_t is None:
             self.end_t = now

@@ -1,57 +1,199 @@
-"""Length-prefixed pickle frames between the launcher and its workers.
+"""Frames between the launcher and its workers: length-prefixed JSON, checked.
 
-Every frame is a 4-byte big-endian length and a pickled tuple whose first
-item names the kind. The payloads are the core's own message dataclasses
-(``rollcall.core.messages``) and history records (plain dicts); the wire adds
-only what a process needs around them:
+Every frame is a 4-byte big-endian length and a JSON array whose first item
+names the kind; each kind has a fixed list of fields, checked on arrival
+(:data:`TO_LAUNCHER`, :data:`TO_WORKER`). Protocol messages travel in the
+core's plain-data form (``rollcall.core.message_to_data``), history records as
+JSON objects. Nothing is unpickled: a peer's bytes can only ever become one
+of these tuples, or a :class:`WireError`.
+
+Connections are authenticated with the run's secret (a random key the
+launcher writes to a 0600 file, :func:`write_secret`): the launcher opens
+every connection with a ``challenge`` (a fresh nonce and the run's id) and
+the first frame back must be a ``hello`` carrying the HMAC-SHA256 of both
+and of the hello's own fields (:func:`hello_mac`). A frame recorded from
+another run, or forged without the key, fails the check.
 
 worker -> launcher
-    ("hello", worker, incarnation, pid, spare)   first frame on a connection
+    ("hello", worker, incarnation, pid, spare, mac)   first frame on a connection
+    ("ready",)                                   torch imported, model built
     ("msg", ToKeeper)                            a protocol message for the keeper
     ("rec", dict)                                a history record to append
     ("commit", worker, incarnation, gen, step, record)
                                                  may step ``step`` of ``gen`` commit?
+    ("fatal", worker, reason)                    no retry can help (diverged)
+    ("final", worker, incarnation, [step, sample], sha256)
 launcher -> worker
+    ("challenge", nonce, run)                    first frame on a connection
     ("welcome", store_port)                      where the per-generation stores live
     ("msg", ToWorker)                            the keeper's answer
     ("ack", gen, step, accepted)                 answer to a commit request
     ("activate",)                                a standby spare becomes a worker
-
-Loopback only, between processes of one run that the launcher started, so
-pickle is acceptable here; a multi-host store would carry JSON instead.
 """
 
 from __future__ import annotations
 
-import pickle
+import hashlib
+import hmac
+import json
+import os
+import secrets
 import struct
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
+
+from rollcall.core import (
+    TO_KEEPER_TYPES, TO_WORKER_TYPES, WIRE_MESSAGE_TYPES, CodecError, check_cursor, check_flag,
+    check_nat, check_text, message_from_data, message_to_data,
+)
 
 _LEN = struct.Struct(">I")
-MAX_FRAME = 64 << 20
+MAX_FRAME = 16 << 20  # an authenticated peer's frame
+MAX_HELLO = 4096  # any frame before the peer is authenticated
+SECRET_BYTES = 32
 
 
-def encode(obj: Any) -> bytes:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
+_DECODER = json.JSONDecoder()
+
+
+class WireError(ValueError):
+    """Bytes that are not a frame of this protocol (what was wrong)."""
+
+
+def _record(v: Any, where: str) -> dict:
+    # decoded JSON: an object's keys are strings already
+    if not isinstance(v, dict) or not isinstance(v.get("f"), str):
+        raise CodecError(f"{where}: a history record is an object with a string 'f'")
+    return v
+
+
+def _hexdigest(v: Any, where: str) -> str:
+    s = check_text(v, where, 128)
+    if any(c not in "0123456789abcdef" for c in s):
+        raise CodecError(f"{where}: expected lowercase hex")
+    return s
+
+
+def _message(allowed: frozenset[str]) -> Callable[[Any, str], Any]:
+    return lambda v, where: message_from_data(v, allowed)
+
+
+nat, flag, text = check_nat, check_flag, check_text
+
+TO_LAUNCHER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
+    "hello": (nat, nat, nat, flag, _hexdigest),
+    "ready": (),
+    "msg": (_message(TO_KEEPER_TYPES),),
+    "rec": (_record,),
+    "commit": (nat, nat, nat, nat, _record),
+    "fatal": (nat, text),
+    "final": (nat, nat, lambda v, w: check_cursor(v, w).to_json(), _hexdigest),
+}
+TO_WORKER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
+    "challenge": (_hexdigest, _hexdigest),
+    "welcome": (nat,),
+    "msg": (_message(TO_WORKER_TYPES),),
+    "ack": (nat, nat, flag),
+    "activate": (),
+}
+
+
+def encode(frame: tuple) -> bytes:
+    """One frame: its kind, then its fields (messages in their plain-data form)."""
+    items = [message_to_data(x) if isinstance(x, WIRE_MESSAGE_TYPES) else x for x in frame]
+    data = _ENCODER.encode(items).encode("utf-8")
+    assert len(data) <= MAX_FRAME, ("frame too large to send", frame[0], len(data))
     return _LEN.pack(len(data)) + data
 
 
+def decode(data: bytes, kinds: dict[str, tuple]) -> tuple:
+    """The frame ``data`` holds, every field checked against its kind's schema."""
+    try:
+        items = _DECODER.decode(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise WireError(f"not JSON: {str(exc)[:80]}") from None
+    if not isinstance(items, list) or not items or not isinstance(items[0], str):
+        raise WireError("a frame is a list that starts with its kind")
+    kind, args = items[0], items[1:]
+    fields = kinds.get(kind)
+    if fields is None:
+        raise WireError(f"unknown frame kind {kind!r:.40}")
+    if len(args) != len(fields):
+        raise WireError(f"{kind}: {len(args)} fields, expected {len(fields)}")
+    try:
+        return (kind, *(check(v, f"{kind}[{i}]") for i, (check, v) in enumerate(zip(fields, args))))
+    except CodecError as exc:
+        raise WireError(str(exc)) from None
+
+
 class FrameReader:
-    """Incremental decoder: feed bytes, take whole frames."""
+    """Incremental decoder: feed bytes, take whole checked frames.
 
-    def __init__(self) -> None:
+    ``limit`` bounds one frame (and so the buffer); :meth:`authenticated`
+    raises it from :data:`MAX_HELLO` to :data:`MAX_FRAME`.
+    """
+
+    def __init__(self, kinds: dict[str, tuple], limit: int = MAX_HELLO) -> None:
         self._buf = bytearray()
+        self.kinds = kinds
+        self.limit = limit
 
-    def feed(self, data: bytes) -> list[Any]:
+    def authenticated(self) -> None:
+        self.limit = MAX_FRAME
+
+    def feed(self, data: bytes) -> list[tuple]:
         self._buf += data
         out = []
         while len(self._buf) >= 4:
             (n,) = _LEN.unpack_from(self._buf, 0)
-            if n > MAX_FRAME:
-                raise ValueError(f"frame of {n} bytes is too large")
+            if n > self.limit:
+                raise WireError(f"frame of {n} bytes is over the limit of {self.limit}")
             if len(self._buf) < 4 + n:
                 break
-            out.append(pickle.loads(bytes(self._buf[4:4 + n])))
+            out.append(decode(bytes(self._buf[4:4 + n]), self.kinds))
             del self._buf[:4 + n]
+            if out[-1][0] in ("hello", "challenge"):
+                break  # the rest waits for the caller to authenticate (and call again)
         return out
 
+    def more(self) -> list[tuple]:
+        """Frames already buffered (after a ``hello`` or ``challenge`` stopped :meth:`feed`)."""
+        return self.feed(b"")
+
+
+# --- the run's secret and the handshake ----------------------------------------
+
+
+def write_secret(path: Path) -> bytes:
+    """A fresh random key, written to ``path`` readable by its owner only."""
+    key = secrets.token_bytes(SECRET_BYTES)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key)
+    return key
+
+
+def read_secret(path: str | Path) -> bytes:
+    key = Path(path).read_bytes()
+    if len(key) != SECRET_BYTES:
+        raise WireError(f"{path}: not a run secret ({len(key)} bytes)")
+    return key
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(16)
+
+
+def hello_mac(key: bytes, nonce: str, run: str, worker: int, incarnation: int, pid: int,
+              spare: bool) -> str:
+    """The HMAC a ``hello`` carries: of the challenge and of the hello's fields."""
+    msg = json.dumps(["rollcall-hello", nonce, run, worker, incarnation, pid, spare],
+                     separators=(",", ":")).encode("utf-8")
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def hello_ok(key: bytes, nonce: str, run: str, frame: tuple) -> bool:
+    _, worker, incarnation, pid, spare, mac = frame
+    want = hello_mac(key, nonce, run, worker, incarnation, pid, spare)
+    return hmac.compare_digest(want, mac)

@@ -76,7 +76,8 @@ class Worker:
         self.send_lock = threading.Lock()
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
-        self.send(("hello", self.worker, self.incarnation, os.getpid(), self.spare))
+        self.reader = wire.FrameReader(wire.TO_WORKER)
+        self.handshake(wire.read_secret(args.secret_file))
         self.agent = Agent(self.worker, self.incarnation, sc.detector.heartbeat_s)
         self.target: Optional[Enter] = None
         self.aborted_gen = 0
@@ -96,6 +97,23 @@ class Worker:
 
     def now(self) -> float:
         return time.monotonic() - self.t0
+
+    def handshake(self, key: bytes, timeout_s: float = 60.0) -> None:
+        """Answer the service's challenge with the run's key: the ``hello``."""
+        self.sock.settimeout(timeout_s)
+        frames: list = []
+        while not frames:
+            data = self.sock.recv(wire.MAX_HELLO)
+            if not data:
+                raise ConnectionError("the launcher closed the connection before its challenge")
+            frames = self.reader.feed(data)
+        self.sock.settimeout(None)
+        kind, nonce, run = frames[0]
+        assert kind == "challenge", kind
+        self.reader.authenticated()  # the launcher we connected to: its frames may be large
+        pid = os.getpid()
+        mac = wire.hello_mac(key, nonce, run, self.worker, self.incarnation, pid, self.spare)
+        self.send(("hello", self.worker, self.incarnation, pid, self.spare, mac))
 
     def send(self, obj) -> None:
         data = wire.encode(obj)
@@ -134,8 +152,10 @@ class Worker:
     # --- control thread ---------------------------------------------------------
 
     def control_loop(self) -> None:
-        reader = wire.FrameReader()
+        reader = self.reader
         try:
+            for frame in reader.more():  # what arrived with the challenge
+                self.handle(frame)
             while not self.stopped:
                 with self.lock:
                     timer = self.agent.get_timer() if self.started else None
@@ -602,6 +622,7 @@ def main(argv=None) -> int:
     p.add_argument("--t0", type=float, required=True)
     p.add_argument("--run-dir", required=True)
     p.add_argument("--spare", action="store_true")
+    p.add_argument("--secret-file", required=True, help="the run's key (a 0600 file)")
     args = p.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher owns Ctrl-C
     _die_with_parent()

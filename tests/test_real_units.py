@@ -7,28 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from rollcall.core.messages import Heartbeat, Membership
 from rollcall.scenario import parse_scenario
 from rollcall.core.types import Cursor
 
-from real import wire
 from real.driver import merge_history, recoveries
 from real.faults import Due, FaultPlan
-
-
-@pytest.mark.timeout(30)
-def test_frames_survive_any_split() -> None:
-    frames = [("hello", 1, 0, 123, False),
-              ("msg", Heartbeat(1, 0, 2, 7)),
-              ("msg", Membership(3, (0, 2), (0, 1), Cursor(5, 40), 0, (2,))),
-              ("rec", {"f": "contribute", "samples": list(range(100))})]
-    data = b"".join(wire.encode(f) for f in frames)
-    for chunk in (1, 3, 7, len(data)):
-        reader = wire.FrameReader()
-        got = []
-        for i in range(0, len(data), chunk):
-            got += reader.feed(data[i:i + chunk])
-        assert got == frames
 
 
 @pytest.mark.timeout(30)

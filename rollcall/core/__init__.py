@@ -26,6 +26,10 @@ from rollcall.core.agent import (
     Abort, Action, Agent, AgentState, Enter, Log, Phase, SendToKeeper, Stop,
 )
 from rollcall.core.agents import AgentBatch, GroupAction, LifeSource
+from rollcall.core.codec import (
+    TO_KEEPER_TYPES, TO_WORKER_TYPES, WIRE_MESSAGE_TYPES, CodecError, check_cursor, check_flag,
+    check_nat, check_text, message_from_data, message_to_data,
+)
 from rollcall.core.checkers import CheckReport, DataSpec, check, summarize_report
 from rollcall.core.detector import TimeoutDetector, make_detector
 from rollcall.core.failures import Draws, FailureModel
@@ -52,13 +56,15 @@ from rollcall.core.types import Cursor, WorkerId, from_ranges
 
 __all__ = [
     "Abort", "Action", "Agent", "AgentBatch", "AgentState", "Broadcast", "CheckReport",
-    "Checkpointed", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec", "Draws", "EMPTY",
-    "Enter", "FailureModel", "FailureTally", "Formed", "GroupAction", "Heartbeat", "IdRuns",
-    "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER", "Keeper", "KeeperConfig",
-    "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS", "Output", "Phase",
-    "RecoveryPlan", "Record", "Refused", "Relaunch", "Reload", "RestartJob", "RollCall", "Send",
-    "SendToKeeper", "ShardSpec", "StepFailed", "Stop", "TimeoutDetector", "ToKeeper",
-    "ToWorker", "WorkerId", "check", "commit", "describe_assignment", "from_ranges", "lr_scale",
-    "make_detector", "members_field", "plan_step", "rank_range", "rec", "sample_ids",
+    "Checkpointed", "CodecError", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec",
+    "Draws", "EMPTY", "Enter", "FailureModel", "FailureTally", "Formed", "GroupAction",
+    "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
+    "Keeper", "KeeperConfig", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
+    "Output", "Phase", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload", "RestartJob",
+    "RollCall", "Send", "SendToKeeper", "ShardSpec", "StepFailed", "Stop", "TO_KEEPER_TYPES",
+    "TO_WORKER_TYPES", "TimeoutDetector", "ToKeeper", "ToWorker", "WIRE_MESSAGE_TYPES",
+    "WorkerId", "check", "check_cursor", "check_flag", "check_nat", "check_text", "commit",
+    "describe_assignment", "from_ranges", "lr_scale", "make_detector", "members_field",
+    "message_from_data", "message_to_data", "plan_step", "rank_range", "rec", "sample_ids",
     "split_bytes", "step_batch", "summarize_report",
 ]
