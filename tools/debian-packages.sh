@@ -5,12 +5,13 @@
 # missing package skip and say why).
 #
 #   chromium-headless-shell  tests/test_report.py renders report.html in it
+#   nftables                 the real target's network faults (rules inside host namespaces)
 #
 # Idempotent: a package dpkg reports installed is skipped, and nothing is
 # fetched when all are there.
 set -euo pipefail
 
-PACKAGES=(chromium-headless-shell)
+PACKAGES=(chromium-headless-shell nftables)
 
 installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
