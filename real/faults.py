@@ -18,8 +18,8 @@ from rollcall.scenario import Scenario
 
 @dataclass(frozen=True)
 class Due:
-    kind: str                      # kill | kill_rack | pause | join | crash (a lifetime's end)
-    targets: object                # tuple of ids, "random", a count for join, a rack for kill_rack
+    kind: str                      # kill | kill_rack | lose_host | pause | join | crash (a lifetime's end)
+    targets: object                # ids, "random", a count (join), a rack (kill_rack), a host (lose_host)
     for_s: Optional[float] = None
     origin: str = "schedule"       # schedule | mtbf
     index: int = -1
@@ -43,6 +43,8 @@ class FaultPlan:
             return Due("join", f.join, index=i)
         if f.action == "kill_rack":
             return Due("kill_rack", f.kill_rack, index=i)
+        if f.action == "lose_host":
+            return Due("lose_host", f.lose_host, index=i)
         return Due(f.action, f.targets, f.for_s, index=i)
 
     def node_up(self, worker: int, at: float) -> None:

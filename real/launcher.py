@@ -561,12 +561,14 @@ class Launcher:
                     self.sigconts.append((now + due.for_s, p))
             fields["for_s"] = due.for_s
         else:
-            assert due.kind in ("kill", "kill_rack", "crash"), due
+            assert due.kind in ("kill", "kill_rack", "lose_host", "crash"), due
+            # a machine's end (a lifetime's, a lost host's) reports no exit
+            how = "crash" if due.kind in ("crash", "lose_host") else "kill"
             hit = []
             for w in self.targets(due, fields):
                 if w in self.nodes_up:  # a node already down is not lost again
                     hit.append(w)
-                    self.node_lost(now, w, "crash" if due.kind == "crash" else "kill")
+                    self.node_lost(now, w, how)
         rec_ = rec(now, "info", "fault", NEMESIS, kind=due.kind, workers=hit, **fields)
         self.write(rec_)
         self.faults_log.append(rec_)
@@ -600,6 +602,12 @@ class Launcher:
                 rack = self.faults.pick(sorted({self.sc.rack_of(w) for w in self.candidates()}))
             fields["rack"] = rack
             return () if rack is None else tuple(self.sc.rack_workers(rack))
+        if due.kind == "lose_host":  # every worker of the machine whose node is up, at once
+            host = targets
+            if host == "random":
+                host = self.faults.pick(sorted({self.sc.host_of(w) for w in self.candidates()}))
+            fields["host"] = host
+            return () if host is None else tuple(self.sc.host_workers(host))
         if targets == "random":
             w = self.faults.pick(self.candidates())
             return () if w is None else (w,)

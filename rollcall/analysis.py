@@ -434,7 +434,7 @@ def events(run_dir: str | Path) -> pd.DataFrame:
 #: at most this many generation labels (g1, g2, ...) and per-worker y ticks on a timeline
 _LABELS_MAX = 32
 _SHADE = {"stall": ("tab:red", 0.15), "roll_call": ("grey", 0.35), "restart": ("black", 0.15)}
-_MARKERS = {"kill": ("x", "red"), "kill_rack": ("x", "red"), "crash": ("X", "darkred"),
+_MARKERS = {"kill": ("x", "red"), "kill_rack": ("x", "red"), "lose_host": ("X", "darkred"), "crash": ("X", "darkred"),
             "pause": ("v", "orange"), "resume": ("^", "green"), "join": ("*", "blue"),
             "repair": (".", "black")}
 #: a time axis longer than two of a unit is labelled in that unit

@@ -41,7 +41,7 @@ NOT_COMPARED = "<not compared>"
 # fault kinds that end a worker's process: a scripted kill, a rack (both
 # reported by the host's exit notice), a random lifetime's end (``crash``:
 # the machine's, noticed by the detector), the same names on both targets
-KILL_KINDS = ("kill", "kill_rack", "crash")
+KILL_KINDS = ("kill", "kill_rack", "lose_host", "crash")
 
 
 def _runs(runs: Iterable[Sequence[int]]) -> list[list[int]]:

@@ -53,6 +53,10 @@ def plan(scenario: Scenario) -> dict[str, Any]:
             nxt += f.join
         elif f.action == "kill_rack":
             entry["rack"] = f.kill_rack
+        elif f.action == "lose_host":
+            entry["host"] = f.lose_host
+            if f.lose_host != "random":
+                entry["workers"] = list(sc.host_workers(int(f.lose_host)))
         else:
             t = f.targets
             entry["workers"] = t if t == "random" else list(t)

@@ -123,6 +123,13 @@ class Cluster(_Section):
     ``w // rack_size`` (spares and joined workers too, by their ids); None
     means no domains. Sharded state spreads a shard's replicas over racks,
     and ``kill_rack`` faults take a whole rack down at once.
+
+    ``workers_per_host`` puts workers on machines: host ``h`` holds worker
+    ids ``h*k .. h*k+k-1`` (the initial workers fill whole hosts; spares and
+    newcomers, whose ids come after, get hosts of their own), and a
+    ``lose_host`` fault takes one down: every process on it dies at once and
+    nothing reports an exit. Unset: every worker is its own machine. Racks
+    group whole hosts (``rack_size`` a multiple of ``workers_per_host``).
     """
 
     workers: PosInt = 4
@@ -130,6 +137,7 @@ class Cluster(_Section):
     spares: NonNegInt = 0
     repair_s: PosFloat | None = None
     rack_size: PosInt | None = None
+    workers_per_host: PosInt | None = None
 
 
 class Workload(_Section):
@@ -190,7 +198,9 @@ class Fault(_Section):
     Triggers: ``at_s`` (simulated/elapsed seconds) or ``at_step`` (when the
     job reaches that committed step). Actions: ``kill`` (ids, or "random"),
     ``kill_rack`` (a rack index, or "random": every live worker of that rack
-    at once, a correlated failure; needs ``cluster.rack_size``), ``pause``
+    at once, a correlated failure; needs ``cluster.rack_size``), ``lose_host``
+    (a host index, or "random": the machine dies, every process on it at
+    once, no exit reported; needs ``cluster.workers_per_host``), ``pause``
     (one id or "random", for ``for_s`` seconds), ``join`` (count of
     newcomers, which take the next unused ids).
     """
@@ -199,6 +209,7 @@ class Fault(_Section):
     at_step: NonNegInt | None = None
     kill: WorkerTargets | None = None
     kill_rack: Union[int, Literal["random"], None] = None
+    lose_host: Union[int, Literal["random"], None] = None
     pause: Union[int, Literal["random"], None] = None
     for_s: PosFloat | None = None
     join: PosInt | None = None
@@ -225,20 +236,22 @@ class Fault(_Section):
             {"got": _show(value)},
         )
 
-    @field_validator("kill_rack", mode="before")
+    @field_validator("kill_rack", "lose_host", mode="before")
     @classmethod
-    def _check_kill_rack(cls, value: Any) -> Any:
+    def _check_domain(cls, value: Any, info: Any) -> Any:
+        what = "rack" if info.field_name == "kill_rack" else "host"
         if value is None or value == "random":
             return value
         if isinstance(value, int) and not isinstance(value, bool):
             if value < 0:
                 raise PydanticCustomError(
-                    "rollcall_rack", "rack indices are >= 0, got {got}", {"got": _show(value)}
+                    "rollcall_domain", "{what} indices are >= 0, got {got}",
+                    {"what": what, "got": _show(value)},
                 )
             return value
         raise PydanticCustomError(
-            "rollcall_rack", "expected a rack index (integer >= 0) or 'random', got {got}",
-            {"got": _show(value)},
+            "rollcall_domain", "expected a {what} index (integer >= 0) or 'random', got {got}",
+            {"what": what, "got": _show(value)},
         )
 
     @field_validator("pause", mode="before")
@@ -259,9 +272,11 @@ class Fault(_Section):
             raise _Problem((), "a fault needs exactly one trigger: at_s or at_step")
         if len(triggers) > 1:
             raise _Problem(("at_step",), "a fault has exactly one trigger, got both at_s and at_step")
-        actions = [k for k in ("kill", "kill_rack", "pause", "join") if getattr(self, k) is not None]
+        actions = [k for k in ("kill", "kill_rack", "lose_host", "pause", "join")
+                   if getattr(self, k) is not None]
         if not actions:
-            raise _Problem((), "a fault needs exactly one action: kill, kill_rack, pause or join")
+            raise _Problem((), "a fault needs exactly one action: kill, kill_rack, lose_host,"
+                               " pause or join")
         if len(actions) > 1:
             raise _Problem(
                 (actions[1],), f"a fault has exactly one action, got {' and '.join(actions)}"
@@ -287,11 +302,13 @@ class Fault(_Section):
         return self.at_s if self.at_s is not None else self.at_step  # type: ignore[return-value]
 
     @property
-    def action(self) -> Literal["kill", "kill_rack", "pause", "join"]:
+    def action(self) -> Literal["kill", "kill_rack", "lose_host", "pause", "join"]:
         if self.kill is not None:
             return "kill"
         if self.kill_rack is not None:
             return "kill_rack"
+        if self.lose_host is not None:
+            return "lose_host"
         return "pause" if self.pause is not None else "join"
 
     @property
@@ -316,11 +333,16 @@ class Fault(_Section):
         return self.kill_rack
 
     @property
+    def host(self) -> int | Literal["random"] | None:
+        """The host a ``lose_host`` takes down (an index or ``"random"``); None otherwise."""
+        return self.lose_host
+
+    @property
     def count(self) -> int:
         """How many workers the fault affects (newcomers for a join; racks, 1, for kill_rack)."""
         if self.join is not None:
             return self.join
-        if self.kill_rack is not None:
+        if self.kill_rack is not None or self.lose_host is not None:
             return 1
         targets = self.targets
         return 1 if targets == "random" else len(targets)
@@ -475,6 +497,7 @@ class Scenario(_Section):
     def _consistent(self) -> "Scenario":
         c, r = self.cluster, self.rendezvous
         self._check_sizes()
+        self._check_hosts()
         if r.max_workers < c.workers:
             raise _Problem(
                 ("rendezvous", "max_workers"),
@@ -491,6 +514,9 @@ class Scenario(_Section):
         for i, fault in enumerate(self.failures.schedule):
             if fault.kill_rack is not None:
                 self._check_rack(i, fault.kill_rack)
+                continue
+            if fault.lose_host is not None:
+                self._check_host(i, fault.lose_host)
                 continue
             targets = fault.targets
             if targets == "random":
@@ -542,6 +568,31 @@ class Scenario(_Section):
                 ))
         return out
 
+    def _check_hosts(self) -> None:
+        """Hosts hold whole groups of ids: the initial workers fill whole
+        hosts, and racks whole hosts."""
+        c = self.cluster
+        k = c.workers_per_host
+        if k is None:
+            return
+        if c.workers % k:
+            raise _Problem(("cluster", "workers_per_host"),
+                           f"cluster.workers={c.workers} does not fill hosts of {k}: the "
+                           f"initial workers fill whole hosts")
+        if c.rack_size is not None and c.rack_size % k:
+            raise _Problem(("cluster", "rack_size"),
+                           f"must be a multiple of cluster.workers_per_host={k} (racks group "
+                           f"whole hosts), got {c.rack_size}")
+
+    def _check_host(self, i: int, host: int | str) -> None:
+        where = ("failures", "schedule", i, "lose_host")
+        if self.cluster.workers_per_host is None:
+            raise _Problem(where, "needs cluster.workers_per_host, which is not set")
+        if host != "random" and not 0 <= int(host) < self.n_hosts:
+            raise _Problem(where, f"host {host} does not exist (hosts are 0..{self.n_hosts - 1}:"
+                                  f" worker ids 0..{self.worker_id_limit - 1} in hosts of "
+                                  f"cluster.workers_per_host={self.cluster.workers_per_host})")
+
     def _check_rack(self, i: int, rack: int | str) -> None:
         where = ("failures", "schedule", i, "kill_rack")
         size = self.cluster.rack_size
@@ -556,6 +607,24 @@ class Scenario(_Section):
             )
 
     # -- derived values ------------------------------------------------------
+
+    @property
+    def n_hosts(self) -> int:
+        """Hosts that can ever hold a worker (0 without ``cluster.workers_per_host``)."""
+        k = self.cluster.workers_per_host
+        return 0 if k is None else -(-self.worker_id_limit // k)
+
+    def host_of(self, worker: int) -> int | None:
+        """The host of worker id ``worker`` (None without ``cluster.workers_per_host``)."""
+        k = self.cluster.workers_per_host
+        return None if k is None else worker // k
+
+    def host_workers(self, host: int) -> tuple[int, ...]:
+        """Every worker id that can ever live on ``host`` (alive or not)."""
+        k = self.cluster.workers_per_host
+        if k is None:
+            return ()
+        return tuple(range(host * k, min((host + 1) * k, self.worker_id_limit)))
 
     @property
     def n_racks(self) -> int:

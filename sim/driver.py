@@ -600,6 +600,22 @@ class Simulation:
         for w in victims:
             self._node_down(now, w, "kill", record=False)
 
+    def _lose_host(self, now: float, host: Any) -> None:
+        """A machine dies: every node of the host whose hardware is up goes
+        down at once, as a ``crash`` (the host's own agent died with it, so
+        no exit is reported: the detector decides). ``"random"`` draws among
+        the hosts holding a live member, from the ``schedule`` stream."""
+        sc = self.sc
+        if host == "random":
+            host = self.draws.pick(sorted({sc.host_of(w) for w in self.members if self._alive(w)}))
+            if host is None:
+                return
+        victims = [w for w in sc.host_workers(int(host)) if self.nodes.hw[w]]
+        self._write(rec(now, "info", "fault", NEMESIS, kind="lose_host", host=int(host),
+                        workers=victims))
+        for w in victims:
+            self._node_down(now, w, "crash", record=False)
+
     def _fault(self, now: float, f: Any) -> None:
         action = f.action
         if action == "kill":
@@ -608,6 +624,8 @@ class Simulation:
                     self._node_down(now, w, "kill")
         elif action == "kill_rack":
             self._kill_rack(now, f.rack)
+        elif action == "lose_host":
+            self._lose_host(now, f.host)
         elif action == "pause":
             for w in self._pick(f.targets):
                 self._pause(now, w, float(f.for_s))

@@ -1,7 +1,7 @@
 """Conformance (issue 14): on one scenario the sim and the real target decide the same.
 
 Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``
-and ``scenarios/chaos-cr-kill-join-kill.yaml``: all eight have a schedule,
+and ``scenarios/chaos-cr-kill-join-kill.yaml``: all nine have a schedule,
 none has random lifetimes, so none is skipped) runs once on each target.
 :mod:`rollcall.decisions` reads the decision sequence from each history
 alone: generations (gen, members, cursor, source, stale, reason),
@@ -54,6 +54,8 @@ real-checkpoint-restart    gen 1; restart (gen); relaunch (gen, workers,
 real-join-one              gen 1; gen 2 (gen, members, reason); end
 real-kill-one,             gen 1; the evictions; gen 2 (gen, members, cursor,
 real-kill-two              source, stale); end
+real-lose-host             gen 1; both lost workers' evictions (timeout: no
+                           exit is reported); gen 2 (all but reason); end
 real-pause-one             gen 1; the eviction (worker, incarnation, reason);
                            gen 2; gen 3 (gen, members, reason); end
 real-roll-call-kill        gen 1; the killed worker's eviction and the
@@ -156,7 +158,7 @@ def test_every_shipped_real_scenario_is_covered() -> None:
         sc = load_scenario(SCENARIOS / f"{name}.yaml", [])
         unscripted = not sc.failures.schedule or sc.failures.worker_mtbf_s is not None
         assert unscripted == (name in SKIPPED), (name, "update SKIPPED and the docstring")
-    assert len(SHIPPED) == 8, SHIPPED  # the docstring names each of them
+    assert len(SHIPPED) == 9, SHIPPED  # the docstring names each of them
 
 
 @pytest.mark.timeout(150)
@@ -226,3 +228,17 @@ def test_failures_mean_the_same_on_both_targets(runs: Callable[..., Pair], name:
     assert FailureTally.of(sim) == FailureTally.of(real), (name, kills(sim), kills(real))
     if name == "real-pause-one":
         assert FailureTally.of(sim) == 1
+
+
+@pytest.mark.timeout(150)
+def test_a_lost_host_is_left_to_the_detector_on_both_targets(runs: Callable[..., Pair]) -> None:
+    """``lose_host``: every process of the machine at once, no exit reported:
+    the keeper evicts each for its silence (``timeout``), never ``exited``."""
+    _, sim, real = runs("real-lose-host")
+    for history in (sim, real):
+        (lost,) = [r for r in history if r["f"] == "fault" and r["kind"] == "lose_host"]
+        assert lost["host"] == 1 and lost["workers"] == [2, 3], lost
+        evicted = sorted((d["worker"], d["reason"]) for d in decisions(history)
+                         if d["kind"] == "evict")
+        assert evicted == [(2, "timeout"), (3, "timeout")], evicted
+        assert FailureTally.of(history) == 2

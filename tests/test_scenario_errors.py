@@ -24,7 +24,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "unknown_top_key.yaml": ("seeed", 2, "unknown key (expected one of: name,"),
     "unknown_nested_key.yaml": (
         "cluster.wrokers", 4,
-        "unknown key (expected one of: workers, gpus_per_worker, spares, repair_s, rack_size, gpus)"
+        "unknown key (expected one of: workers, gpus_per_worker, spares, repair_s, rack_size, workers_per_host, gpus)"
     ),
     "negative_time.yaml": ("strategy.restart_s", 4, "must be >= 0, got -30"),
     "negative_latency.yaml": ("network.latency_s", 3, "must be >= 0"),
@@ -90,6 +90,13 @@ CASES: dict[str, tuple[str, int | None, str]] = {
         "workload.per_worker_batch", 6, "give either workload.per_worker_batch or workload.global_batch"
     ),
     "rate_and_mtbf.yaml": ("failures.per_1000_node_days", 4, "not both"),
+    "lose_host_without_hosts.yaml": ("failures.schedule.0.lose_host", 7,
+                                     "needs cluster.workers_per_host"),
+    "lose_host_unknown_host.yaml": (
+        "failures.schedule.1.lose_host", 11, "host 3 does not exist (hosts are 0..2: worker ids 0..9"
+    ),
+    "hosts_not_filled.yaml": ("cluster.workers_per_host", 4, "cluster.workers=6 does not fill hosts of 4"),
+    "rack_not_whole_hosts.yaml": ("cluster.rack_size", 5, "must be a multiple of cluster.workers_per_host=4"),
 }
 
 SUBPROCESS_CASES = [

@@ -40,7 +40,7 @@ Records used (``f``, who writes it, fields beyond t/type/f/process):
                                  covering stream offsets ``[sample, stop)``
 - ``contribute`` worker ok      gen, step, samples         per-sample ledger (real)
 - ``fault``     nemesis info    kind, workers              injected fault (kind: kill, crash,
-                                 kill_rack (+ rack), pause (+ for_s), resume, repair, join)
+                                 kill_rack (+ rack), lose_host (+ host), pause (+ for_s), resume, repair, join)
 - ``end``       driver  info    completed, cursor, reason
 
 Member lists are written as inclusive id runs (see ``types.to_ranges``).
@@ -92,7 +92,7 @@ class FailureTally:
     the history's ``fault`` and ``evict`` records as they are written.
 
     A failure is a worker a fault took out: each worker a ``kill``,
-    ``crash`` or ``kill_rack`` record lists (the targets list only the
+    ``crash``, ``kill_rack`` or ``lose_host`` record lists (the targets list only the
     nodes that were up), and a paused worker only if the pause cost it its
     membership: the keeper evicted it for silence (``timeout``) before it
     resumed. A pause the job rode out is a slow worker, not a failure; a
@@ -101,7 +101,7 @@ class FailureTally:
 
     __slots__ = ("count", "_paused")
 
-    _KILLS = frozenset(("kill", "crash", "kill_rack"))
+    _KILLS = frozenset(("kill", "crash", "kill_rack", "lose_host"))
 
     def __init__(self) -> None:
         self.count = 0
