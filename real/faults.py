@@ -45,6 +45,7 @@ class FaultPlan:
             return Due("kill_rack", f.kill_rack, index=i)
         if f.action == "lose_host":
             return Due("lose_host", f.lose_host, index=i)
+        assert f.action != "partition", "refused before the run (rollcall.cli): no namespaces yet"
         return Due(f.action, f.targets, f.for_s, index=i)
 
     def node_up(self, worker: int, at: float) -> None:

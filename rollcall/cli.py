@@ -189,6 +189,10 @@ def _size_problem(scenario: Scenario, per_sample_ledger: bool, max_history_mb: i
     fork-bomb the machine; a history larger than ``--max-history-mb`` (the
     floor of a failure-free run) would fill the disk without a word.
     """
+    if scenario.target == "real" and any(f.action == "partition"
+                                         for f in scenario.failures.schedule):
+        return (f"{scenario.name}: the real target cannot cut hosts off yet (a partition needs "
+                f"hosts as network namespaces, not built); run it with --target sim")
     if scenario.target == "real" and not force:
         procs, limit = scenario.worker_id_limit, real_capacity()
         if procs > limit:

@@ -200,7 +200,10 @@ class Fault(_Section):
     ``kill_rack`` (a rack index, or "random": every live worker of that rack
     at once, a correlated failure; needs ``cluster.rack_size``), ``lose_host``
     (a host index, or "random": the machine dies, every process on it at
-    once, no exit reported; needs ``cluster.workers_per_host``), ``pause``
+    once, no exit reported; needs ``cluster.workers_per_host``),
+    ``partition`` (a list of host indices cut off from everyone else, the
+    keeper staying with the rest, for ``for_s`` seconds; the sim target
+    only for now), ``pause``
     (one id or "random", for ``for_s`` seconds), ``join`` (count of
     newcomers, which take the next unused ids).
     """
@@ -210,6 +213,7 @@ class Fault(_Section):
     kill: WorkerTargets | None = None
     kill_rack: Union[int, Literal["random"], None] = None
     lose_host: Union[int, Literal["random"], None] = None
+    partition: tuple[NonNegInt, ...] | None = None
     pause: Union[int, Literal["random"], None] = None
     for_s: PosFloat | None = None
     join: PosInt | None = None
@@ -272,19 +276,24 @@ class Fault(_Section):
             raise _Problem((), "a fault needs exactly one trigger: at_s or at_step")
         if len(triggers) > 1:
             raise _Problem(("at_step",), "a fault has exactly one trigger, got both at_s and at_step")
-        actions = [k for k in ("kill", "kill_rack", "lose_host", "pause", "join")
+        actions = [k for k in ("kill", "kill_rack", "lose_host", "partition", "pause", "join")
                    if getattr(self, k) is not None]
         if not actions:
             raise _Problem((), "a fault needs exactly one action: kill, kill_rack, lose_host,"
-                               " pause or join")
+                               " partition, pause or join")
         if len(actions) > 1:
             raise _Problem(
                 (actions[1],), f"a fault has exactly one action, got {' and '.join(actions)}"
             )
-        if self.pause is not None and self.for_s is None:
-            raise _Problem(("for_s",), "required with pause: seconds the worker stays stopped (> 0)")
-        if self.pause is None and self.for_s is not None:
-            raise _Problem(("for_s",), f"only allowed with pause, not with {actions[0]}")
+        timed = actions[0] in ("pause", "partition")
+        if timed and self.for_s is None:
+            raise _Problem(("for_s",), f"required with {actions[0]}: seconds it lasts (> 0)")
+        if not timed and self.for_s is not None:
+            raise _Problem(("for_s",), f"only allowed with pause or partition, not with "
+                                       f"{actions[0]}")
+        if self.partition is not None and (not self.partition
+                                           or len(set(self.partition)) != len(self.partition)):
+            raise _Problem(("partition",), "lists each host once, at least one")
         return self
 
     @model_serializer(mode="wrap")
@@ -309,6 +318,8 @@ class Fault(_Section):
             return "kill_rack"
         if self.lose_host is not None:
             return "lose_host"
+        if self.partition is not None:
+            return "partition"
         return "pause" if self.pause is not None else "join"
 
     @property
@@ -344,6 +355,8 @@ class Fault(_Section):
             return self.join
         if self.kill_rack is not None or self.lose_host is not None:
             return 1
+        if self.partition is not None:
+            return len(self.partition)
         targets = self.targets
         return 1 if targets == "random" else len(targets)
 
@@ -518,6 +531,10 @@ class Scenario(_Section):
             if fault.lose_host is not None:
                 self._check_host(i, fault.lose_host)
                 continue
+            if fault.partition is not None:
+                for host in fault.partition:
+                    self._check_host(i, host, "partition")
+                continue
             targets = fault.targets
             if targets == "random":
                 continue
@@ -584,8 +601,8 @@ class Scenario(_Section):
                            f"must be a multiple of cluster.workers_per_host={k} (racks group "
                            f"whole hosts), got {c.rack_size}")
 
-    def _check_host(self, i: int, host: int | str) -> None:
-        where = ("failures", "schedule", i, "lose_host")
+    def _check_host(self, i: int, host: int | str, key: str = "lose_host") -> None:
+        where = ("failures", "schedule", i, key)
         if self.cluster.workers_per_host is None:
             raise _Problem(where, "needs cluster.workers_per_host, which is not set")
         if host != "random" and not 0 <= int(host) < self.n_hosts:

@@ -513,19 +513,49 @@ class Simulation:
     def _pause(self, now: float, w: int, for_s: float) -> None:
         self.tally.counts["pauses"] += 1
         self._write(rec(now, "info", "fault", NEMESIS, kind="pause", workers=[w], for_s=for_s))
+        if self._cut_off(now, w):
+            self._at(now + for_s, self._resume, w, int(self.nodes.pause_epoch[w]))
+
+    def _cut_off(self, now: float, w: int) -> bool:
+        """Node ``w``'s process reaches nobody from now on (stopped, or on the
+        far side of a partition): it keeps its agent's state, and what is
+        sent to it waits (TCP holds it) until :meth:`_resume`. False when it
+        runs no live process."""
         if not self._alive(w):
-            return
-        self._agent_for(now, w)  # the paused process keeps its agent's state
+            return False
+        self._agent_for(now, w)
         self.nodes.paused[w] = True
         self.nodes.pause_epoch[w] += 1
         self._go_silent(now, w)
-        self._at(now + for_s, self._resume, w, int(self.nodes.pause_epoch[w]))
+        return True
 
-    def _resume(self, w: int, epoch: int) -> None:
+    def _partition(self, now: float, hosts: tuple[int, ...], for_s: float) -> None:
+        """The hosts are cut off from everyone else (the keeper stays with the
+        rest) for ``for_s``: to the keeper and to the other members their
+        processes are as silent as stopped ones (a collective with them
+        hangs), and what they would send is held until the partition heals;
+        then they learn they were evicted and come back as newcomers."""
+        cut = [w for h in hosts for w in self.sc.host_workers(h) if self._alive(w)]
+        self._write(rec(now, "info", "fault", NEMESIS, kind="partition", hosts=list(hosts),
+                        workers=cut, for_s=for_s))
+        held = [(w, int(self.nodes.pause_epoch[w])) for w in cut if self._cut_off(now, w)]
+        self._at(now + for_s, self._heal, list(hosts), held)
+
+    def _heal(self, hosts: list[int], held: list[tuple[int, int]]) -> None:
+        if self.state == DONE:
+            return
+        workers = [w for w, epoch in held if self.nodes.pause_epoch[w] == epoch]
+        self._write(rec(self.env.now, "info", "fault", NEMESIS, kind="heal", hosts=hosts,
+                        workers=workers))
+        for w, epoch in held:
+            self._resume(w, epoch, record=False)
+
+    def _resume(self, w: int, epoch: int, record: bool = True) -> None:
         if self.nodes.pause_epoch[w] != epoch or not self.nodes.paused[w] or self.state == DONE:
             return
         now = self.env.now
-        self._write(rec(now, "info", "fault", NEMESIS, kind="resume", workers=[w]))
+        if record:
+            self._write(rec(now, "info", "fault", NEMESIS, kind="resume", workers=[w]))
         self.nodes.paused[w] = False
         a = self._agent_for(now, w)
         actions: list = []
@@ -626,6 +656,8 @@ class Simulation:
             self._kill_rack(now, f.rack)
         elif action == "lose_host":
             self._lose_host(now, f.host)
+        elif action == "partition":
+            self._partition(now, f.partition, float(f.for_s))
         elif action == "pause":
             for w in self._pick(f.targets):
                 self._pause(now, w, float(f.for_s))

@@ -216,3 +216,17 @@ def test_goodput_of_a_run_cut_short_counts_its_committed_steps(tmp_path: Path) -
     assert s["completed"] is False
     assert s["goodput"] == pytest.approx(s["steps_committed"] * s["ideal_step_s"] / s["elapsed_s"])
     assert 0 < s["goodput"] <= 1
+
+
+def test_a_partition_on_the_real_target_is_refused_not_faked(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The real target has no namespaces yet to cut hosts off: one line, exit 2,
+    nothing started (run, compare and sweep alike)."""
+    sets = ["--set", "cluster.workers_per_host=2",
+            "--set", "failures.schedule=[{at_s: 1.0, partition: [1], for_s: 2.0}]"]
+    for cmd in (["run", REAL_FOUR, "--out", str(tmp_path / "r")],
+                ["compare", REAL_FOUR, "--out", str(tmp_path / "c")],
+                ["sweep", REAL_FOUR, "--grid", "seed=1", "--out", str(tmp_path / "s")]):
+        assert cli.main([*cmd, *sets]) == 2
+        _one_error(capsys, "cannot cut hosts off yet")
+    assert not (tmp_path / "r").exists()

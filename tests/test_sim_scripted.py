@@ -106,3 +106,27 @@ def test_a_lost_host_takes_all_its_workers_and_reports_no_exit(tmp_path: Path) -
     assert relaunch["not_relaunched"] == [[4 * host, 4 * host + 3]]
     assert summary["failures"] == 4 and summary["crashes"] == 4 and summary["kills"] == 0
     assert summary["valid"] and summary["completed"], summary["violations"]
+
+
+def test_a_partitioned_host_never_commits_and_comes_back_as_a_newcomer(tmp_path: Path) -> None:
+    """``partition: [1]`` for 6 s past a 3 s timeout, hosts of 2: the keeper
+    evicts the cut-off workers for their silence, the rest (min_workers 2)
+    go on, nothing the cut-off side did counts, and after the heal they are
+    fenced and rejoin in a later generation."""
+    sc = load_scenario(KPJ, ["cluster.workers_per_host=2",
+                             "failures.schedule=[{at_s: 5.0, partition: [1], for_s: 6.0}]"])
+    summary = run(sc, tmp_path)
+    recs = _records(tmp_path)
+    (cut,) = [r for r in recs if r["f"] == "fault" and r["kind"] == "partition"]
+    (heal,) = [r for r in recs if r["f"] == "fault" and r["kind"] == "heal"]
+    assert cut["workers"] == heal["workers"] == [2, 3] and heal["t"] == cut["t"] + 6.0
+    evicted = {r["worker"]: r["reason"] for r in recs if r["f"] == "evict"}
+    assert evicted == {2: "timeout", 3: "timeout"}, evicted
+    gens = [r for r in recs if r["f"] == "generation"]
+    during = [g for g in gens if cut["t"] < g["t"] < heal["t"]]
+    assert during and all(members_of(g) == (0, 1) for g in during)
+    assert any(set(members_of(g)) >= {2, 3} for g in gens if g["t"] > heal["t"])
+    assert not [r for r in recs if r["f"] in ("commit", "contribute") and r["t"] > cut["t"]
+                and r["t"] < heal["t"] and r["process"] in (2, 3)]
+    assert summary["failures"] == 2 and summary["pauses"] == 0
+    assert summary["valid"] and summary["completed"], summary["violations"]

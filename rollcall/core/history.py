@@ -40,7 +40,8 @@ Records used (``f``, who writes it, fields beyond t/type/f/process):
                                  covering stream offsets ``[sample, stop)``
 - ``contribute`` worker ok      gen, step, samples         per-sample ledger (real)
 - ``fault``     nemesis info    kind, workers              injected fault (kind: kill, crash,
-                                 kill_rack (+ rack), lose_host (+ host), pause (+ for_s), resume, repair, join)
+                                 kill_rack (+ rack), lose_host (+ host), partition (+ hosts,
+                                 for_s), heal (+ hosts), pause (+ for_s), resume, repair, join)
 - ``end``       driver  info    completed, cursor, reason
 
 Member lists are written as inclusive id runs (see ``types.to_ranges``).
@@ -95,7 +96,8 @@ class FailureTally:
     ``crash``, ``kill_rack`` or ``lose_host`` record lists (the targets list only the
     nodes that were up), and a paused worker only if the pause cost it its
     membership: the keeper evicted it for silence (``timeout``) before it
-    resumed. A pause the job rode out is a slow worker, not a failure; a
+    resumed (a partition's far side likewise, until it heals). A pause the
+    job rode out is a slow worker, not a failure; a
     paused worker killed meanwhile counts once, for the kill.
     """
 
@@ -115,9 +117,9 @@ class FailureTally:
             if kind in self._KILLS:
                 self.count += len(workers)
                 self._paused.difference_update(workers)
-            elif kind == "pause":
+            elif kind in ("pause", "partition"):  # silent: a failure only if evicted for it
                 self._paused.update(workers)
-            elif kind == "resume":
+            elif kind in ("resume", "heal"):
                 self._paused.difference_update(workers)
         elif f == "evict" and record.get("reason") == "timeout":
             w = record.get("worker")
