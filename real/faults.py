@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from rollcall.config import draws
-from rollcall.scenario import Scenario
+from rollcall.scenario import REAL_NOT_YET, Scenario
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class FaultPlan:
             return Due("kill_rack", f.kill_rack, index=i)
         if f.action == "lose_host":
             return Due("lose_host", f.lose_host, index=i)
-        assert f.action != "partition", "refused before the run (rollcall.cli): no namespaces yet"
+        assert f.action not in REAL_NOT_YET, "refused before the run (rollcall.cli): no namespaces"
         return Due(f.action, f.targets, f.for_s, index=i)
 
     def node_up(self, worker: int, at: float) -> None:

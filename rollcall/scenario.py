@@ -192,6 +192,12 @@ def _worker_id(value: Any) -> int:
     return value
 
 
+_ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "pause", "join")
+_TIMED = ("pause", "partition", "isolate_keeper")  # the actions that last for_s
+#: the actions the real target cannot carry out yet (hosts as namespaces not built)
+REAL_NOT_YET = ("partition", "isolate_keeper")
+
+
 class Fault(_Section):
     """One scheduled fault: exactly one trigger and exactly one action.
 
@@ -203,7 +209,10 @@ class Fault(_Section):
     once, no exit reported; needs ``cluster.workers_per_host``),
     ``partition`` (a list of host indices cut off from everyone else, the
     keeper staying with the rest, for ``for_s`` seconds; the sim target
-    only for now), ``pause``
+    only for now), ``isolate_keeper`` (a host index: the host loses the
+    keeper but not its peers for ``for_s`` seconds, heartbeats stop while
+    collectives still work, the gray failure; the sim target only for
+    now), ``pause``
     (one id or "random", for ``for_s`` seconds), ``join`` (count of
     newcomers, which take the next unused ids).
     """
@@ -214,6 +223,7 @@ class Fault(_Section):
     kill_rack: Union[int, Literal["random"], None] = None
     lose_host: Union[int, Literal["random"], None] = None
     partition: tuple[NonNegInt, ...] | None = None
+    isolate_keeper: NonNegInt | None = None
     pause: Union[int, Literal["random"], None] = None
     for_s: PosFloat | None = None
     join: PosInt | None = None
@@ -276,20 +286,19 @@ class Fault(_Section):
             raise _Problem((), "a fault needs exactly one trigger: at_s or at_step")
         if len(triggers) > 1:
             raise _Problem(("at_step",), "a fault has exactly one trigger, got both at_s and at_step")
-        actions = [k for k in ("kill", "kill_rack", "lose_host", "partition", "pause", "join")
-                   if getattr(self, k) is not None]
+        actions = [k for k in _ACTIONS if getattr(self, k) is not None]
         if not actions:
-            raise _Problem((), "a fault needs exactly one action: kill, kill_rack, lose_host,"
-                               " partition, pause or join")
+            raise _Problem((), f"a fault needs exactly one action: {', '.join(_ACTIONS[:-1])}"
+                               f" or {_ACTIONS[-1]}")
         if len(actions) > 1:
             raise _Problem(
                 (actions[1],), f"a fault has exactly one action, got {' and '.join(actions)}"
             )
-        timed = actions[0] in ("pause", "partition")
+        timed = actions[0] in _TIMED
         if timed and self.for_s is None:
             raise _Problem(("for_s",), f"required with {actions[0]}: seconds it lasts (> 0)")
         if not timed and self.for_s is not None:
-            raise _Problem(("for_s",), f"only allowed with pause or partition, not with "
+            raise _Problem(("for_s",), f"only allowed with {', '.join(_TIMED)}, not with "
                                        f"{actions[0]}")
         if self.partition is not None and (not self.partition
                                            or len(set(self.partition)) != len(self.partition)):
@@ -320,6 +329,8 @@ class Fault(_Section):
             return "lose_host"
         if self.partition is not None:
             return "partition"
+        if self.isolate_keeper is not None:
+            return "isolate_keeper"
         return "pause" if self.pause is not None else "join"
 
     @property
@@ -357,6 +368,8 @@ class Fault(_Section):
             return 1
         if self.partition is not None:
             return len(self.partition)
+        if self.isolate_keeper is not None:
+            return 1
         targets = self.targets
         return 1 if targets == "random" else len(targets)
 
@@ -534,6 +547,9 @@ class Scenario(_Section):
             if fault.partition is not None:
                 for host in fault.partition:
                     self._check_host(i, host, "partition")
+                continue
+            if fault.isolate_keeper is not None:
+                self._check_host(i, fault.isolate_keeper, "isolate_keeper")
                 continue
             targets = fault.targets
             if targets == "random":

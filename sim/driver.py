@@ -256,6 +256,7 @@ class Simulation:
         self.stall_remaining = 0.0
         self.carry = 0.0
         self.silent_members = 0
+        self.isolated: set[int] = set()  # cut off from the keeper only (isolate_keeper)
         self.stale: IdRuns = EMPTY  # members copying / loading the state
         self.answered = 0  # the latest round the members answered
         self.transfer_s = w.model_params * w.bytes_per_param / sc.network.bandwidth_Bps + self.lat
@@ -462,11 +463,17 @@ class Simulation:
             self._fail_wait = None
             self._fail_proc.interrupt()
 
-    def _go_silent(self, now: float, w: int) -> None:
-        """Node ``w`` stops beating now: tell the keeper its last beat, schedule the verdict."""
+    def _go_silent(self, now: float, w: int, stall: bool = True) -> None:
+        """Node ``w`` stops beating now: tell the keeper its last beat, schedule
+        the verdict; a member stalls the job (its collective hangs) unless
+        its peers still reach it (``stall`` false: only the keeper lost it)."""
         t_d = self.detector.detection_time(now, float(self.nodes.started_at[w]), self.lat)
         self.keeper.observe_alive(t_d - self.detector.timeout_s, (w,))
         self._alarm(t_d)
+        if stall:
+            self._member_silent(now, w)
+
+    def _member_silent(self, now: float, w: int) -> None:
         if self.nodes.is_member[w]:
             self.silent_members += 1
             if self.silent_members == 1:
@@ -492,6 +499,9 @@ class Simulation:
             if self.nodes.paused[w]:
                 self.nodes.paused[w] = False  # already silent; its verdict is scheduled
                 self.nodes.pause_epoch[w] += 1
+                if w in self.isolated:  # its peers reached it: now its collective hangs
+                    self.isolated.discard(w)
+                    self._member_silent(now, w)
             else:
                 self._go_silent(now, w)
         self.agents.pop(w, None)
@@ -516,17 +526,20 @@ class Simulation:
         if self._cut_off(now, w):
             self._at(now + for_s, self._resume, w, int(self.nodes.pause_epoch[w]))
 
-    def _cut_off(self, now: float, w: int) -> bool:
+    def _cut_off(self, now: float, w: int, peers: bool = False) -> bool:
         """Node ``w``'s process reaches nobody from now on (stopped, or on the
-        far side of a partition): it keeps its agent's state, and what is
-        sent to it waits (TCP holds it) until :meth:`_resume`. False when it
-        runs no live process."""
+        far side of a partition), or with ``peers`` only its peers and not
+        the keeper: it keeps its agent's state, and what it and the keeper
+        send each other waits (TCP holds it) until :meth:`_resume`. False
+        when it runs no live process."""
         if not self._alive(w):
             return False
         self._agent_for(now, w)
         self.nodes.paused[w] = True
         self.nodes.pause_epoch[w] += 1
-        self._go_silent(now, w)
+        if peers:
+            self.isolated.add(w)
+        self._go_silent(now, w, stall=not peers)
         return True
 
     def _partition(self, now: float, hosts: tuple[int, ...], for_s: float) -> None:
@@ -540,6 +553,18 @@ class Simulation:
                         workers=cut, for_s=for_s))
         held = [(w, int(self.nodes.pause_epoch[w])) for w in cut if self._cut_off(now, w)]
         self._at(now + for_s, self._heal, list(hosts), held)
+
+    def _isolate_keeper(self, now: float, host: int, for_s: float) -> None:
+        """The gray failure: the host loses the keeper but not its peers for
+        ``for_s``. Its processes' heartbeats and requests stop reaching the
+        keeper (held until the heal), while the job's collectives with them
+        still work: nothing stalls until the detector evicts them."""
+        cut = [w for w in self.sc.host_workers(host) if self._alive(w)]
+        self._write(rec(now, "info", "fault", NEMESIS, kind="isolate_keeper", host=host,
+                        workers=cut, for_s=for_s))
+        held = [(w, int(self.nodes.pause_epoch[w])) for w in cut
+                if self._cut_off(now, w, peers=True)]
+        self._at(now + for_s, self._heal, [host], held)
 
     def _heal(self, hosts: list[int], held: list[tuple[int, int]]) -> None:
         if self.state == DONE:
@@ -557,6 +582,8 @@ class Simulation:
         if record:
             self._write(rec(now, "info", "fault", NEMESIS, kind="resume", workers=[w]))
         self.nodes.paused[w] = False
+        stalled_it = w not in self.isolated
+        self.isolated.discard(w)
         a = self._agent_for(now, w)
         actions: list = []
         for msg in self.undelivered.pop(w, []):
@@ -566,7 +593,7 @@ class Simulation:
         if self.agents.get(w) is a:  # beating again: back among the bulk
             del self.agents[w]
             self.bulk.absorb(a)
-        if self.nodes.is_member[w]:
+        if self.nodes.is_member[w] and stalled_it:
             self.silent_members -= 1
             if self.silent_members == 0:
                 self._unstall(now)
@@ -658,6 +685,8 @@ class Simulation:
             self._lose_host(now, f.host)
         elif action == "partition":
             self._partition(now, f.partition, float(f.for_s))
+        elif action == "isolate_keeper":
+            self._isolate_keeper(now, f.isolate_keeper, float(f.for_s))
         elif action == "pause":
             for w in self._pick(f.targets):
                 self._pause(now, w, float(f.for_s))
@@ -991,8 +1020,10 @@ class Simulation:
         self._at(now + self.lat, self._enter, f.generation, cost)
 
     def _count_silent(self) -> int:
-        """Members of the current generation whose process does not beat."""
-        return int(np.count_nonzero(self.nodes.member_flags & ~(self.nodes.proc & ~self.nodes.paused)))
+        """Members of the current generation whose process does not beat (and
+        so hangs the collective: one only the keeper lost does not)."""
+        silent = int(np.count_nonzero(self.nodes.member_flags & ~(self.nodes.proc & ~self.nodes.paused)))
+        return silent - sum(1 for w in self.isolated if self.nodes.member_flags[w])
 
     def _membership(self, to: IdRuns, m: Membership) -> None:
         """A generation's member list reaches the agents it was sent to."""
@@ -1129,6 +1160,7 @@ class Simulation:
         self.nodes.pause_epoch += members  # a stopped process is killed too: no resume
         self.nodes.proc &= ~members
         self.nodes.paused &= ~members
+        self.isolated = {w for w in self.isolated if not members[w]}
         for w in [w for w in self.agents if members[w]]:
             self.agents.pop(w, None)
             self.undelivered.pop(w, None)

@@ -222,8 +222,13 @@ def test_a_partition_on_the_real_target_is_refused_not_faked(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     """The real target has no namespaces yet to cut hosts off: one line, exit 2,
     nothing started (run, compare and sweep alike)."""
+    for fault in ("partition: [1]", "isolate_keeper: 1"):
+        _refused_on_real(tmp_path, capsys, fault)
+
+
+def _refused_on_real(tmp_path: Path, capsys: pytest.CaptureFixture[str], fault: str) -> None:
     sets = ["--set", "cluster.workers_per_host=2",
-            "--set", "failures.schedule=[{at_s: 1.0, partition: [1], for_s: 2.0}]"]
+            "--set", f"failures.schedule=[{{at_s: 1.0, {fault}, for_s: 2.0}}]"]
     for cmd in (["run", REAL_FOUR, "--out", str(tmp_path / "r")],
                 ["compare", REAL_FOUR, "--out", str(tmp_path / "c")],
                 ["sweep", REAL_FOUR, "--grid", "seed=1", "--out", str(tmp_path / "s")]):

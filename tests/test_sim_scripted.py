@@ -130,3 +130,34 @@ def test_a_partitioned_host_never_commits_and_comes_back_as_a_newcomer(tmp_path:
                 and r["t"] < heal["t"] and r["process"] in (2, 3)]
     assert summary["failures"] == 2 and summary["pauses"] == 0
     assert summary["valid"] and summary["completed"], summary["violations"]
+
+
+def test_isolating_a_host_from_the_keeper_is_a_gray_failure(tmp_path: Path) -> None:
+    """``isolate_keeper: 1`` for 6 s past a 3 s timeout, hosts of 2: the job
+    does not stall (its collectives with host 1 still work: steps commit
+    until the detector evicts the isolated workers), then it goes on
+    without them, and after the heal they are fenced and rejoin."""
+    sc = load_scenario(KPJ, ["cluster.workers_per_host=2",
+                             "failures.schedule=[{at_s: 5.0, isolate_keeper: 1, for_s: 6.0}]"])
+    summary = run(sc, tmp_path)
+    recs = _records(tmp_path)
+    (cut,) = [r for r in recs if r["f"] == "fault" and r["kind"] == "isolate_keeper"]
+    (heal,) = [r for r in recs if r["f"] == "fault" and r["kind"] == "heal"]
+    assert cut["host"] == 1 and cut["workers"] == heal["workers"] == [2, 3]
+    evicted = [r for r in recs if r["f"] == "evict"]
+    assert {(r["worker"], r["reason"]) for r in evicted} == {(2, "timeout"), (3, "timeout")}
+    first_evict = min(r["t"] for r in evicted)
+    commits = [r for r in recs if r["f"] == "commit" and cut["t"] < r["t"] < first_evict]
+    assert commits, "the job stalled although only the keeper lost host 1"
+    assert summary["stall_s"] < 1e-6  # nobody waited on a silent peer
+    gens = [r for r in recs if r["f"] == "generation"]
+    assert any(members_of(g) == (0, 1) for g in gens if first_evict <= g["t"] < heal["t"])
+    assert any(set(members_of(g)) >= {2, 3} for g in gens if g["t"] > heal["t"])
+    assert summary["failures"] == 2 and summary["valid"] and summary["completed"]
+
+
+def test_a_pause_still_stalls_the_job(tmp_path: Path) -> None:
+    """The same 6 s as a pause of both workers: their collective hangs (stall)."""
+    sc = load_scenario(KPJ, ["cluster.workers_per_host=2", "failures.schedule=["
+                             "{at_s: 5.0, pause: 2, for_s: 6.0}, {at_s: 5.0, pause: 3, for_s: 6.0}]"])
+    assert run(sc, tmp_path)["stall_s"] > 1.0

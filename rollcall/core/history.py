@@ -41,7 +41,7 @@ Records used (``f``, who writes it, fields beyond t/type/f/process):
 - ``contribute`` worker ok      gen, step, samples         per-sample ledger (real)
 - ``fault``     nemesis info    kind, workers              injected fault (kind: kill, crash,
                                  kill_rack (+ rack), lose_host (+ host), partition (+ hosts,
-                                 for_s), heal (+ hosts), pause (+ for_s), resume, repair, join)
+                                 for_s), isolate_keeper (+ host, for_s), heal (+ hosts), pause (+ for_s), resume, repair, join)
 - ``end``       driver  info    completed, cursor, reason
 
 Member lists are written as inclusive id runs (see ``types.to_ranges``).
@@ -117,7 +117,7 @@ class FailureTally:
             if kind in self._KILLS:
                 self.count += len(workers)
                 self._paused.difference_update(workers)
-            elif kind in ("pause", "partition"):  # silent: a failure only if evicted for it
+            elif kind in ("pause", "partition", "isolate_keeper"):  # a failure only if evicted
                 self._paused.update(workers)
             elif kind in ("resume", "heal"):
                 self._paused.difference_update(workers)
