@@ -57,6 +57,11 @@ def plan(scenario: Scenario) -> dict[str, Any]:
             entry["host"] = f.lose_host
             if f.lose_host != "random":
                 entry["workers"] = list(sc.host_workers(int(f.lose_host)))
+        elif f.action in ("partition", "isolate_keeper"):
+            hosts = f.partition if f.partition is not None else (f.isolate_keeper,)
+            entry["hosts"] = list(hosts)
+            entry["workers"] = [w for h in hosts for w in sc.host_workers(h)]
+            entry["for_s"] = f.for_s
         else:
             t = f.targets
             entry["workers"] = t if t == "random" else list(t)
