@@ -23,6 +23,10 @@ hold a packet back. The launcher will delay in userspace instead: the host agent
 relay of the keeper link holds each frame for the fault's latency before passing it
 on, so only the traffic through that relay (keeper messages) is delayed; gloo's
 collectives run directly between hosts and are not.
+
+The hosts reach each other through the root namespace's bridge; where br_netfilter
+is loaded, bridged packets also pass the root's iptables FORWARD chain, so a host
+whose FORWARD policy drops (Docker sets one) must accept the bridge's traffic.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import ipaddress
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -45,11 +50,12 @@ NETNS_DIR = "/var/run/netns"
 CAP_NET_ADMIN_BIT = 12
 CAP_SYS_ADMIN_BIT = 21  # mounting /var/run/netns/<name> needs it too
 CLEANUP_WAIT_S = 10.0
+CLONE_NEWNET = 0x40000000
 CANDIDATES = [ipaddress.ip_network(f"10.{a}.{b}.0/24") for a in range(200, 255) for b in range(256)]
 
 
 def _nft_binary() -> Optional[str]:
-    return shutil.which("nft") or (os.path.exists("/usr/sbin/nft") and "/usr/sbin/nft") or None
+    return shutil.which("nft") or shutil.which("nft", path="/usr/sbin:/sbin")
 
 
 @functools.lru_cache(maxsize=1)
@@ -57,9 +63,15 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
+def _unshare_net() -> None:
+    if _libc().unshare(CLONE_NEWNET) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
+
+
 def netns_available() -> Optional[str]:
     """None when this process can build a :class:`Network`, else a one-line
-    reason: the tests skip with it and the CLI exits 2 with it."""
+    reason: the tests skip with it and the CLI exits 2 with it. The probe is
+    real: nft lists its tables inside a fresh, throwaway namespace."""
     try:
         with open("/proc/self/status") as f:
             caps = next(int(l.split()[1], 16) for l in f if l.startswith("CapEff:"))
@@ -68,16 +80,51 @@ def netns_available() -> Optional[str]:
     for bit, name in ((CAP_NET_ADMIN_BIT, "CAP_NET_ADMIN"), (CAP_SYS_ADMIN_BIT, "CAP_SYS_ADMIN")):
         if not caps >> bit & 1:
             return f"hosts as network namespaces need root or {name}"
-    if not os.path.exists("/proc/self/ns/net"):
-        return "this kernel does not support network namespaces"
     nft = _nft_binary()
     if nft is None:
         return "nftables' nft binary not found (install the nftables package)"
     try:
-        subprocess.run([nft, "--version"], capture_output=True, timeout=10, check=True)
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"nft does not run: {e}"
+        subprocess.run([nft, "list", "tables"], preexec_fn=_unshare_net, capture_output=True,
+                       text=True, timeout=30, check=True)
+    except subprocess.CalledProcessError as e:
+        first = (e.stderr or "").strip().splitlines() or [f"exit status {e.returncode}"]
+        return f"nft does not work here: {first[0]}"
+    except subprocess.TimeoutExpired:
+        return "nft did not answer within 30 s"
+    except OSError as e:
+        return f"cannot run {nft}: {e.strerror}"
+    except subprocess.SubprocessError:  # the preexec_fn, unshare, failed
+        return "cannot create a network namespace (unshare(CLONE_NEWNET) failed)"
     return None
+
+
+def _used_networks(ip: Any) -> list[ipaddress.IPv4Network]:
+    """The IPv4 destinations routed (every table, the default route aside) and
+    the networks of the addresses held in the namespace of ``ip``."""
+    used = [ipaddress.ip_network(f"{r.get_attr('RTA_DST')}/{r['dst_len']}", strict=False)
+            for r in ip.get_routes(family=socket.AF_INET, table=0) if r["dst_len"] > 0]
+    return used + [ipaddress.ip_network(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}", strict=False)
+                   for a in ip.get_addr(family=socket.AF_INET)]
+
+
+def _pids_in(namespaces: Sequence[str]) -> set[int]:
+    """Live processes whose network namespace is one of ``namespaces`` (paths)."""
+    inodes = set()
+    for path in namespaces:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        inodes.add((st.st_dev, st.st_ino))
+    found = set()
+    for entry in os.listdir("/proc") if inodes else ():
+        try:
+            st = os.stat(f"/proc/{entry}/ns/net") if entry.isdigit() else None
+        except OSError:
+            continue
+        if st is not None and (st.st_dev, st.st_ino) in inodes:
+            found.add(int(entry))
+    return found
 
 
 @dataclass(frozen=True)
@@ -109,7 +156,6 @@ class Network:
         self.created: list[tuple[str, str]] = []  # ("link" | "netns", name), in order made
         self.spawned: list[subprocess.Popen] = []
         self.faults: dict[str, Fault] = {}
-        self.tables: set[int] = set()  # hosts whose namespace holds our nft table
         self._serial = 0
         self._nft = _nft_binary()
         assert len(f"{self.prefix}-v{hosts - 1}") <= 15
@@ -140,13 +186,10 @@ class Network:
         return str(self.subnet[1])
 
     def _pick_subnet(self, ip: Any) -> ipaddress.IPv4Network:
-        """A private /24 that overlaps no route or address of the root namespace;
-        the scan starts at a point derived from the prefix so that concurrent runs
-        rarely try the same one first."""
-        used = [ipaddress.ip_network(f"{r.get_attr('RTA_DST')}/{r['dst_len']}", strict=False)
-                for r in ip.get_routes(family=2, table=0) if r["dst_len"] > 0]
-        used += [ipaddress.ip_network(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']}", strict=False)
-                 for a in ip.get_addr(family=2)]
+        """The requested subnet, or a private /24, that overlaps no route or address
+        of the root namespace (another run's bridge included); the scan starts at a
+        point derived from the prefix so that concurrent runs rarely try the same one."""
+        used = _used_networks(ip)
         if self.requested_subnet is not None:
             net = ipaddress.ip_network(self.requested_subnet)
             if not (net.version == 4 and net.is_private and net.num_addresses >= self.hosts + 4):
@@ -154,7 +197,7 @@ class Network:
             if any(net.overlaps(u) for u in used):
                 raise ValueError(f"subnet {net} collides with an existing route")
             return net
-        start = int(self.prefix[3:], 16) % len(CANDIDATES)
+        start = int(self.prefix[3:], 16)
         for k in range(len(CANDIDATES)):
             net = CANDIDATES[(start + k) % len(CANDIDATES)]
             if not any(net.overlaps(u) for u in used):
@@ -213,7 +256,9 @@ class Network:
         return fd, enter
 
     def spawn(self, host: int, argv: Sequence[str], **popen_kwargs: Any) -> subprocess.Popen:
-        """Start ``argv`` inside host ``host``'s namespace; close() kills it."""
+        """Start ``argv`` inside host ``host``'s namespace; close() kills it and
+        whatever it left in the namespace. By default in a session of its own, so a
+        terminal's Ctrl-C reaches only the launcher, which then cleans up."""
         assert self.subnet is not None, "spawn() on a network not open"
         fd, enter = self._preexec(host, popen_kwargs.pop("preexec_fn", None))
         popen_kwargs.setdefault("start_new_session", True)
@@ -236,61 +281,65 @@ class Network:
         if r.returncode != 0:
             raise RuntimeError(f"nft in {self.netns(host)} failed: {r.stderr.strip()}")
 
-    def _add(self, kind: str, hosts: Sequence[int], rules: dict[int, tuple[str, str]]) -> Fault:
-        """Install fault chains (input and output base chains named after the fault)
-        in each host; ``rules[h]`` gives that host's input and output rules."""
+    def _add(self, kind: str, hosts: Sequence[int], rules: Sequence[str]) -> Fault:
+        """Install one fault as its own input and output base chains in each host's
+        table, each rule once per direction (``$ADDR``: saddr in, daddr out; ``$IF``:
+        iifname in, oifname out). Half-installed, it is removed again."""
+        assert hosts and all(0 <= h < self.hosts for h in hosts), hosts
         self._serial += 1
         chain = f"{kind}{self._serial}"
-        for h in hosts:
-            table = "" if h in self.tables else f"add table inet {NFT_TABLE}\n"
-            i, o = rules[h]
-            self._nft_run(h, table +
-                          f"add chain inet {NFT_TABLE} {chain}_in {{ type filter hook input priority 0; }}\n"
-                          f"add chain inet {NFT_TABLE} {chain}_out {{ type filter hook output priority 0; }}\n"
-                          f"add rule inet {NFT_TABLE} {chain}_in {i}\n"
-                          f"add rule inet {NFT_TABLE} {chain}_out {o}\n")
-            self.tables.add(h)
-        fault = Fault(kind, tuple(hosts), chain)
-        self.faults[chain] = fault
-        return fault
+        script = [f"add table inet {NFT_TABLE}"]
+        for hook, addr, iface in (("input", "saddr", "iifname"), ("output", "daddr", "oifname")):
+            name = f"{chain}_{hook}"
+            script.append(f"add chain inet {NFT_TABLE} {name} {{ type filter hook {hook} priority 0; }}")
+            script += [f"add rule inet {NFT_TABLE} {name} " + r.replace("$ADDR", addr).replace("$IF", iface)
+                       for r in rules]
+        done: list[int] = []  # nft -f is one transaction: a host holds all of it or none
+        try:
+            for h in hosts:
+                self._nft_run(h, "\n".join(script) + "\n")
+                done.append(h)
+        except BaseException:
+            self.faults[chain] = Fault(kind, tuple(done), chain)
+            self.heal(self.faults[chain])
+            raise
+        self.faults[chain] = Fault(kind, tuple(hosts), chain)
+        return self.faults[chain]
 
     def partition(self, hosts: Sequence[int], peers: Optional[Sequence[int]] = None) -> Fault:
         """Cut ``hosts`` off from ``peers`` (default: every other address on the
-        bridge, the keeper's included); the hosts still reach each other."""
+        bridge, the keeper's included, and IPv6 on the link, so no way round it);
+        the hosts still reach each other."""
         group = sorted(set(hosts))
-        assert group and all(0 <= h < self.hosts for h in group), hosts
         if peers is None:
             inside = "{ " + ", ".join(self.address(h) for h in group) + " }"
-            rule = {h: (f"ip saddr {self.subnet} ip saddr != {inside} drop",
-                        f"ip daddr {self.subnet} ip daddr != {inside} drop") for h in group}
-        else:
-            others = sorted(set(peers) - set(group))
-            assert others, "partition with no peers to cut"
-            far = "{ " + ", ".join(self.address(p) for p in others) + " }"
-            rule = {h: (f"ip saddr {far} drop", f"ip daddr {far} drop") for h in group}
-        return self._add("part", group, rule)
+            return self._add("part", group, [f"ip $ADDR {self.subnet} ip $ADDR != {inside} drop",
+                                             'meta nfproto ipv6 $IF != "lo" drop'])
+        others = sorted(set(peers) - set(group))
+        assert others, "partition with no peers to cut"
+        return self._add("part", group, ["ip $ADDR { " + ", ".join(self.address(p) for p in others) + " } drop"])
 
     def loss(self, host: int, rate: float) -> Fault:
-        """Drop a fraction ``rate`` of host ``host``'s packets in each direction."""
+        """Drop a fraction ``rate`` of host ``host``'s packets, each direction independently."""
         if not 0.0 <= rate <= 1.0:
             raise ValueError(f"loss rate must be in [0, 1], got {rate}")
         per_mille = round(rate * 1000)
         cond = "" if per_mille >= 1000 else f"numgen random mod 1000 < {per_mille} "
-        return self._add("loss", [host], {host: (f'iifname != "lo" {cond}drop',
-                                                     f'oifname != "lo" {cond}drop')})
+        return self._add("loss", [host], [f'$IF != "lo" {cond}drop'])
 
     def isolate(self, host: int, addr: Optional[str] = None) -> Fault:
         """Drop traffic between host ``host`` and ``addr`` only (default: the keeper's)."""
-        target = str(ipaddress.ip_address(addr or self.keeper_address))
-        return self._add("iso", [host], {host: (f"ip saddr {target} drop", f"ip daddr {target} drop")})
+        target = ipaddress.ip_address(addr or self.keeper_address)
+        assert target.version == 4, target
+        return self._add("iso", [host], [f"ip $ADDR {target} drop"])
 
     def heal(self, fault: Fault) -> None:
         """Undo ``fault`` (any kind) by deleting its chains; a second heal is a no-op."""
         if self.faults.pop(fault.chain, None) is None:
             return
         for h in fault.hosts:
-            self._nft_run(h, f"delete chain inet {NFT_TABLE} {fault.chain}_in\n"
-                             f"delete chain inet {NFT_TABLE} {fault.chain}_out\n")
+            self._nft_run(h, f"delete chain inet {NFT_TABLE} {fault.chain}_input\n"
+                             f"delete chain inet {NFT_TABLE} {fault.chain}_output\n")
 
     def _kill_all(self) -> None:
         """SIGKILL what we spawned, then anything still inside our namespaces
@@ -301,7 +350,7 @@ class Network:
         for proc in self.spawned:
             proc.wait(timeout=CLEANUP_WAIT_S)
         deadline = time.monotonic() + CLEANUP_WAIT_S
-        while pids := self._pids_inside():
+        while pids := _pids_in([os.path.join(NETNS_DIR, n) for k, n in self.created if k == "netns"]):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"processes {sorted(pids)} survive in {self.prefix}'s namespaces")
             for pid in pids:
@@ -310,27 +359,6 @@ class Network:
                 except ProcessLookupError:
                     pass
             time.sleep(0.01)  # bounded poll for the kernel to finish the kills
-
-    def _pids_inside(self) -> set[int]:
-        """Live processes whose network namespace is one of this run's."""
-        inodes = set()
-        for kind, name in self.created:
-            if kind == "netns":
-                try:
-                    st = os.stat(os.path.join(NETNS_DIR, name))
-                    inodes.add((st.st_dev, st.st_ino))
-                except OSError:
-                    pass
-        found = set()
-        for entry in os.listdir("/proc") if inodes else ():
-            if entry.isdigit():
-                try:
-                    st = os.stat(f"/proc/{entry}/ns/net")
-                except OSError:
-                    continue
-                if (st.st_dev, st.st_ino) in inodes:
-                    found.add(int(entry))
-        return found
 
     def close(self) -> None:
         """Remove everything this run created, newest first; idempotent. Every
@@ -356,6 +384,5 @@ class Network:
                     errors.append(e)
                 self.created.pop()
         self.faults.clear()
-        self.tables.clear()
         if errors:
             raise errors[0]

@@ -6,12 +6,14 @@ skip with netns_available()'s reason. CI runs as root, so CI runs them.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import select
 import socket
 import subprocess
 import sys
-from typing import Optional
+from typing import Callable, Optional
 
 import pytest
 
@@ -22,6 +24,8 @@ REASON = netns_available()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 PORT = 7000
+PR_CAPBSET_DROP = 24
+CAP_NET_ADMIN = 12
 ECHO = f"""
 import socket
 s = socket.socket()
@@ -127,6 +131,35 @@ def test_partition_cuts_the_keeper_too_but_not_the_group() -> None:
         assert probe(net, 2, net.address(0), timeout_s=1.0) == "fail TimeoutError"
         assert not root_reaches(net.address(1))                # from the keeper's side
         assert root_reaches(net.address(0))
+
+
+def test_partition_from_some_peers_only() -> None:
+    with Network("t-peers", 3) as net:
+        echo_in(net, 0)
+        echo_in(net, 1)
+        net.partition([2], peers=[0])
+        assert probe(net, 2, net.address(0), timeout_s=1.0) == "fail TimeoutError"
+        assert probe(net, 2, net.address(1)) == "ok"
+        assert probe(net, 1, net.address(0)) == "ok"
+
+
+def drop_net_admin(libc: ctypes.CDLL) -> Callable[[], None]:
+    """A preexec_fn: drop CAP_NET_ADMIN from the bounding set, so the program the
+    child execs runs without it, as root in an unprivileged container would."""
+    def drop() -> None:
+        if libc.prctl(PR_CAPBSET_DROP, CAP_NET_ADMIN, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+    return drop
+
+
+def test_without_net_admin_a_one_line_reason() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    out = subprocess.run([sys.executable, "-c", "from real.netns import netns_available as a; print(a())"],
+                         cwd=root, env={**os.environ, "PYTHONPATH": root}, preexec_fn=drop_net_admin(libc),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "hosts as network namespaces need root or CAP_NET_ADMIN\n"
 
 
 def count_udp(net: Network, sender: int, n: int) -> int:
