@@ -10,6 +10,7 @@ import ctypes
 import ctypes.util
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -108,6 +109,15 @@ def start_time(pid: int) -> str:
         return f.read().rsplit(")", 1)[1].split()[19]
 
 
+def chains(net: Network, host: int) -> list[str]:
+    """The chains of our nft table inside ``host`` (listed by nft run there)."""
+    p = net.spawn(host, [shutil.which("nft", path="/usr/sbin:/sbin:" + os.environ.get("PATH", "")),
+                         "list", "table", "inet", "rollcall"], stdout=subprocess.PIPE, text=True)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 0
+    return [line.split()[1] for line in out.splitlines() if line.strip().startswith("chain ")]
+
+
 def test_reachable_then_partition_and_heal() -> None:
     with Network("t-part", 3) as net:
         assert len({net.address(h) for h in range(3)} | {net.keeper_address}) == 4
@@ -117,7 +127,9 @@ def test_reachable_then_partition_and_heal() -> None:
         cut = net.partition([2])
         assert probe(net, 2, net.address(0), timeout_s=1.0) == "fail TimeoutError"
         assert probe(net, 1, net.address(0)) == "ok"
+        assert chains(net, 2) == [f"{cut.chain}_input", f"{cut.chain}_output"]
         net.heal(cut)
+        assert chains(net, 2) == []
         assert probe(net, 2, net.address(0)) == "ok"
         net.heal(cut)  # a second heal is a no-op
 
@@ -257,5 +269,27 @@ def test_subnet_collision_is_refused_and_leaves_nothing() -> None:
             with second:
                 pass
         assert leftovers(second) == []
+        mine = leftovers(first)
+        assert len(mine) == 3  # bridge, veth, namespace
         with Network("t-third", 1) as third:
             assert not third.subnet.overlaps(first.subnet)
+            assert third.prefix != first.prefix
+        assert leftovers(third) == []
+        assert leftovers(first) == mine  # another run's cleanup left ours alone
+
+
+class InterruptedAtHost1(Network):
+    """A network whose building is interrupted (Ctrl-C) after host 1's namespace exists."""
+
+    def _join(self, ip, h: int) -> None:
+        if h == 1:
+            raise KeyboardInterrupt
+        super()._join(ip, h)
+
+
+def test_interrupt_while_building_leaves_nothing() -> None:
+    net = InterruptedAtHost1("t-build", 3)
+    with pytest.raises(KeyboardInterrupt):
+        with net:
+            raise AssertionError("not reached: building was interrupted")
+    assert leftovers(net) == []
