@@ -266,20 +266,17 @@ class Network:
             proc = subprocess.Popen(list(argv), preexec_fn=enter, **popen_kwargs)
         finally:
             os.close(fd)
-        self.spawned.append(proc)
+        self.spawned = [p for p in self.spawned if p.returncode is None] + [proc]  # reaped ones go
         return proc
 
     def _nft_run(self, host: int, script: str) -> None:
         """Run an nft script inside host ``host``'s namespace, where the rules act."""
         assert self._nft is not None, "nft not found"
-        fd, enter = self._preexec(host)
-        try:
-            r = subprocess.run([self._nft, "-f", "-"], input=script, text=True, capture_output=True,
-                               preexec_fn=enter, timeout=30)
-        finally:
-            os.close(fd)
-        if r.returncode != 0:
-            raise RuntimeError(f"nft in {self.netns(host)} failed: {r.stderr.strip()}")
+        p = self.spawn(host, [self._nft, "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+        _, err = p.communicate(script, timeout=30)
+        if p.returncode != 0:
+            raise RuntimeError(f"nft in {self.netns(host)} failed: {err.strip()}")
 
     def _add(self, kind: str, hosts: Sequence[int], rules: Sequence[str]) -> Fault:
         """Install one fault as its own input and output base chains in each host's
