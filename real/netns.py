@@ -43,7 +43,7 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 NFT_TABLE = "rollcall"
 NETNS_DIR = "/var/run/netns"
@@ -205,22 +205,31 @@ class Network:
         raise RuntimeError("no free private /24 for the bridge")
 
     def open(self) -> None:
-        """Create the bridge, then each host; every object is recorded as soon as
-        it exists so that a failure or Ctrl-C part way leaves nothing behind."""
+        """Create the bridge, then each host; every object is recorded (``_make``)
+        so that a failure or Ctrl-C part way leaves nothing behind."""
         from pyroute2 import IPRoute, netns
 
         with IPRoute() as ip:
             self.subnet = self._pick_subnet(ip)
-            ip.link("add", ifname=self.bridge, kind="bridge")
-            self.created.append(("link", self.bridge))
+            self._make("link", self.bridge, lambda: ip.link("add", ifname=self.bridge, kind="bridge"))
             br = ip.link_lookup(ifname=self.bridge)[0]
             ip.addr("add", index=br, address=self.keeper_address, prefixlen=self.subnet.prefixlen)
             ip.link("set", index=br, state="up")
             for h in range(self.hosts):
-                name = self.netns(h)
-                netns.create(name)
-                self.created.append(("netns", name))
+                self._make("netns", self.netns(h), lambda: netns.create(self.netns(h)))
                 self._join(ip, h)
+
+    def _make(self, kind: str, name: str, create: Callable[[], Any]) -> None:
+        """Create one object, recorded first: a Ctrl-C during ``create`` still has
+        it removed, while a failure (the name taken) forgets it, never deleting
+        what is not ours."""
+        assert name.startswith(self.prefix + "-"), name
+        self.created.append((kind, name))
+        try:
+            create()
+        except Exception:
+            self.created.pop()
+            raise
 
     def _join(self, ip: Any, h: int) -> None:
         """Join host ``h`` to the bridge: a veth pair, its far end moved into the
@@ -228,8 +237,7 @@ class Network:
         from pyroute2 import IPRoute
 
         outer, inner = f"{self.prefix}-v{h}", f"{self.prefix}-p{h}"
-        ip.link("add", ifname=outer, kind="veth", peer=inner)
-        self.created.append(("link", outer))
+        self._make("link", outer, lambda: ip.link("add", ifname=outer, kind="veth", peer=inner))
         ip.link("set", index=ip.link_lookup(ifname=inner)[0], net_ns_fd=self.netns(h))
         v = ip.link_lookup(ifname=outer)[0]
         ip.link("set", index=v, master=ip.link_lookup(ifname=self.bridge)[0])

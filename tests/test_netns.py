@@ -293,3 +293,15 @@ def test_interrupt_while_building_leaves_nothing() -> None:
         with net:
             raise AssertionError("not reached: building was interrupted")
     assert leftovers(net) == []
+
+
+def test_a_taken_name_fails_without_deleting_the_owner() -> None:
+    with Network("t-same", 1) as first:
+        mine = leftovers(first)
+        twin = Network("t-same", 1)  # same run id, same process: the same names
+        assert twin.prefix == first.prefix
+        with pytest.raises(Exception, match="exists"):
+            with twin:
+                pass
+        assert leftovers(first) == mine
+        echo_in(first, 0)  # and it still works
