@@ -51,7 +51,7 @@ CAP_NET_ADMIN_BIT = 12
 CAP_SYS_ADMIN_BIT = 21  # mounting /var/run/netns/<name> needs it too
 CLEANUP_WAIT_S = 10.0
 CLONE_NEWNET = 0x40000000
-CANDIDATES = [ipaddress.ip_network(f"10.{a}.{b}.0/24") for a in range(200, 255) for b in range(256)]
+CANDIDATES = 55 * 256  # the /24s of 10.200.0.0 to 10.254.255.255
 
 
 def _nft_binary() -> Optional[str]:
@@ -198,8 +198,9 @@ class Network:
                 raise ValueError(f"subnet {net} collides with an existing route")
             return net
         start = int(self.prefix[3:], 16)
-        for k in range(len(CANDIDATES)):
-            net = CANDIDATES[(start + k) % len(CANDIDATES)]
+        for k in range(CANDIDATES):
+            i = (start + k) % CANDIDATES
+            net = ipaddress.ip_network(f"10.{200 + i // 256}.{i % 256}.0/24")
             if not any(net.overlaps(u) for u in used):
                 return net
         raise RuntimeError("no free private /24 for the bridge")
