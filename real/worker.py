@@ -16,6 +16,11 @@ Two threads:
   collective is asynchronous and polled together with the abort flag, so a
   dead or evicted peer never holds it longer than the keeper takes to decide.
 
+A third, the *reaper*, tears down the groups of generations the trainer has
+left (see :class:`Reaper`): a gloo group's destructor may block on a paused
+peer, and a worker that kept its old groups instead grew by a group's fds
+and threads every generation.
+
 A step counts only when the keeper service accepts its commit: the request
 carries the generation stamp, and the service answers on the same ordered
 stream as the keeper's roll calls, so a worker never applies a step that its
@@ -27,8 +32,10 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gc
 import json
 import os
+import queue
 import select
 import signal
 import socket
@@ -88,7 +95,8 @@ class Worker:
         self.deferred: list = []  # keeper messages held while a commit is in flight
         self.started = False
         self.wake = threading.Event()
-        self.groups: list[dict] = []  # every process group ever built, kept alive
+        self.group: Optional[dict] = None  # the current generation's group and store
+        self.reaper = Reaper()
         self.ready = False  # torch imported, model built
         self.crashed = False  # the control thread died of an error
         self.activate = False
@@ -272,6 +280,7 @@ class Worker:
                     return
                 enter = self.target
             done = enter.generation
+            self.retire_group()
             try:
                 self.run_generation(enter)
             except Aborted:
@@ -315,10 +324,27 @@ class Worker:
         self.check(enter.generation)
         if "err" in out:
             raise out["err"]
-        # Never let a group be destroyed: the destructor of a gloo group whose
-        # collective waits on a paused peer blocks until that peer wakes up.
-        self.groups.append(out)
+        assert self.group is None, "the previous generation's group was not retired"
+        self.group = out
         return out["pg"]
+
+    def retire_group(self) -> None:
+        """Hand the last generation's group to the reaper. Called when the
+        trainer takes a later generation, not when it leaves one: the keeper
+        has formed the new one, so each member of the old one has either
+        answered its roll call (its agent left the old generation) or was
+        left out and is fenced when it next speaks; a collective that fails
+        there once this side closes cannot fail a live generation."""
+        group, self.group = self.group, None
+        if group is None:
+            return
+        if sys.getrefcount(group["pg"]) > 2:
+            gc.collect()  # a frame of the last generation kept in a reference cycle
+        # Only the dict holds the group now (getrefcount's own argument is
+        # the other ref): no frame of the trainer can drop the last reference
+        # later and block in the destructor.
+        assert sys.getrefcount(group["pg"]) == 2, sys.getrefcount(group["pg"])
+        self.reaper.retire(group)
 
     def allreduce(self, pg, tensor, gen: int) -> None:
         if pg is None:
@@ -601,6 +627,37 @@ class Worker:
                     self.record(rec(self.now(), "ok", "checkpoint", self.worker,
                                     gen=gen, cursor=nxt.to_json()))
                     self.apply(self.agent.checkpointed(self.now(), nxt))
+
+
+class Reaper:
+    """Tears retired process groups down on a thread of its own.
+
+    A gloo group's destructor waits for the collectives still queued or
+    running on it: one waiting on a paused (SIGSTOPped) peer blocks until that
+    peer wakes and leaves the generation too (it retires its side, or the
+    collective completes), or at worst until the group's collective timeout
+    (``build_group``'s 60 s). ``ProcessGroupGloo.abort()`` does not cancel
+    such a collective (measured, torch 2.13), so that wait cannot be avoided,
+    only moved: it must never be the trainer's, which is training in the next
+    generation meanwhile. The destructor releases the GIL while it waits
+    (measured), so the control thread keeps beating. One thread, daemon: the
+    process ends with ``os._exit`` whatever it is waiting on; groups queue
+    here in retirement order and each wait is bounded by that timeout.
+    """
+
+    def __init__(self) -> None:
+        self.retired: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self.loop, daemon=True, name="reaper")
+        self.thread.start()
+
+    def retire(self, group: dict) -> None:
+        self.retired.put(group)
+
+    def loop(self) -> None:
+        while True:
+            group = self.retired.get()
+            group.clear()  # the last references: the group's destructor runs here
+            del group
 
 
 @dataclass
