@@ -43,8 +43,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from rollcall.results import (
-    HISTORY_FILE, SCENARIO_FILE, SUMMARY_FILE, finished_summary, prepare_out_dir, read_summary,
-    scenario_hash,
+    HISTORY_FILE, SUMMARY_FILE, finished_summary, prepare_out_dir, scenario_hash,
 )
 from rollcall.scenario import Scenario
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from rollcall.scenario import parse_scenario
-from rollcall.core.types import Cursor
 
 from real.driver import merge_history, recoveries
 from real.faults import Due, FaultPlan
