@@ -592,22 +592,17 @@ class Launcher:
         return joined
 
     def targets(self, due: Due, fields: dict[str, Any]) -> tuple[int, ...]:
-        """The workers a kill, rack kill, crash or pause names: its ids, a
-        seeded pick among the live members (``random``), or a rack's ids
-        (``fields`` gets the rack)."""
+        """The workers a kill, rack kill, lost host, crash or pause names: its
+        ids, a seeded pick among the live members (``random``), or a rack's
+        or host's ids (``fields`` gets the rack or host)."""
         targets = due.targets
-        if due.kind == "kill_rack":  # every worker of the rack whose node is up, at once
-            rack = targets
-            if rack == "random":
-                rack = self.faults.pick(sorted({self.sc.rack_of(w) for w in self.candidates()}))
-            fields["rack"] = rack
-            return () if rack is None else tuple(self.sc.rack_workers(rack))
-        if due.kind == "lose_host":  # every worker of the machine whose node is up, at once
-            host = targets
-            if host == "random":
-                host = self.faults.pick(sorted({self.sc.host_of(w) for w in self.candidates()}))
-            fields["host"] = host
-            return () if host is None else tuple(self.sc.host_workers(host))
+        if due.kind in ("kill_rack", "lose_host"):  # every worker of it whose node is up
+            domain, index = ("rack" if due.kind == "kill_rack" else "host"), targets
+            if index == "random":
+                index = self.faults.pick(sorted({self.sc.domain_of(domain, w)
+                                                 for w in self.candidates()}))
+            fields[domain] = index
+            return () if index is None else self.sc.domain_workers(domain, index)
         if targets == "random":
             w = self.faults.pick(self.candidates())
             return () if w is None else (w,)

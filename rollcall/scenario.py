@@ -192,6 +192,8 @@ def _worker_id(value: Any) -> int:
     return value
 
 
+# the failure domains, each with the cluster key of its size (workers per domain)
+_DOMAINS = {"rack": "rack_size", "host": "workers_per_host"}
 _ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "pause", "join")
 _TIMED = ("pause", "partition", "isolate_keeper")  # the actions that last for_s
 #: the actions the real target cannot carry out yet (hosts as namespaces not built)
@@ -358,6 +360,14 @@ class Fault(_Section):
     def host(self) -> int | Literal["random"] | None:
         """The host a ``lose_host`` takes down (an index or ``"random"``); None otherwise."""
         return self.lose_host
+
+    @property
+    def domain(self) -> tuple[str, int | Literal["random"]] | None:
+        """``("rack", index)`` for a ``kill_rack``, ``("host", index)`` for a
+        ``lose_host`` (the failure domain it takes down whole); None otherwise."""
+        if self.kill_rack is not None:
+            return ("rack", self.kill_rack)
+        return None if self.lose_host is None else ("host", self.lose_host)
 
     @property
     def count(self) -> int:
@@ -538,18 +548,15 @@ class Scenario(_Section):
         limit = self.worker_id_limit
         joined = limit - c.workers - c.spares
         for i, fault in enumerate(self.failures.schedule):
-            if fault.kill_rack is not None:
-                self._check_rack(i, fault.kill_rack)
-                continue
-            if fault.lose_host is not None:
-                self._check_host(i, fault.lose_host)
+            if fault.domain is not None:
+                self._check_domain(i, *fault.domain, fault.action)
                 continue
             if fault.partition is not None:
                 for host in fault.partition:
-                    self._check_host(i, host, "partition")
+                    self._check_domain(i, "host", host, "partition")
                 continue
             if fault.isolate_keeper is not None:
-                self._check_host(i, fault.isolate_keeper, "isolate_keeper")
+                self._check_domain(i, "host", fault.isolate_keeper, "isolate_keeper")
                 continue
             targets = fault.targets
             if targets == "random":
@@ -617,65 +624,59 @@ class Scenario(_Section):
                            f"must be a multiple of cluster.workers_per_host={k} (racks group "
                            f"whole hosts), got {c.rack_size}")
 
-    def _check_host(self, i: int, host: int | str, key: str = "lose_host") -> None:
+    def _check_domain(self, i: int, domain: str, index: int | str, key: str) -> None:
+        """A fault naming a rack or a host: the cluster has them, and that one exists."""
         where = ("failures", "schedule", i, key)
-        if self.cluster.workers_per_host is None:
-            raise _Problem(where, "needs cluster.workers_per_host, which is not set")
-        if host != "random" and not 0 <= int(host) < self.n_hosts:
-            raise _Problem(where, f"host {host} does not exist (hosts are 0..{self.n_hosts - 1}:"
-                                  f" worker ids 0..{self.worker_id_limit - 1} in hosts of "
-                                  f"cluster.workers_per_host={self.cluster.workers_per_host})")
-
-    def _check_rack(self, i: int, rack: int | str) -> None:
-        where = ("failures", "schedule", i, "kill_rack")
-        size = self.cluster.rack_size
+        field = _DOMAINS[domain]
+        size = getattr(self.cluster, field)
         if size is None:
-            raise _Problem(where, "needs cluster.rack_size (workers per rack), which is not set")
-        if rack != "random" and not 0 <= int(rack) < self.n_racks:
-            limit = self.worker_id_limit
+            raise _Problem(where, f"needs cluster.{field} (workers per {domain}), which is not set")
+        n = self.n_domains(domain)
+        if index != "random" and not 0 <= int(index) < n:
             raise _Problem(
                 where,
-                f"rack {rack} does not exist (racks are 0..{self.n_racks - 1}: worker ids"
-                f" 0..{limit - 1} in racks of cluster.rack_size={size})",
+                f"{domain} {index} does not exist ({domain}s are 0..{n - 1}: worker ids"
+                f" 0..{self.worker_id_limit - 1} in {domain}s of cluster.{field}={size})",
             )
 
     # -- derived values ------------------------------------------------------
 
+    def n_domains(self, domain: str) -> int:
+        """Racks or hosts (``domain``) that can ever hold a worker (0 without their size)."""
+        size = getattr(self.cluster, _DOMAINS[domain])
+        return 0 if size is None else -(-self.worker_id_limit // size)
+
+    def domain_of(self, domain: str, worker: int) -> int | None:
+        """The rack or host of worker id ``worker`` (None without their size)."""
+        size = getattr(self.cluster, _DOMAINS[domain])
+        return None if size is None else worker // size
+
+    def domain_workers(self, domain: str, index: int) -> tuple[int, ...]:
+        """Every worker id that can ever live in rack or host ``index`` (alive or not)."""
+        size = getattr(self.cluster, _DOMAINS[domain])
+        if size is None:
+            return ()
+        return tuple(range(index * size, min((index + 1) * size, self.worker_id_limit)))
+
     @property
     def n_hosts(self) -> int:
-        """Hosts that can ever hold a worker (0 without ``cluster.workers_per_host``)."""
-        k = self.cluster.workers_per_host
-        return 0 if k is None else -(-self.worker_id_limit // k)
+        return self.n_domains("host")
 
     def host_of(self, worker: int) -> int | None:
-        """The host of worker id ``worker`` (None without ``cluster.workers_per_host``)."""
-        k = self.cluster.workers_per_host
-        return None if k is None else worker // k
+        return self.domain_of("host", worker)
 
     def host_workers(self, host: int) -> tuple[int, ...]:
-        """Every worker id that can ever live on ``host`` (alive or not)."""
-        k = self.cluster.workers_per_host
-        if k is None:
-            return ()
-        return tuple(range(host * k, min((host + 1) * k, self.worker_id_limit)))
+        return self.domain_workers("host", host)
 
     @property
     def n_racks(self) -> int:
-        """Racks that can ever hold a worker (0 without ``cluster.rack_size``)."""
-        size = self.cluster.rack_size
-        return 0 if size is None else -(-self.worker_id_limit // size)
+        return self.n_domains("rack")
 
     def rack_of(self, worker: int) -> int | None:
-        """The rack of worker id ``worker`` (None without ``cluster.rack_size``)."""
-        size = self.cluster.rack_size
-        return None if size is None else worker // size
+        return self.domain_of("rack", worker)
 
     def rack_workers(self, rack: int) -> tuple[int, ...]:
-        """Every worker id that can ever live in ``rack`` (alive or not)."""
-        size = self.cluster.rack_size
-        if size is None:
-            return ()
-        return tuple(range(rack * size, min((rack + 1) * size, self.worker_id_limit)))
+        return self.domain_workers("rack", rack)
 
     @property
     def state_shards(self) -> int:

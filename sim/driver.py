@@ -542,29 +542,28 @@ class Simulation:
         self._go_silent(now, w, stall=not peers)
         return True
 
-    def _partition(self, now: float, hosts: tuple[int, ...], for_s: float) -> None:
-        """The hosts are cut off from everyone else (the keeper stays with the
-        rest) for ``for_s``: to the keeper and to the other members their
-        processes are as silent as stopped ones (a collective with them
-        hangs), and what they would send is held until the partition heals;
-        then they learn they were evicted and come back as newcomers."""
-        cut = [w for h in hosts for w in self.sc.host_workers(h) if self._alive(w)]
-        self._write(rec(now, "info", "fault", NEMESIS, kind="partition", hosts=list(hosts),
-                        workers=cut, for_s=for_s))
-        held = [(w, int(self.nodes.pause_epoch[w])) for w in cut if self._cut_off(now, w)]
-        self._at(now + for_s, self._heal, list(hosts), held)
+    def _cut_hosts(self, now: float, f: Any) -> None:
+        """A ``partition`` or an ``isolate_keeper``, for ``for_s``.
 
-    def _isolate_keeper(self, now: float, host: int, for_s: float) -> None:
-        """The gray failure: the host loses the keeper but not its peers for
-        ``for_s``. Its processes' heartbeats and requests stop reaching the
-        keeper (held until the heal), while the job's collectives with them
-        still work: nothing stalls until the detector evicts them."""
-        cut = [w for w in self.sc.host_workers(host) if self._alive(w)]
-        self._write(rec(now, "info", "fault", NEMESIS, kind="isolate_keeper", host=host,
-                        workers=cut, for_s=for_s))
+        ``partition``: the hosts are cut off from everyone else (the keeper
+        stays with the rest): to the keeper and to the other members their
+        processes are as silent as stopped ones (a collective with them
+        hangs). ``isolate_keeper``, the gray failure: the host loses the
+        keeper but not its peers: its heartbeats and requests stop reaching
+        the keeper while the job's collectives with it still work, so nothing
+        stalls until the detector evicts it. Either way what they send is
+        held until the heal; then they learn they were evicted and come back
+        as newcomers.
+        """
+        peers = f.action == "isolate_keeper"
+        hosts = [f.isolate_keeper] if peers else list(f.partition)
+        cut = [w for h in hosts for w in self.sc.host_workers(h) if self._alive(w)]
+        where = {"host": hosts[0]} if peers else {"hosts": hosts}
+        self._write(rec(now, "info", "fault", NEMESIS, kind=f.action, **where, workers=cut,
+                        for_s=float(f.for_s)))
         held = [(w, int(self.nodes.pause_epoch[w])) for w in cut
-                if self._cut_off(now, w, peers=True)]
-        self._at(now + for_s, self._heal, [host], held)
+                if self._cut_off(now, w, peers=peers)]
+        self._at(now + float(f.for_s), self._heal, hosts, held)
 
     def _heal(self, hosts: list[int], held: list[tuple[int, int]]) -> None:
         if self.state == DONE:
@@ -639,39 +638,29 @@ class Simulation:
         w = self.draws.pick([w for w in self.members if self._alive(w)])
         return [] if w is None else [w]
 
-    def _kill_rack(self, now: float, rack: Any) -> None:
-        """A correlated failure: every node of the rack whose hardware is up, at once.
+    def _domain_down(self, now: float, domain: str, index: Any) -> None:
+        """A correlated failure: every node of a rack (``kill_rack``: each
+        process killed, its host reports the exit) or of a host
+        (``lose_host``: the machine dies with the agent that would report, a
+        ``crash`` the detector decides) whose hardware is up, at once.
 
-        ``"random"`` draws among the racks holding a live member (as a random
-        kill draws among live members), from the ``schedule`` stream.
+        ``"random"`` draws among the racks or hosts holding a live member (as
+        a random kill draws among live members), from the ``schedule`` stream.
         """
         sc = self.sc
-        if rack == "random":
-            rack = self.draws.pick(sorted({sc.rack_of(w) for w in self.members if self._alive(w)}))
-            if rack is None:
+        if index == "random":
+            index = self.draws.pick(sorted({sc.domain_of(domain, w) for w in self.members
+                                            if self._alive(w)}))
+            if index is None:
                 return
-        victims = [w for w in sc.rack_workers(int(rack)) if self.nodes.hw[w]]
-        self.tally.counts["rack_kills"] += 1
-        self._write(rec(now, "info", "fault", NEMESIS, kind="kill_rack", rack=int(rack),
+        victims = [w for w in sc.domain_workers(domain, int(index)) if self.nodes.hw[w]]
+        if domain == "rack":
+            self.tally.counts["rack_kills"] += 1
+        kind, how = ("kill_rack", "kill") if domain == "rack" else ("lose_host", "crash")
+        self._write(rec(now, "info", "fault", NEMESIS, kind=kind, **{domain: int(index)},
                         workers=victims))
         for w in victims:
-            self._node_down(now, w, "kill", record=False)
-
-    def _lose_host(self, now: float, host: Any) -> None:
-        """A machine dies: every node of the host whose hardware is up goes
-        down at once, as a ``crash`` (the host's own agent died with it, so
-        no exit is reported: the detector decides). ``"random"`` draws among
-        the hosts holding a live member, from the ``schedule`` stream."""
-        sc = self.sc
-        if host == "random":
-            host = self.draws.pick(sorted({sc.host_of(w) for w in self.members if self._alive(w)}))
-            if host is None:
-                return
-        victims = [w for w in sc.host_workers(int(host)) if self.nodes.hw[w]]
-        self._write(rec(now, "info", "fault", NEMESIS, kind="lose_host", host=int(host),
-                        workers=victims))
-        for w in victims:
-            self._node_down(now, w, "crash", record=False)
+            self._node_down(now, w, how, record=False)
 
     def _fault(self, now: float, f: Any) -> None:
         action = f.action
@@ -679,14 +668,10 @@ class Simulation:
             for w in self._pick(f.targets):
                 if self.nodes.hw[w]:
                     self._node_down(now, w, "kill")
-        elif action == "kill_rack":
-            self._kill_rack(now, f.rack)
-        elif action == "lose_host":
-            self._lose_host(now, f.host)
-        elif action == "partition":
-            self._partition(now, f.partition, float(f.for_s))
-        elif action == "isolate_keeper":
-            self._isolate_keeper(now, f.isolate_keeper, float(f.for_s))
+        elif f.domain is not None:
+            self._domain_down(now, *f.domain)
+        elif action in ("partition", "isolate_keeper"):
+            self._cut_hosts(now, f)
         elif action == "pause":
             for w in self._pick(f.targets):
                 self._pause(now, w, float(f.for_s))

@@ -33,7 +33,7 @@ from rollcall.core import check
 from rollcall.results import read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import load_scenario
 from real_processes import needs_pidfd, one_real_run_at_a_time
-from polling import wait_for
+from polling import pid_running, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_REAL = ROOT / "scenarios" / "real-checkpoint-restart.yaml"
@@ -61,12 +61,6 @@ def _workers_of(out: Path) -> list[int]:
             pids.append(p.pid)
     return pids
 
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _assert_row_is_its_history(row: dict[str, str]) -> None:
@@ -192,7 +186,7 @@ def test_ctrl_c_keeps_finished_rows_and_leaves_no_process(tmp_path: Path) -> Non
     text = err.read_text()
     assert proc.returncode == 130, text[-2000:]
     assert "interrupted; the finished runs are in" in text and "Traceback" not in text
-    assert seen and not [pid for pid in seen if _alive(pid)], text[-2000:]
+    assert seen and not [pid for pid in seen if pid_running(pid)], text[-2000:]
     assert not _workers_of(out)
     finished = {str(d) for d in out.iterdir()
                 if (d / "summary.json").exists() and read_summary(d)["result"] == "completed"}

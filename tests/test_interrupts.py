@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 import pytest
@@ -22,7 +22,7 @@ from rollcall import interrupts
 from rollcall.compare import RUNS_FILE, compare
 from rollcall.results import SUMMARY_KEYS, read_summary
 from rollcall.scenario import load_scenario
-from polling import wait_for
+from polling import pid_running, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -42,27 +42,37 @@ def _lines(path: Path) -> int:
         return 0
 
 
-def _interrupt_run(tmp_path: Path, signum: int) -> tuple[int, str, int, Path, set[int]]:
-    """Start a long sim run, signal it once it has written history; what it left."""
-    out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rollcall", "run", str(QUICKSTART), "--out", str(out),
-           "--quiet", *LONG]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+def _signal_when(cmd: list[str], cwd: Path, signum: int, ready: Callable[[psutil.Process], Any],
+                 what: str) -> tuple[int, str, Any, set[int]]:
+    """Start ``python -m rollcall *cmd``, wait (bounded) until ``ready(process)``
+    is truthy, signal it, and return its exit status, stderr, what ``ready``
+    last gave and every descendant seen meanwhile (killed if it hangs)."""
+    proc = subprocess.Popen([sys.executable, "-m", "rollcall", *cmd], cwd=cwd, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     seen: set[int] = set()
     try:
-        def started() -> int:
-            seen.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
-            return _lines(out / "history.jsonl")
+        def polled() -> Any:
+            me = psutil.Process(proc.pid)
+            seen.update(c.pid for c in me.children(recursive=True))
+            return ready(me)
 
-        before = wait_for(started, 120, "history records on disk")
+        got = wait_for(polled, 120, what)
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    return proc.returncode, err.decode(), before, out, seen
+    return proc.returncode, err.decode(), got, seen
+
+
+def _interrupt_run(tmp_path: Path, signum: int) -> tuple[int, str, int, Path, set[int]]:
+    """Start a long sim run, signal it once it has written history; what it left."""
+    out = tmp_path / "run"
+    rc, err, before, seen = _signal_when(
+        ["run", str(QUICKSTART), "--out", str(out), "--quiet", *LONG], tmp_path, signum,
+        lambda _: _lines(out / "history.jsonl"), "history records on disk")
+    return rc, err, before, out, seen
 
 
 @pytest.mark.timeout(300)
@@ -178,42 +188,23 @@ def test_a_signalled_sweep_stops_keeps_its_csv_and_leaves_no_process(
     its pool's processes with it (a SIGTERM reaches the sweep alone, not its
     pool), and ``sweep.csv`` is written for the (no) finished points."""
     out = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "rollcall", "sweep", str(QUICKSTART), "--out", str(out),
-           "--quiet", "--seeds", "2", "--jobs", str(jobs), "--strategy", "elastic",
-           "--grid", "cluster.workers=4", *LONG]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    seen: set[int] = set()
-    try:
-        def started() -> int:
-            seen.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
-            return sum(_lines(p) for p in out.glob("**/history.jsonl"))
+    cmd = ["sweep", str(QUICKSTART), "--out", str(out), "--quiet", "--seeds", "2",
+           "--jobs", str(jobs), "--strategy", "elastic", "--grid", "cluster.workers=4", *LONG]
 
-        wait_for(started, 120, "sweep points writing history")
-        if jobs > 1:
-            wait_for(lambda: len(psutil.Process(proc.pid).children()) >= jobs, 60, "the pool")
-            seen.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = err.decode()
+    def started(me: psutil.Process) -> bool:  # history written, and the whole pool up
+        return bool(sum(_lines(p) for p in out.glob("**/history.jsonl"))) and (
+            jobs == 1 or len(me.children()) >= jobs)
+
+    rc, text, _, seen = _signal_when(cmd, tmp_path, signum, started,
+                                     "sweep points writing history, and the pool")
     name = signal.Signals(signum).name
-    assert proc.returncode == code, text
+    assert rc == code, text
     assert "Traceback" not in text, text
     assert f"interrupted ({name})" in text and str(out) in text, text
     assert (out / "sweep.csv").exists()
     assert jobs == 1 or len(seen) >= jobs, seen
-    assert wait_for(lambda: not [p for p in seen if _running(p)], 30, "the pool's processes gone")
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
+    assert wait_for(lambda: not [p for p in seen if pid_running(p)], 30,
+                    "the pool's processes gone")
 
 
 @pytest.mark.timeout(300)
@@ -221,21 +212,11 @@ def test_a_sigterm_to_compare_ends_the_run_cleanly_and_says_how_to_resume(tmp_pa
     """The run in progress stops at a consistent point (its summary says
     interrupted, its history is valid) and the command exits 143."""
     out = tmp_path / "cmp"
-    cmd = [sys.executable, "-m", "rollcall", "compare", str(QUICKSTART), "--out", str(out),
-           "--seeds", "1", *LONG]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
-    try:
-        wait_for(lambda: sum(_lines(p) for p in out.glob("*/history.jsonl")), 120,
-                 "the first run writing history")
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    text = err.decode()
-    assert proc.returncode == 143, text
+    rc, text, _, _ = _signal_when(
+        ["compare", str(QUICKSTART), "--out", str(out), "--seeds", "1", *LONG], tmp_path,
+        signal.SIGTERM, lambda _: sum(_lines(p) for p in out.glob("*/history.jsonl")),
+        "the first run writing history")
+    assert rc == 143, text
     assert "Traceback" not in text and "run the same command to resume" in text, text
     (run_dir,) = [p.parent for p in out.glob("*/history.jsonl")]
     s = read_summary(run_dir)

@@ -25,7 +25,7 @@ import pytest
 from rollcall.results import SUMMARY_KEYS, read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import Scenario, load_scenario
 from real_processes import REAL_PROCESSES
-from polling import wait_for
+from polling import pid_running, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -53,18 +53,10 @@ def records(out: Path) -> list[dict]:
     return list(read_history(out))
 
 
-def pid_alive(pid: int) -> bool:
-    try:
-        proc = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return False
-    return proc.status() != psutil.STATUS_ZOMBIE
-
-
 def assert_no_process_left(summary: dict[str, Any]) -> None:
     pids = [p["pid"] for p in summary["processes"]]
     assert pids, "the run started no process"
-    assert not [pid for pid in pids if pid_alive(pid)], "a worker process outlived the run"
+    assert not [pid for pid in pids if pid_running(pid)], "a worker process outlived the run"
     mine = [c for c in psutil.Process().children(recursive=True)
             if "real.worker" in " ".join(c.cmdline())]
     assert not mine, f"worker processes left: {[c.pid for c in mine]}"
@@ -373,7 +365,7 @@ def test_a_signal_to_the_launcher_leaves_no_process_and_keeps_history(
     assert proc.returncode == code, output.decode()[-2000:]
     assert b"Traceback" not in output, output.decode()[-2000:]
     assert seen, "saw no worker process"
-    assert not [pid for pid in seen if pid_alive(pid)], output.decode()[-2000:]
+    assert not [pid for pid in seen if pid_running(pid)], output.decode()[-2000:]
     recs = records(out)
     assert sum(r["f"] == "commit" for r in recs) >= 5
     assert recs[-1]["f"] == "end" and recs[-1]["completed"] is False
