@@ -108,17 +108,25 @@ def test_a_lost_host_takes_all_its_workers_and_reports_no_exit(tmp_path: Path) -
     assert summary["valid"] and summary["completed"], summary["violations"]
 
 
+def _cut_for_6_s(tmp_path: Path, fault: str) -> tuple[dict, list[dict], dict, dict]:
+    """kill-pause-join in hosts of 2 with ``fault`` at 5 s for 6 s instead of
+    its schedule: the summary, the records, and the fault's and heal's records."""
+    sc = load_scenario(KPJ, ["cluster.workers_per_host=2",
+                             f"failures.schedule=[{{at_s: 5.0, {fault}, for_s: 6.0}}]"])
+    summary = run(sc, tmp_path)
+    recs = _records(tmp_path)
+    kind = fault.split(":")[0]
+    (cut,) = [r for r in recs if r["f"] == "fault" and r["kind"] == kind]
+    (heal,) = [r for r in recs if r["f"] == "fault" and r["kind"] == "heal"]
+    return summary, recs, cut, heal
+
+
 def test_a_partitioned_host_never_commits_and_comes_back_as_a_newcomer(tmp_path: Path) -> None:
     """``partition: [1]`` for 6 s past a 3 s timeout, hosts of 2: the keeper
     evicts the cut-off workers for their silence, the rest (min_workers 2)
     go on, nothing the cut-off side did counts, and after the heal they are
     fenced and rejoin in a later generation."""
-    sc = load_scenario(KPJ, ["cluster.workers_per_host=2",
-                             "failures.schedule=[{at_s: 5.0, partition: [1], for_s: 6.0}]"])
-    summary = run(sc, tmp_path)
-    recs = _records(tmp_path)
-    (cut,) = [r for r in recs if r["f"] == "fault" and r["kind"] == "partition"]
-    (heal,) = [r for r in recs if r["f"] == "fault" and r["kind"] == "heal"]
+    summary, recs, cut, heal = _cut_for_6_s(tmp_path, "partition: [1]")
     assert cut["workers"] == heal["workers"] == [2, 3] and heal["t"] == cut["t"] + 6.0
     evicted = {r["worker"]: r["reason"] for r in recs if r["f"] == "evict"}
     assert evicted == {2: "timeout", 3: "timeout"}, evicted
@@ -137,12 +145,7 @@ def test_isolating_a_host_from_the_keeper_is_a_gray_failure(tmp_path: Path) -> N
     does not stall (its collectives with host 1 still work: steps commit
     until the detector evicts the isolated workers), then it goes on
     without them, and after the heal they are fenced and rejoin."""
-    sc = load_scenario(KPJ, ["cluster.workers_per_host=2",
-                             "failures.schedule=[{at_s: 5.0, isolate_keeper: 1, for_s: 6.0}]"])
-    summary = run(sc, tmp_path)
-    recs = _records(tmp_path)
-    (cut,) = [r for r in recs if r["f"] == "fault" and r["kind"] == "isolate_keeper"]
-    (heal,) = [r for r in recs if r["f"] == "fault" and r["kind"] == "heal"]
+    summary, recs, cut, heal = _cut_for_6_s(tmp_path, "isolate_keeper: 1")
     assert cut["host"] == 1 and cut["workers"] == heal["workers"] == [2, 3]
     evicted = [r for r in recs if r["f"] == "evict"]
     assert {(r["worker"], r["reason"]) for r in evicted} == {(2, "timeout"), (3, "timeout")}
