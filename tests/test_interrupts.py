@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import pytest
@@ -22,7 +22,7 @@ from rollcall import interrupts
 from rollcall.compare import RUNS_FILE, compare
 from rollcall.results import SUMMARY_KEYS, read_summary
 from rollcall.scenario import load_scenario
-from polling import pid_running, wait_for
+from polling import pid_running, signal_when, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
@@ -42,34 +42,10 @@ def _lines(path: Path) -> int:
         return 0
 
 
-def _signal_when(cmd: list[str], cwd: Path, signum: int, ready: Callable[[psutil.Process], Any],
-                 what: str) -> tuple[int, str, Any, set[int]]:
-    """Start ``python -m rollcall *cmd``, wait (bounded) until ``ready(process)``
-    is truthy, signal it, and return its exit status, stderr, what ``ready``
-    last gave and every descendant seen meanwhile (killed if it hangs)."""
-    proc = subprocess.Popen([sys.executable, "-m", "rollcall", *cmd], cwd=cwd, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    seen: set[int] = set()
-    try:
-        def polled() -> Any:
-            me = psutil.Process(proc.pid)
-            seen.update(c.pid for c in me.children(recursive=True))
-            return ready(me)
-
-        got = wait_for(polled, 120, what)
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    return proc.returncode, err.decode(), got, seen
-
-
 def _interrupt_run(tmp_path: Path, signum: int) -> tuple[int, str, int, Path, set[int]]:
     """Start a long sim run, signal it once it has written history; what it left."""
     out = tmp_path / "run"
-    rc, err, before, seen = _signal_when(
+    rc, err, before, seen = signal_when(
         ["run", str(QUICKSTART), "--out", str(out), "--quiet", *LONG], tmp_path, signum,
         lambda _: _lines(out / "history.jsonl"), "history records on disk")
     return rc, err, before, out, seen
@@ -195,7 +171,7 @@ def test_a_signalled_sweep_stops_keeps_its_csv_and_leaves_no_process(
         return bool(sum(_lines(p) for p in out.glob("**/history.jsonl"))) and (
             jobs == 1 or len(me.children()) >= jobs)
 
-    rc, text, _, seen = _signal_when(cmd, tmp_path, signum, started,
+    rc, text, _, seen = signal_when(cmd, tmp_path, signum, started,
                                      "sweep points writing history, and the pool")
     name = signal.Signals(signum).name
     assert rc == code, text
@@ -212,7 +188,7 @@ def test_a_sigterm_to_compare_ends_the_run_cleanly_and_says_how_to_resume(tmp_pa
     """The run in progress stops at a consistent point (its summary says
     interrupted, its history is valid) and the command exits 143."""
     out = tmp_path / "cmp"
-    rc, text, _, _ = _signal_when(
+    rc, text, _, _ = signal_when(
         ["compare", str(QUICKSTART), "--out", str(out), "--seeds", "1", *LONG], tmp_path,
         signal.SIGTERM, lambda _: sum(_lines(p) for p in out.glob("*/history.jsonl")),
         "the first run writing history")

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ import pytest
 from rollcall.results import SUMMARY_KEYS, read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import Scenario, load_scenario
 from real_processes import REAL_PROCESSES
-from polling import pid_running, wait_for
+from polling import pid_running, signal_when, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -342,30 +340,15 @@ def test_chaos_kill_join_kill_under_checkpoint_restart(tmp_path: Path) -> None:
 def test_a_signal_to_the_launcher_leaves_no_process_and_keeps_history(
         tmp_path: Path, signum: int, code: int) -> None:
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rollcall", "run", str(SCENARIOS / "real-kill-one.yaml"),
-           "--target", "real", "--out", str(out), "--set", "workload.steps=100000",
-           "--set", "failures.schedule=[]"]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
-    seen: set[int] = set()
-    try:
-        def training() -> bool:
-            for c in psutil.Process(proc.pid).children(recursive=True):
-                seen.add(c.pid)
-            return sum(r["f"] == "commit" for r in history_lines(out)) >= 5
-
-        wait_for(training, 120, "five committed steps")
-        proc.send_signal(signum)
-        output, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == code, output.decode()[-2000:]
-    assert b"Traceback" not in output, output.decode()[-2000:]
+    cmd = ["run", str(SCENARIOS / "real-kill-one.yaml"), "--target", "real", "--out", str(out),
+           "--set", "workload.steps=100000", "--set", "failures.schedule=[]"]
+    rc, output, _, seen = signal_when(
+        cmd, ROOT, signum, lambda _: sum(r["f"] == "commit" for r in history_lines(out)) >= 5,
+        "five committed steps", exit_timeout_s=60)
+    assert rc == code, output[-2000:]
+    assert "Traceback" not in output, output[-2000:]
     assert seen, "saw no worker process"
-    assert not [pid for pid in seen if pid_running(pid)], output.decode()[-2000:]
+    assert not [pid for pid in seen if pid_running(pid)], output[-2000:]
     recs = records(out)
     assert sum(r["f"] == "commit" for r in recs) >= 5
     assert recs[-1]["f"] == "end" and recs[-1]["completed"] is False
