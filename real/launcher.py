@@ -36,7 +36,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from rollcall.config import keeper_config
 from rollcall.core import (
@@ -48,6 +48,8 @@ from rollcall.scenario import Scenario
 
 from real import wire
 from real.faults import Due, FaultPlan
+from real.fleet import Fleet, host_signal
+from real.netns import Network
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Scripted joins whose processes are started (idle) at launch; more are
@@ -72,8 +74,8 @@ class Interrupted(Exception):
 class Proc:
     worker: int
     incarnation: int
-    popen: subprocess.Popen
-    pidfd: int
+    popen: Optional[subprocess.Popen]  # None in hosts mode: the host agent holds it
+    pidfd: Optional[int]
     spare: bool
     started_t: float
     log: Any
@@ -86,10 +88,12 @@ class Proc:
     fault: Optional[str] = None     # what we did to it: kill | crash | pause | restart
     paused: bool = False
     join_sent: bool = False         # its first Join reached the launcher
+    host: Optional[int] = None      # hosts mode: the host whose agent runs it
+    remote_pid: Optional[int] = None  # hosts mode: its pid, as its agent reported
 
     @property
-    def pid(self) -> int:
-        return self.popen.pid
+    def pid(self) -> Optional[int]:
+        return self.popen.pid if self.popen is not None else self.remote_pid
 
     @property
     def alive(self) -> bool:
@@ -113,13 +117,27 @@ class Conn:
     worker: Optional[int] = None
     incarnation: Optional[int] = None
     spare: bool = False
+    host: Optional[int] = None      # a host agent's connection: its host
     out: bytearray = field(default_factory=bytearray)
 
 
 class Launcher:
+    """``bind``: the keeper service's address and port (default: loopback, or in
+    hosts mode the bridge of the run's own namespaces). ``external_hosts``: the
+    host agents are someone else's (``rollcall keeper``); the launcher then
+    builds no network and starts no process, it serves the agents that connect.
+    """
+
     def __init__(self, scenario: Scenario, out_dir: str | Path,
-                 max_wall_s: Optional[float] = None) -> None:
+                 max_wall_s: Optional[float] = None, bind: Optional[tuple[str, int]] = None,
+                 external_hosts: bool = False) -> None:
         assert max_wall_s is None or max_wall_s > 0, max_wall_s
+        self.hosts_mode = scenario.cluster.workers_per_host is not None
+        assert self.hosts_mode or not external_hosts, "external hosts need cluster.workers_per_host"
+        self.external_hosts = external_hosts
+        self.bind = bind
+        self.fleet: Optional[Fleet] = None
+        self.on_listening: Optional[Callable[[str, int], None]] = None  # rollcall keeper's notice
         self.max_wall_s = max_wall_s  # the run ends (failed) after this many seconds
         self.sc = scenario
         self.out = Path(out_dir)
@@ -184,6 +202,8 @@ class Launcher:
 
     def spawn(self, worker: int, incarnation: int, spare: bool = False,
               batch: Optional[int] = None) -> Proc:
+        if self.fleet is not None:
+            return self.order_start(worker, incarnation, spare, batch)
         log = open(self.real_dir / "logs" / f"worker-{worker}.{incarnation}.log", "ab")
         cmd = [sys.executable, "-m", "real.worker", "--port", str(self.port),
                "--worker", str(worker), "--incarnation", str(incarnation),
@@ -205,6 +225,32 @@ class Launcher:
             self.nodes_up.add(worker)
         self.sel.register(pidfd, selectors.EVENT_READ, ("proc", p))
         return p
+
+    def order_start(self, worker: int, incarnation: int, spare: bool,
+                    batch: Optional[int]) -> Proc:
+        """Hosts mode: the worker's host agent starts the life (``started``
+        brings its pid, ``exited`` its end); the bookkeeping is as :meth:`spawn`'s."""
+        assert self.fleet is not None
+        host = self.sc.host_of(worker)
+        assert host is not None, worker
+        p = Proc(worker, incarnation, None, None, spare, self.now(), None,
+                 want=not spare, batch=batch, host=host)
+        self.procs.append(p)
+        if not spare:
+            self.nodes_up.add(worker)
+        self.fleet.order(host, ("start", worker, incarnation, spare))
+        return p
+
+    def signal(self, p: Proc, sig: int) -> None:
+        """Send ``sig`` to the process of ``p``: directly, or through its host agent."""
+        if self.fleet is None:
+            try:
+                os.kill(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        else:
+            assert p.host is not None
+            self.fleet.order(p.host, ("signal", p.worker, p.incarnation, host_signal(sig)))
 
     def new_batch(self) -> int:
         self.batch_seq += 1
@@ -265,6 +311,8 @@ class Launcher:
     def reap(self, p: Proc) -> None:
         if p.exited_t is not None:
             return
+        if p.popen is None:  # hosts mode: its agent reaps it and reports the exit
+            return
         try:
             p.returncode = p.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -279,15 +327,23 @@ class Launcher:
         p.log.close()
 
     def kill_all(self) -> None:
-        """SIGKILL and reap every process this launcher started (idempotent)."""
+        """SIGKILL and reap every process this launcher started (idempotent);
+        in hosts mode every agent, worker and namespace goes with the network."""
+        if self.fleet is not None:
+            self.fleet.close()
+            for p in self.procs:
+                if p.exited_t is None:
+                    p.exited_t = self.now()
         for p in self.procs:
+            if p.popen is None:
+                continue
             if p.exited_t is None:
                 try:
                     p.popen.kill()
                 except OSError:
                     pass
         for p in self.procs:
-            if p.exited_t is None:
+            if p.exited_t is None and p.popen is not None:
                 try:
                     p.popen.wait(timeout=10)
                 except Exception:  # noqa: BLE001
@@ -364,10 +420,7 @@ class Launcher:
             if p.fault is None:
                 self.survivor_restarts += 1
             p.fault = "restart"
-            try:
-                p.popen.kill()
-            except OSError:
-                pass
+            self.signal(p, signal.SIGKILL)
         for p in doomed:
             self.reap(p)
         self.sigconts = [(t, p) for t, p in self.sigconts if p.alive]
@@ -411,6 +464,8 @@ class Launcher:
             self.reject(conn, "no hello in time")
 
     def drop(self, conn: Conn) -> None:
+        if self.fleet is not None and conn.host is not None:
+            self.fleet.disconnected(conn)
         try:
             self.sel.unregister(conn.sock)
         except (KeyError, ValueError):
@@ -455,7 +510,9 @@ class Launcher:
         kind = frame[0]
         now = self.now()
         if not conn.authed:
-            if kind != "hello":
+            if kind == "host_hello":
+                self.host_hello(conn, frame)
+            elif kind != "hello":
                 self.reject(conn, f"unauthenticated {kind}")
             elif not wire.hello_ok(self.secret, conn.nonce, self.run_id, frame):
                 self.reject(conn, "hello without the run's key")
@@ -463,10 +520,62 @@ class Launcher:
                 conn.authed = True
                 conn.reader.authenticated()
                 self.hello(conn, frame)
-        elif kind == "hello":
+        elif kind in ("hello", "host_hello"):
             self.reject(conn, "a second hello")
+        elif kind in ("started", "exited") or conn.host is not None:
+            self.host_frame(conn, frame)
         else:
             self.authenticated_frame(conn, frame, now)
+
+    # --- host agents (hosts mode, see real/fleet.py) -----------------------------------
+
+    def host_hello(self, conn: Conn, frame: tuple) -> None:
+        """A host agent proves the run's key and names its host: it gets the
+        run's setup and the orders that waited for it."""
+        host = frame[1]
+        if not wire.host_hello_ok(self.secret, conn.nonce, self.run_id, frame):
+            self.reject(conn, "host hello without the run's key")
+        elif self.fleet is None or host >= len(self.fleet.hosts):
+            self.reject(conn, f"host {host} is not a host of this run")
+        elif not self.fleet.hosts[host].up:
+            self.reject(conn, f"host {host} is down (lost, not yet repaired)")
+        else:
+            conn.authed, conn.host = True, host
+            conn.reader.authenticated()
+            old = self.fleet.hosts[host].conn
+            if old is not None and old is not conn:
+                self.drop(old)  # a host has one agent: the newest
+            self.fleet.connected(host, conn, self.fleet.setup_frame(self.out, self.t0, self.now()))
+
+    def host_frame(self, conn: Conn, frame: tuple) -> None:
+        """A fact from a host agent: a life it started runs (its pid), or ended
+        (as the local pidfd path, :meth:`on_exit`, would have seen it)."""
+        if conn.host is None or frame[0] not in ("started", "exited"):
+            self.reject(conn, f"{frame[0]} from a {'worker' if conn.host is None else 'host'}'s connection")
+            return
+        kind, w, inc, value = frame
+        p = next((q for q in reversed(self.procs) if q.worker == w and q.incarnation == inc), None)
+        if p is None or p.host != conn.host:
+            self.reject(conn, f"{kind} of worker {w}.{inc}, not a life host {conn.host} runs")
+        elif kind == "started":
+            p.remote_pid = value
+        elif p.exited_t is None:
+            p.returncode = value
+            p.exited_t = self.now()
+            self.on_exit(p)
+
+    def take_down_host(self, host: int) -> None:
+        """Hosts mode, ``lose_host``: the machine goes (link down, every process
+        on it killed at once, see :meth:`Fleet.take_down`); its lives are over
+        without an exit report, so only the detector can tell."""
+        assert self.fleet is not None
+        self.fleet.take_down(host)
+        for p in self.procs:
+            if p.host == host and p.alive:
+                p.fault = p.fault or "crash"
+                p.paused = False
+                p.exited_t = self.now()
+        self.sigconts = [(t, p) for t, p in self.sigconts if p.alive]
 
     def hello(self, conn: Conn, frame: tuple) -> None:
         """An authenticated process says who it is: its replies go to this connection."""
@@ -557,7 +666,7 @@ class Launcher:
                     hit.append(w)
                     p.fault = p.fault or "pause"
                     p.paused = True
-                    os.kill(p.pid, signal.SIGSTOP)
+                    self.signal(p, signal.SIGSTOP)
                     self.sigconts.append((now + due.for_s, p))
             fields["for_s"] = due.for_s
         else:
@@ -565,7 +674,11 @@ class Launcher:
             # a machine's end (a lifetime's, a lost host's) reports no exit
             how = "crash" if due.kind in ("crash", "lose_host") else "kill"
             hit = []
-            for w in self.targets(due, fields):
+            targets = self.targets(due, fields)
+            if due.kind == "lose_host" and self.fleet is not None and fields["host"] is not None:
+                if any(w in self.nodes_up for w in targets):
+                    self.take_down_host(fields["host"])
+            for w in targets:
                 if w in self.nodes_up:  # a node already down is not lost again
                     hit.append(w)
                     self.node_lost(now, w, how)
@@ -621,7 +734,7 @@ class Launcher:
         if p is not None:
             p.fault = kind
             p.paused = False
-            os.kill(p.pid, signal.SIGKILL)
+            self.signal(p, signal.SIGKILL)
         # the keeper hears of the lost node now, before any exit notice,
         # detector verdict or failed step
         self.keeper.node_down(now, w)
@@ -668,13 +781,15 @@ class Launcher:
             if now >= t:
                 self.sigconts.remove((t, p))
                 if p.alive:
-                    os.kill(p.pid, signal.SIGCONT)
+                    self.signal(p, signal.SIGCONT)
                     p.paused = False
                     self.write(rec(now, "info", "fault", NEMESIS, kind="resume",
                                    workers=[p.worker]))
         for t, w in list(self.repairs):
             if now >= t:
                 self.repairs.remove((t, w))
+                if self.fleet is not None:
+                    self.fleet.bring_up(self.sc.host_of(w))
                 self.spawn(w, self.keeper.node_up(now, w))
         self.maybe_activate()
         self.release_joins()
@@ -691,6 +806,7 @@ class Launcher:
             self.finish("completed", "all steps committed")
 
     def on_exit(self, p: Proc) -> None:
+        """A process ended (its pidfd, or its host agent's ``exited``)."""
         self.reap(p)
         self.maybe_activate()
         self.release_joins()
@@ -706,7 +822,7 @@ class Launcher:
 
         import torch.distributed as dist
 
-        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+        self.store = dist.TCPStore(self.listen_addr, 0, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60))
         self.store_port = self.store.port
         for conn in self.conns.values():
@@ -729,12 +845,7 @@ class Launcher:
             signal.signal(signal.SIGINT, on_signal)
             signal.signal(signal.SIGTERM, on_signal)
         try:
-            self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            self.listener.bind(("127.0.0.1", 0))
-            self.listener.listen(128)
-            self.listener.setblocking(False)
-            self.port = self.listener.getsockname()[1]
-            self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
+            self.listen()
             c = self.sc.cluster
             batch = self.new_batch()
             for w in range(c.workers):
@@ -791,6 +902,33 @@ class Launcher:
                     signal.signal(signal.SIGINT, old_int)
                     signal.signal(signal.SIGTERM, old_term)
         return self.result
+
+    def listen(self) -> None:
+        """Open the keeper service: on loopback, on the bridge of the run's own
+        namespaces (hosts mode, which builds them and starts their agents), or
+        where ``bind`` says (``rollcall keeper``)."""
+        network = None
+        if self.hosts_mode and not self.external_hosts:
+            network = Network(self.run_id, self.sc.n_hosts)
+            self.fleet = Fleet(self.sc.n_hosts, self.queue, network)  # close() cleans up from here on
+            network.open()
+            self.listen_addr, port = network.keeper_address, 0
+        elif self.hosts_mode:
+            self.fleet = Fleet(self.sc.n_hosts, self.queue)
+            self.listen_addr, port = self.bind or ("127.0.0.1", 0)
+        else:
+            self.listen_addr, port = self.bind or ("127.0.0.1", 0)
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind((self.listen_addr, port))
+        self.listener.listen(128)
+        self.listener.setblocking(False)
+        self.port = self.listener.getsockname()[1]
+        self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
+        if self.fleet is not None:
+            self.fleet.start_agents((self.listen_addr, self.port), self.secret_path)
+        if self.on_listening is not None:
+            self.on_listening(self.listen_addr, self.port)
 
     def shutdown(self) -> None:
         self.kill_all()

@@ -347,6 +347,37 @@ class Network:
             self._nft_run(h, f"delete chain inet {NFT_TABLE} {fault.chain}_input\n"
                              f"delete chain inet {NFT_TABLE} {fault.chain}_output\n")
 
+    def set_link(self, host: int, up: bool) -> None:
+        """Take host ``host``'s link down (its bridge-side veth: nothing goes in or
+        out, as when a machine loses power or its cable) or bring it back up."""
+        from pyroute2 import IPRoute
+
+        assert 0 <= host < self.hosts, host
+        with IPRoute() as ip:
+            (v,) = ip.link_lookup(ifname=f"{self.prefix}-v{host}")
+            ip.link("set", index=v, state="up" if up else "down")
+
+    def kill_host(self, host: int) -> list[int]:
+        """SIGKILL every process inside host ``host``'s namespace at once, until
+        none is left (bounded); reap those we spawned. Returns the pids killed."""
+        path = [os.path.join(NETNS_DIR, self.netns(host))]
+        killed: list[int] = []
+        deadline = time.monotonic() + CLEANUP_WAIT_S
+        while pids := _pids_in(path):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"processes {sorted(pids)} survive in {self.netns(host)}")
+            for pid in pids - set(killed):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.001)  # bounded poll for the kernel to finish the kills
+        for proc in self.spawned:
+            if proc.pid in killed:
+                proc.wait(timeout=CLEANUP_WAIT_S)
+        return killed
+
     def _kill_all(self) -> None:
         """SIGKILL what we spawned, then anything still inside our namespaces
         (a spawned process's children), until none is left, bounded."""

@@ -23,6 +23,17 @@ worker -> launcher
                                                  may step ``step`` of ``gen`` commit?
     ("fatal", worker, reason)                    no retry can help (diverged)
     ("final", worker, incarnation, [step, sample], sha256)
+host agent -> launcher (see real/host.py; the same connection kinds, the
+first frame tells a worker from a host agent)
+    ("host_hello", host, pid, mac)               first frame on a host agent's connection
+    ("started", worker, incarnation, pid)        a worker process it was told to start runs
+    ("exited", worker, incarnation, returncode)  ... and is gone (returncode < 0: -signal)
+launcher -> host agent
+    ("challenge", nonce, run)                    first frame on a connection
+    ("setup", run_dir, t0, keeper_now, boot_id)  where the run lives; the clock (see host.py)
+    ("start", worker, incarnation, spare)        start this worker life
+    ("signal", worker, incarnation, signum)      SIGKILL, SIGSTOP or SIGCONT one of them
+    ("lose",)                                    die now with every worker, reporting nothing
 launcher -> worker
     ("challenge", nonce, run)                    first frame on a connection
     ("welcome", store_port)                      where the per-generation stores live
@@ -38,6 +49,7 @@ import hmac
 import json
 import os
 import secrets
+import signal
 import struct
 from pathlib import Path
 from typing import Any, Callable
@@ -75,6 +87,30 @@ def _hexdigest(v: Any, where: str) -> str:
     return s
 
 
+def _int(v: Any, where: str) -> int:
+    """Any int (not a bool): a return code, negative for a signal."""
+    if type(v) is not int or abs(v) > 1 << 31:
+        raise CodecError(f"{where}: expected an integer, got {v!r:.40}")
+    return v
+
+
+def _number(v: Any, where: str) -> float:
+    """A finite float or int (not a bool): a clock reading."""
+    if type(v) not in (int, float) or not abs(v) < 1e15:
+        raise CodecError(f"{where}: expected a finite number, got {v!r:.40}")
+    return float(v)
+
+
+#: the signals a host agent may be told to send to its workers
+HOST_SIGNALS = frozenset({signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT})
+
+
+def _signum(v: Any, where: str) -> int:
+    if type(v) is not int or v not in HOST_SIGNALS:
+        raise CodecError(f"{where}: expected SIGKILL, SIGSTOP or SIGCONT, got {v!r:.40}")
+    return v
+
+
 def _message(allowed: frozenset[str]) -> Callable[[Any, str], Any]:
     return lambda v, where: message_from_data(v, allowed)
 
@@ -89,6 +125,16 @@ TO_LAUNCHER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "commit": (nat, nat, nat, nat, _record),
     "fatal": (nat, text),
     "final": (nat, nat, lambda v, w: check_cursor(v, w).to_json(), _hexdigest),
+    "host_hello": (nat, nat, _hexdigest),
+    "started": (nat, nat, nat),
+    "exited": (nat, nat, _int),
+}
+TO_HOST: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
+    "challenge": (_hexdigest, _hexdigest),
+    "setup": (lambda v, w: check_text(v, w, 4096), _number, _number, text),
+    "start": (nat, nat, flag),
+    "signal": (nat, nat, _signum),
+    "lose": (),
 }
 TO_WORKER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "challenge": (_hexdigest, _hexdigest),
@@ -153,7 +199,7 @@ class FrameReader:
                 break
             out.append(decode(bytes(self._buf[4:4 + n]), self.kinds))
             del self._buf[:4 + n]
-            if out[-1][0] in ("hello", "challenge"):
+            if out[-1][0] in ("hello", "host_hello", "challenge"):
                 break  # the rest waits for the caller to authenticate (and call again)
         return out
 
@@ -197,3 +243,15 @@ def hello_ok(key: bytes, nonce: str, run: str, frame: tuple) -> bool:
     _, worker, incarnation, pid, spare, mac = frame
     want = hello_mac(key, nonce, run, worker, incarnation, pid, spare)
     return hmac.compare_digest(want, mac)
+
+
+def host_mac(key: bytes, nonce: str, run: str, host: int, pid: int) -> str:
+    """The HMAC a ``host_hello`` carries: of the challenge and of its fields
+    (a tag of its own, so a worker's hello can never pass for a host's)."""
+    msg = json.dumps(["rollcall-host", nonce, run, host, pid], separators=(",", ":")).encode("utf-8")
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def host_hello_ok(key: bytes, nonce: str, run: str, frame: tuple) -> bool:
+    _, host, pid, mac = frame
+    return hmac.compare_digest(host_mac(key, nonce, run, host, pid), mac)

@@ -78,7 +78,9 @@ class Worker:
         self.scenario = Scenario.model_validate(
             json.loads((self.run_dir / "real" / "scenario.json").read_text()))
         sc = self.scenario
-        self.sock = socket.create_connection(("127.0.0.1", args.port))
+        self.keeper_host = args.keeper_host  # the keeper service's and the TCPStore's address
+        self.addr = args.addr  # this host's own address: the gloo groups run over it
+        self.sock = socket.create_connection((self.keeper_host, args.port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.send_lock = threading.Lock()
         self.lock = threading.RLock()
@@ -303,14 +305,14 @@ class Worker:
 
         def build() -> None:
             try:
-                store = dist.TCPStore("127.0.0.1", self.store_port, is_master=False,
+                store = dist.TCPStore(self.keeper_host, self.store_port, is_master=False,
                                       timeout=timedelta(seconds=60))
                 prefixed = dist.PrefixStore(f"rollcall/gen{enter.generation}/", store)
                 # gloo on CPU tensors. (NCCL needs the model on one GPU per
                 # worker; this workload runs on CPU, see docs/known-gaps.md.)
                 opts = dist.ProcessGroupGloo._Options()
                 opts._timeout = timedelta(seconds=60)
-                opts._devices = [dist.ProcessGroupGloo.create_device(hostname="127.0.0.1")]
+                opts._devices = [dist.ProcessGroupGloo.create_device(hostname=self.addr)]
                 out["pg"] = dist.ProcessGroupGloo(prefixed, enter.rank, len(enter.members), opts)
                 out["store"] = store
             except Exception as exc:  # noqa: BLE001
@@ -674,6 +676,8 @@ class Update:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m real.worker")
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--keeper-host", default="127.0.0.1", help="the keeper service's address")
+    p.add_argument("--addr", default="127.0.0.1", help="this host's address, for gloo")
     p.add_argument("--worker", type=int, required=True)
     p.add_argument("--incarnation", type=int, default=0)
     p.add_argument("--t0", type=float, required=True)
