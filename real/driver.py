@@ -18,7 +18,7 @@ import os
 import statistics
 import tempfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from rollcall.config import data_spec
 from rollcall.core import FailureTally, check, summarize_report
@@ -144,13 +144,32 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
     return summary
 
 
-def run(scenario: Scenario, out_dir: str | Path,
-        max_wall_s: Optional[float] = None) -> dict[str, Any]:
+KEEPER_FILE = "keeper.json"  # rollcall keeper: where it listens, and the token file
+
+
+def announce(out: Path, launcher: Launcher) -> Callable[[str, int], None]:
+    """``rollcall keeper``'s notice, once it listens: one line on stdout and
+    ``real/keeper.json`` (written whole, then renamed, so a reader never sees half)."""
+    def listening(addr: str, port: int) -> None:
+        doc = {"address": f"{addr}:{port}", "token_file": str(launcher.secret_path.resolve())}
+        tmp = out / "real" / f".{KEEPER_FILE}.tmp"
+        tmp.write_text(json.dumps(doc) + "\n")
+        os.replace(tmp, out / "real" / KEEPER_FILE)
+        print(f"rollcall keeper: listening on {doc['address']}; token file {doc['token_file']} "
+              f"(0600; copy it to each host, never put it on a command line)", flush=True)
+    return listening
+
+
+def run(scenario: Scenario, out_dir: str | Path, max_wall_s: Optional[float] = None,
+        bind: Optional[tuple[str, int]] = None, external_hosts: bool = False) -> dict[str, Any]:
     """Run ``scenario`` as real processes; ``max_wall_s``: end it (not
-    completed, result failed) after that many wall seconds, as on the sim."""
+    completed, result failed) after that many wall seconds, as on the sim.
+    ``bind`` and ``external_hosts``: ``rollcall keeper`` (see :class:`Launcher`)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    launcher = Launcher(scenario, out, max_wall_s)
+    launcher = Launcher(scenario, out, max_wall_s, bind=bind, external_hosts=external_hosts)
+    if external_hosts:
+        launcher.on_listening = announce(out, launcher)
     raised: Optional[BaseException] = None
     try:
         launcher.run()

@@ -89,6 +89,8 @@ class HostAgent:
             try:
                 sock = socket.create_connection(self.keeper, timeout=5)
                 break
+            except socket.gaierror:
+                raise
             except OSError:
                 if time.monotonic() > deadline:
                     raise
@@ -235,14 +237,6 @@ class HostAgent:
         return True
 
 
-def parse_keeper(text: str) -> tuple[str, int]:
-    """``ADDR:PORT`` (an IPv4 address or a name, a port 1..65535)."""
-    addr, sep, port = text.rpartition(":")
-    if not sep or not addr or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected ADDR:PORT, got {text!r}")
-    return addr, int(port)
-
-
 def _die_with_parent() -> None:
     try:  # Linux: SIGKILL this agent if the process that started it goes away
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -278,6 +272,7 @@ def serve(keeper: tuple[str, int], token_file: str, host: int, die_with_parent: 
 
 def main(argv: Optional[list[str]] = None) -> int:
     from rollcall.cli import _Parser
+    from rollcall.cli_hosts import parse_keeper
 
     p = _Parser(prog="python -m real.host")
     p.add_argument("--keeper", type=parse_keeper, required=True, metavar="ADDR:PORT")

@@ -911,6 +911,8 @@ class Launcher:
         if self.hosts_mode and not self.external_hosts:
             network = Network(self.run_id, self.sc.n_hosts)
             self.fleet = Fleet(self.sc.n_hosts, self.queue, network)  # close() cleans up from here on
+            (self.real_dir / "network.json").write_text(json.dumps(
+                {"prefix": network.prefix, "hosts": network.hosts}) + "\n")  # what to look for
             network.open()
             self.listen_addr, port = network.keeper_address, 0
         elif self.hosts_mode:

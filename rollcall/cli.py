@@ -180,6 +180,20 @@ def real_capacity() -> int:
     return max(1, min(REAL_WORKERS_PER_CPU * cpus, memory // REAL_WORKER_BYTES))
 
 
+def _hosts_problem(scenario: Scenario, external_hosts: bool) -> str | None:
+    """Why a real scenario with hosts cannot run here (one line), or None: its
+    hosts are network namespaces, which need root or CAP_NET_ADMIN (and nft),
+    unless the hosts are external (``rollcall keeper``)."""
+    if scenario.target != "real" or scenario.cluster.workers_per_host is None or external_hosts:
+        return None
+    available = _load_target_attr("real", "netns", "netns_available")
+    reason = None if available is None else available()
+    if reason is None:
+        return None
+    return (f"{scenario.name}: cluster.workers_per_host runs hosts as network namespaces on the "
+            f"real target: {reason}")
+
+
 def _size_problem(scenario: Scenario, per_sample_ledger: bool, max_history_mb: int,
                   force: bool) -> str | None:
     """Why the run is too large to start (one line), or None.
@@ -237,7 +251,8 @@ class RunRefused(Exception):
 
 def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bool = False,
                  ledger: bool = False, max_wall_s: float | None = None,
-                 max_history_mb: int | None = None) -> tuple[dict[str, Any], Path, int | None]:
+                 max_history_mb: int | None = None, driver_options: dict[str, Any] | None = None,
+                 ) -> tuple[dict[str, Any], Path, int | None]:
     """Run one resolved scenario on its target: what ``rollcall run`` does, minus the printing.
 
     One code path for the command and for :func:`rollcall.run`. Returns the
@@ -252,8 +267,10 @@ def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bo
         raise RunRefused(f"--ledger: the data order of a {scenario.workload.dataset_samples}-sample "
                          f"dataset is too large to list (at most {LEDGER_DATASET_LIMIT}); run "
                          f"without --ledger for the compact ledger")
-    problem = _size_problem(scenario, _per_sample_ledger(scenario, ledger),
-                            MAX_HISTORY_MB if max_history_mb is None else max_history_mb, force)
+    problem = _hosts_problem(scenario, bool((driver_options or {}).get("external_hosts")))
+    problem = problem or _size_problem(scenario, _per_sample_ledger(scenario, ledger),
+                                       MAX_HISTORY_MB if max_history_mb is None else max_history_mb,
+                                       force)
     if problem is not None:
         raise RunRefused(problem)
     try:
@@ -266,7 +283,7 @@ def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bo
         raise RunRefused(f"{out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
     _link_latest(out_dir)
     with interrupts.catch() as stop:
-        options: dict[str, Any] = {}
+        options: dict[str, Any] = dict(driver_options or {})
         if max_wall_s is not None:
             options["max_wall_s"] = max_wall_s
         if scenario.target == "sim":  # the real launcher handles the signals itself
@@ -340,8 +357,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if compare is None:
         _err(f"target '{scenario.target}' is not built yet (no {scenario.target}.compare)")
         return 2
-    problem = _size_problem(scenario, _per_sample_ledger(scenario, False), args.max_history_mb,
-                            args.force)
+    problem = _hosts_problem(scenario, False) or _size_problem(
+        scenario, _per_sample_ledger(scenario, False), args.max_history_mb, args.force)
     if problem is not None:
         _err(problem)
         return 2
@@ -387,8 +404,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             name += "-" + hashlib.sha1(json.dumps(sorted(args.set)).encode()).hexdigest()[:8]
         out_dir = Path("runs") / scenario.name / name
     strategies = tuple(args.strategy) if args.strategy else sweep.STRATEGIES
-    problem = _size_problem(scenario, _per_sample_ledger(scenario, False), args.max_history_mb,
-                            args.force)
+    problem = _hosts_problem(scenario, False) or _size_problem(
+        scenario, _per_sample_ledger(scenario, False), args.max_history_mb, args.force)
     if problem is not None:
         _err(problem)
         return 2
@@ -619,6 +636,10 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR", help="a run, compare or sweep directory (runs/latest: "
                                               "the last one written under runs/)")
     p.set_defaults(func=_cmd_report)
+
+    from rollcall import cli_hosts
+
+    cli_hosts.add_commands(sub, common)
 
     p = sub.add_parser("calibrate", help="measure a real run's costs and write calibration.yaml")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of the real target")
