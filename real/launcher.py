@@ -822,8 +822,13 @@ class Launcher:
 
         import torch.distributed as dist
 
-        self.store = dist.TCPStore(self.listen_addr, 0, is_master=True, wait_for_workers=False,
-                                   timeout=timedelta(seconds=60))
+        # torch's own server would listen on every interface; handed a socket
+        # bound to the service's address, it listens there only (and owns the
+        # fd: it closes it when the store goes)
+        with socket.create_server((self.listen_addr, 0), backlog=128) as sock:
+            port, fd = sock.getsockname()[1], os.dup(sock.fileno())
+        self.store = dist.TCPStore(self.listen_addr, port, is_master=True, wait_for_workers=False,
+                                   timeout=timedelta(seconds=60), master_listen_fd=fd)
         self.store_port = self.store.port
         for conn in self.conns.values():
             if conn.worker is not None:

@@ -210,15 +210,20 @@ class Network:
         so that a failure or Ctrl-C part way leaves nothing behind."""
         from pyroute2 import IPRoute, netns
 
+        # No IPRoute stays open across a fork (netns.create and IPRoute(netns=)
+        # fork children): a child inherits the open one's epoll instance, and
+        # its exit could unregister the parent's socket there, leaving the
+        # parent waiting forever for a netlink answer (seen: a hang at the
+        # second veth, most runs from the CLI).
         with IPRoute() as ip:
             self.subnet = self._pick_subnet(ip)
             self._make("link", self.bridge, lambda: ip.link("add", ifname=self.bridge, kind="bridge"))
             br = ip.link_lookup(ifname=self.bridge)[0]
             ip.addr("add", index=br, address=self.keeper_address, prefixlen=self.subnet.prefixlen)
             ip.link("set", index=br, state="up")
-            for h in range(self.hosts):
-                self._make("netns", self.netns(h), lambda: netns.create(self.netns(h)))
-                self._join(ip, h)
+        for h in range(self.hosts):
+            self._make("netns", self.netns(h), lambda: netns.create(self.netns(h)))
+            self._join(h)
 
     def _make(self, kind: str, name: str, create: Callable[[], Any]) -> None:
         """Create one object, recorded first: a Ctrl-C during ``create`` still has
@@ -232,17 +237,18 @@ class Network:
             self.created.pop()
             raise
 
-    def _join(self, ip: Any, h: int) -> None:
+    def _join(self, h: int) -> None:
         """Join host ``h`` to the bridge: a veth pair, its far end moved into the
         namespace and given the host's address; loopback up there."""
         from pyroute2 import IPRoute
 
         outer, inner = f"{self.prefix}-v{h}", f"{self.prefix}-p{h}"
-        self._make("link", outer, lambda: ip.link("add", ifname=outer, kind="veth", peer=inner))
-        ip.link("set", index=ip.link_lookup(ifname=inner)[0], net_ns_fd=self.netns(h))
-        v = ip.link_lookup(ifname=outer)[0]
-        ip.link("set", index=v, master=ip.link_lookup(ifname=self.bridge)[0])
-        ip.link("set", index=v, state="up")
+        with IPRoute() as ip:
+            self._make("link", outer, lambda: ip.link("add", ifname=outer, kind="veth", peer=inner))
+            ip.link("set", index=ip.link_lookup(ifname=inner)[0], net_ns_fd=self.netns(h))
+            v = ip.link_lookup(ifname=outer)[0]
+            ip.link("set", index=v, master=ip.link_lookup(ifname=self.bridge)[0])
+            ip.link("set", index=v, state="up")
         with IPRoute(netns=self.netns(h), flags=0) as ns:
             ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
             p = ns.link_lookup(ifname=inner)[0]

@@ -56,6 +56,8 @@ real-kill-one,             gen 1; the evictions; gen 2 (gen, members, cursor,
 real-kill-two              source, stale); end
 real-lose-host             gen 1; both lost workers' evictions (timeout: no
                            exit is reported); gen 2 (all but reason); end
+                           (its hosts run as network namespaces on real:
+                           skipped, with the reason, without root)
 real-pause-one             gen 1; the eviction (worker, incarnation, reason);
                            gen 2; gen 3 (gen, members, reason); end
 real-roll-call-kill        gen 1; the killed worker's eviction and the
@@ -91,6 +93,7 @@ from rollcall.core import FailureTally
 from rollcall.decisions import Decision, decisions, drop, first_difference, kills, mask
 from rollcall.results import read_history
 from rollcall.scenario import Scenario, load_scenario
+from real.netns import netns_available
 from real_processes import REAL_PROCESSES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,6 +130,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pair]:
         key = (name, *overrides)
         if key not in cache:
             sc = load_scenario(SCENARIOS / f"{name}.yaml", list(overrides))
+            if sc.cluster.workers_per_host is not None and (why := netns_available()) is not None:
+                pytest.skip(f"{name} runs its hosts as network namespaces on real: {why}")
             out = tmp_path_factory.mktemp(name)
             sim_driver.run(sc, out / "sim")
             real_driver.run(sc, out / "real")
