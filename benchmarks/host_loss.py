@@ -13,10 +13,11 @@ silence the detector must wait out.
 
 Goal (issue 15): ``timeout_s`` + at most 0.1 s. The difference can be
 negative: the detector counts the timeout from the host's last heartbeat,
-which came up to one ``heartbeat_s`` before the fault. The processes of a host still
-run on this one machine (hosts as namespaces are not wired into the
-launcher), so the link going down is not modelled here: the silence is the
-processes', and nothing reports their exits, which is what the detector sees.
+which came up to one ``heartbeat_s`` before the fault. The hosts run as
+network namespaces with a host agent each (needs root or CAP_NET_ADMIN; it
+says so and exits 2 without): the lost host's link goes down and every
+process in its namespace is SIGKILLed at once, so nothing reports an exit
+and only the detector sees it.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, nargs="+", default=[1.5])
     ap.add_argument("--hogs", type=int, default=0, help="CPU hog processes beside the runs")
     args = ap.parse_args()
+    from real.netns import netns_available
+
+    why = netns_available()
+    if why is not None:
+        print(f"host_loss: real-lose-host runs its hosts as network namespaces: {why}", file=sys.stderr)
+        return 2
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     try:
         print(f"{'timeout_s':>9} {'run':>3} {'fault->resume s':>15} {'beyond timeout s':>16}")
