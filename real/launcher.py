@@ -136,6 +136,7 @@ class Launcher:
         assert self.hosts_mode or not external_hosts, "external hosts need cluster.workers_per_host"
         self.external_hosts = external_hosts
         self.bind = bind
+        self.listen_addr = "127.0.0.1"  # where the service and the store listen (see listen)
         self.fleet: Optional[Fleet] = None
         self.on_listening: Optional[Callable[[str, int], None]] = None  # rollcall keeper's notice
         self.max_wall_s = max_wall_s  # the run ends (failed) after this many seconds

@@ -63,7 +63,7 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
     p.add_argument("--strategy", choices=("elastic", "checkpoint-restart"), help="override strategy.kind")
     p.add_argument("--force", action="store_true", help="reuse a non-empty --out")
     p.add_argument("--max-wall-s", type=float, metavar="S", help="end the run after S seconds")
-    p.set_defaults(func=_cmd_keeper)
+    p.set_defaults(func=_cmd_keeper, target="real")
 
     p = sub.add_parser("host", help="a host agent: starts and reaps one host's workers for "
                                     "`rollcall keeper`")
@@ -77,9 +77,7 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
 def _cmd_keeper(args: argparse.Namespace) -> int:
     from rollcall import cli
 
-    scenario = cli._load(args)
-    if scenario.target != "real":
-        scenario = scenario.model_copy(update={"target": "real"})
+    scenario = cli._load(args)  # target real (the parser's default)
     if scenario.cluster.workers_per_host is None:
         cli._err(f"{scenario.name}: rollcall keeper needs hosts: set cluster.workers_per_host")
         return 2

@@ -282,10 +282,10 @@ def test_subnet_collision_is_refused_and_leaves_nothing() -> None:
 class InterruptedAtHost1(Network):
     """A network whose building is interrupted (Ctrl-C) after host 1's namespace exists."""
 
-    def _join(self, ip, h: int) -> None:
+    def _join(self, h: int) -> None:
         if h == 1:
             raise KeyboardInterrupt
-        super()._join(ip, h)
+        super()._join(h)
 
 
 def test_interrupt_while_building_leaves_nothing() -> None:

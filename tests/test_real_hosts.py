@@ -136,6 +136,26 @@ def test_a_lost_host_is_seen_only_by_the_detector(tmp_path: Path) -> None:
 
 @needs_netns
 @pytest.mark.timeout(180)
+def test_a_killed_worker_s_exit_comes_from_its_host_agent(tmp_path: Path) -> None:
+    """A kill in hosts mode goes through the host's agent, which reaps the
+    process and reports the exit: the keeper evicts it ``exited``, as on the
+    local pidfd path, and the survivors keep their processes."""
+    from real import driver
+
+    out = tmp_path / "run"
+    summary = driver.run(load_scenario(SCENARIOS / "real-kill-one.yaml",
+                                       ["cluster.workers_per_host=2"]), out)
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    recs = records(out)
+    assert [(r["worker"], r["reason"]) for r in recs if r["f"] == "evict"] == [(1, "exited")]
+    (killed,) = [p for p in summary["processes"] if p["worker"] == 1]
+    assert killed["fault"] == "kill" and killed["returncode"] == -signal.SIGKILL
+    assert sorted(p["worker"] for p in summary["processes"] if p["fault"] is None) == [0, 2, 3]
+    assert_nothing_left(out, summary)
+
+
+@needs_netns
+@pytest.mark.timeout(180)
 def test_ctrl_c_removes_the_namespaces_and_every_process(tmp_path: Path) -> None:
     out = tmp_path / "run"
     cmd = ["run", str(SCENARIOS / "real-lose-host.yaml"), "--out", str(out),
