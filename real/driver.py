@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 
 from rollcall.config import data_spec
 from rollcall.core import FailureTally, check, summarize_report
-from rollcall.results import HISTORY_FILE, check_summary_keys, goodput, write_summary
+from rollcall.results import HISTORY_FILE, check_summary_keys, goodput, history_line, write_summary
 from rollcall.scenario import Scenario
 
 from real.launcher import Launcher
@@ -45,7 +45,7 @@ def merge_history(out_dir: Path) -> list[dict]:
     fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=".history.", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         for r in records:
-            fh.write(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n")
+            fh.write(history_line(r))
     os.replace(tmp, path)
     return records
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Iterable, Iterator
 
+import orjson
+
 from rollcall.scenario import Scenario
 
 __all__ = [
@@ -301,6 +303,32 @@ def read_jsonl_so_far(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
+_STDLIB_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+_ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+
+
+def history_line(record: dict[str, Any]) -> str:
+    """One history record as its line: compact, key-sorted JSON, ASCII only.
+
+    The bytes are those of ``json.dumps(record, sort_keys=True,
+    separators=(",", ":"))`` (what every history so far was written with),
+    made by orjson, which is several times faster: encoding is a tenth of a
+    large sim run. Where the two would differ, the standard library writes
+    the line instead: a record with non-string keys or an integer beyond 64
+    bits (orjson refuses them) or with non-ASCII text (orjson writes UTF-8,
+    the standard library escapes it). A NaN or an infinity, which JSON
+    cannot carry (orjson would write ``null``), is an error.
+    """
+    try:
+        line = orjson.dumps(record, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        line = b"null"  # let the standard library say what it cannot write
+    if line.isascii() and b"null" not in line:
+        return line.decode("ascii")
+    # same bytes where both can write it; raises on a NaN or an infinity
+    return _STDLIB_ENCODER.encode(record) + "\n"
+
+
 class HistoryWriter:
     """Appends one compact, key-sorted JSON object per line to ``history.jsonl``.
 
@@ -314,11 +342,9 @@ class HistoryWriter:
         self._fh = open(self.path, "a", encoding="utf-8")
         self.count = 0
 
-    _encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def _line(cls, record: dict[str, Any]) -> str:
-        return cls._encoder.encode(record) + "\n"
+    @staticmethod
+    def _line(record: dict[str, Any]) -> str:
+        return history_line(record)
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record and flush it to the OS."""

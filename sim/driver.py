@@ -290,7 +290,8 @@ class Simulation:
         votes that reached it first, its outputs carried out."""
         if self.state == DONE:
             return
-        self._cast(now)  # the votes that reached the keeper first
+        if self.runs:
+            self._cast(now)  # the votes that reached the keeper first
         self.tally.counts["keeper_calls"] += 1
         t = _perf()
         out = call(now, *args)
@@ -819,8 +820,9 @@ class Simulation:
         while runs:
             run = runs[0]
             assert run.closed or not everything, "a roll call closes the running segment first"
-            if not everything and t < run.vote_at(run.voted + 1, self.lat) - _EPS:
-                return  # the next vote is still on its way (the common case: O(1))
+            # the next vote is still on its way: the common case, O(1) (run.vote_at inline)
+            if not everything and t < run.t0 + (run.voted + 1) * run.step_s + self.lat - _EPS:
+                return
             k = run.n if everything else run.arrived(t, self.lat)
             if k > run.voted:
                 self._vote(t, run, k)

@@ -129,3 +129,29 @@ def test_goodput_counts_committed_steps_and_never_exceeds_one() -> None:
     assert goodput(300, 0.5, 100.0) == 1.0  # faster than the ideal: all of it, not more
     assert goodput(0, 0.5, 100.0) == 0.0
     assert goodput(100, None, 100.0) == 0.0 and goodput(100, 0.5, 0.0) == 0.0
+
+
+# --- history lines: orjson's bytes must be the standard library's ----------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_SCALARS = (st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70)
+            | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8))
+_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
+                       | st.dictionaries(st.text(max_size=4), inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _VALUES, max_size=8))
+def test_history_line_is_the_standard_librarys_bytes(record):
+    """Every record (non-ASCII text, ints beyond 64 bits, floats of every size,
+    nulls, nesting) is written exactly as json.dumps(sort_keys=True) writes it."""
+    want = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
+    assert results.history_line(record) == want
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_history_line_refuses_what_json_cannot_carry(bad):
+    with pytest.raises(ValueError):
+        results.history_line({"t": 0.0, "x": [1, bad]})

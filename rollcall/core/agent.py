@@ -9,7 +9,7 @@ and it drops anything stamped with a generation older than the one it holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional, Sequence, Union
 
@@ -117,6 +117,17 @@ class AgentState:
     beat_at: Optional[float]
     retry_at: Optional[float]
     failed_step: int
+    _hash: Optional[int] = field(default=None, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        """The fields' hash, computed once: a batch keys its groups by state, and
+        a state's member list and cursor would be hashed again on every lookup."""
+        h = self._hash
+        if h is None:
+            h = hash((self.phase, self.generation, self.members, self.cursor, self.counter,
+                      self.beat_at, self.retry_at, self.failed_step))
+            object.__setattr__(self, "_hash", h)
+        return h
 
 
 class Agent:

@@ -422,12 +422,14 @@ class AgentBatch:
     def _canon(self, state: AgentState) -> AgentState:
         """With heartbeats off, no agent holds a beat deadline or counter;
         with retries off, none a retry deadline."""
-        drop: dict[str, object] = {}
-        if not self.heartbeats and (state.beat_at is not None or state.counter):
-            drop.update(beat_at=None, counter=0)
-        if not self.retries and state.retry_at is not None:
-            drop["retry_at"] = None
-        return replace(state, **drop) if drop else state
+        beats = self.heartbeats or (state.beat_at is None and not state.counter)
+        retries = self.retries or state.retry_at is None
+        if beats and retries:
+            return state
+        # a new state, not dataclasses.replace: this runs for every group an input reaches
+        return AgentState(state.phase, state.generation, state.members, state.cursor,
+                          state.counter if beats else 0, state.beat_at if beats else None,
+                          state.retry_at if retries else None, state.failed_step)
 
     def _put(self, key: Key, ids: IdRuns) -> None:
         have = self._groups.get(key)

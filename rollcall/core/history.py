@@ -61,9 +61,8 @@ JOB = "job"
 
 def rec(t: float, type_: str, f: str, process: Any, **fields: Any) -> dict:
     """One history record. Times are rounded so the JSON text is stable."""
-    out = {"t": round(float(t), 9), "type": type_, "f": f, "process": process}
-    out.update(fields)
-    return out
+    return {"t": round(t if t.__class__ is float else float(t), 9), "type": type_, "f": f,
+            "process": process, **fields}
 
 
 def members_field(members: Iterable[WorkerId]) -> list[list[int]]:

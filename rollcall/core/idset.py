@@ -302,7 +302,7 @@ class IdRuns(Sequence[int]):
 
     def __sub__(self, other: Ids) -> "IdRuns":
         a = self._m
-        m = a & ~IdRuns.of(other)._m
+        m = a & ~(other if other.__class__ is IdRuns else IdRuns.of(other))._m
         return self if m == a else IdRuns.from_mask(m)
 
     difference = __sub__
@@ -311,7 +311,7 @@ class IdRuns(Sequence[int]):
         return IdRuns.of(other) - self
 
     def __and__(self, other: Ids) -> "IdRuns":
-        o = IdRuns.of(other)
+        o = other if other.__class__ is IdRuns else IdRuns.of(other)
         m = self._m & o._m
         if m == self._m:
             return self
@@ -321,7 +321,7 @@ class IdRuns(Sequence[int]):
     __rand__ = __and__
 
     def __or__(self, other: Ids) -> "IdRuns":
-        o = IdRuns.of(other)
+        o = other if other.__class__ is IdRuns else IdRuns.of(other)
         m = self._m | o._m
         if m == self._m:
             return self

@@ -196,6 +196,14 @@ class CommitVerdict:
     complete: bool = False
 
 
+# every answer the vote gives, made once (the sim votes once per run of steps)
+_REFUSED = {r: CommitVerdict(False, r) for r in
+            ("job-failed", "stale-generation", "stale-incarnation", "round-open")}
+_DONE = CommitVerdict(True, "ok")
+_FIRST = CommitVerdict(True, "ok", first=True)
+_FIRST_COMPLETE = CommitVerdict(True, "ok", first=True, complete=True)
+
+
 @dataclass(frozen=True, slots=True)
 class JobFailed:
     reason: str
@@ -378,24 +386,24 @@ class Keeper:
         last = step if last is None else last
         assert last >= step, (step, last)
         if self.failed is not None:
-            return CommitVerdict(False, "job-failed")
+            return _REFUSED["job-failed"]
         if generation != self.generation or worker not in self.members:
-            return CommitVerdict(False, "stale-generation")
+            return _REFUSED["stale-generation"]
         if self.incarnation_of(worker) != incarnation:
-            return CommitVerdict(False, "stale-incarnation")
+            return _REFUSED["stale-incarnation"]
         done_to = self._committed
         done = done_to is not None and last <= done_to
         if self.round is not None and not done:
-            return CommitVerdict(False, "round-open")
+            return _REFUSED["round-open"]
         if done:
-            return CommitVerdict(True, "ok")
+            return _DONE
         nxt = self.cursor.step if done_to is None else done_to + 1
         assert step == nxt, ("a vote skips or overlaps committed steps", step, last, done_to)
         self._committed = last
         policy = self.config.policy
         complete = policy is not None and policy.complete(last + 1)
         self.completed = self.completed or complete
-        return CommitVerdict(True, "ok", first=True, complete=complete)
+        return _FIRST_COMPLETE if complete else _FIRST
 
     def next_round_deadline(self) -> Optional[float]:
         """The open round's own next deadline (last call, join timeout, the

@@ -28,6 +28,14 @@ class Cursor:
     step: int = 0
     sample: int = 0
 
+    def __init__(self, step: int = 0, sample: int = 0) -> None:
+        # What the generated frozen __init__ does (no checks, no conversion),
+        # without its object.__setattr__ per field: a sim run makes a cursor
+        # per segment and per vote.
+        d = self.__dict__
+        d["step"] = step
+        d["sample"] = sample
+
     def to_json(self) -> list[int]:
         return [self.step, self.sample]
 
@@ -90,13 +98,14 @@ class RunSet:
     instead of ten million Python ints.
     """
 
-    __slots__ = ("runs", "_los")
+    __slots__ = ("runs", "_los", "_len")
 
     def __init__(self, runs: Iterable[Iterable[int]]) -> None:
         # a history's runs, JSON ints already; kept as given (a checker
         # compares most member lists and looks up ids in few of them)
         self.runs = runs if isinstance(runs, list) else list(runs)
         self._los: Optional[list[int]] = None
+        self._len: Optional[int] = None
 
     def __contains__(self, worker: object) -> bool:
         if not isinstance(worker, int) or isinstance(worker, bool):
@@ -117,4 +126,6 @@ class RunSet:
         return hash(tuple(map(tuple, self.runs)))
 
     def __len__(self) -> int:
-        return sum(hi - lo + 1 for lo, hi in self.runs)
+        if self._len is None:
+            self._len = sum(hi - lo + 1 for lo, hi in self.runs)
+        return self._len
