@@ -13,7 +13,9 @@ What is simulated, and where the core decides
   membership decision (who is in generation g, where it resumes, who is
   stale, when the whole job restarts, when it gives up) is its output; the
   driver only turns outputs into simulated effects after the network latency
-  (``network.latency_s``, constant, no loss).
+  (``network.latency_s``; a ``delay`` or ``loss`` fault degrades one host's
+  link: :mod:`sim.network` prices the heartbeats, the exchange and single
+  messages through it).
 * **Failure detection** is not simulated beat by beat. When a node goes
   silent (crash or pause) the driver tells the keeper when its last beat
   arrived (``observe_alive`` at that instant) and schedules a keeper tick at
