@@ -6,6 +6,5 @@ strategy and writes ``history.jsonl`` and ``summary.json``;
 same failure traces. Every membership, detection and resharding decision is
 the shared core's (:mod:`rollcall`); this package owns simulated time, the
 failure processes, the network (per-host links: :mod:`sim.network`) and the
-cost model. See
-:mod:`sim.driver` for the model.
+cost model. See :mod:`sim.driver` for the model.
 """
