@@ -53,7 +53,9 @@ Where the links are priced (:class:`NetFaults`, the driver's hooks)
   so while a member's host is degraded every step costs that link's extra
   latency more (the largest over the members' degraded hosts), plus, on a
   lossy link, that step's retransmissions (one draw per step: the sim then
-  runs steps one segment each, each with its own draw).
+  runs steps one segment each, each with its own draw). The exchange counts
+  as one transmission: a bulk flow's fast retransmit (three duplicate
+  ACKs, about one RTT instead of an RTO) is not modelled.
 * **Single messages** between the keeper and a worker of a degraded host
   (the keeper's replies and refusals, a fenced worker's rejoin, the answers
   of a worker the driver holds on its own): its link's extra latency and
@@ -63,7 +65,11 @@ Not priced through the links (a documented approximation): the keeper's
 broadcasts (roll calls, memberships) and the bulk answers to them, which
 the driver handles for whole groups of workers at once; commit votes (the
 keeper commits on the first vote to arrive, which comes from a member on a
-healthy link when one exists); and state copies (``bandwidth_Bps``).
+healthy link when one exists); a killed process's exit notice
+(``detector.exit_notice_s``); state copies (``bandwidth_Bps``); and the
+beats of a process started on the host while its link is degraded (a
+relaunch, a repair: the beats are priced for the processes running when the
+fault starts).
 """
 
 from __future__ import annotations
