@@ -263,28 +263,38 @@ class NetFaults:
 
     def start(self, now: float, f: Any) -> None:
         """A ``delay`` or ``loss`` fault fires: degrade the link for ``for_s``."""
-        sim, sc = self.sim, self.sim.sc
-        host = f.link
-        if host == "random":  # as lose_host: among the hosts holding a live member
-            host = sim.draws.pick(sorted({sc.host_of(w) for w in sim.members if sim._alive(w)}))
-            if host is None:
-                return
-        host = int(host)
+        sim = self.sim
+        host = self._host(f.link)
+        if host is None:
+            return
         extra, rate = (float(f.latency_s), 0.0) if f.action == "delay" else (0.0, float(f.rate))
-        workers = [w for w in sc.host_workers(host) if sim._alive(w)]
+        workers = [w for w in sim.sc.host_workers(host) if sim._alive(w)]
         param = {"latency_s": extra} if f.action == "delay" else {"rate": rate}
         for_s = float(f.for_s)
         sim._write(rec(now, "info", "fault", NEMESIS, kind=f.action, host=host, workers=workers,
                        for_s=for_s, **param))
         self.touched = True
         self.links.degrade(host, extra, rate)
-        hb, timeout = sim.detector.heartbeat_s, sim.detector.timeout_s
         for w in workers:
-            phase = float(sim.nodes.started_at[w])
-            for last, arrival in self.links.beat_gaps(w, host, phase, hb, now, now + for_s, timeout):
-                sim._at(last, self._silent, w, phase, last, arrival)
+            self._price_beats(w, host, now, now + for_s)
         self._relink(now)
         sim._at(now + for_s, self._end, host, extra, rate, workers)
+
+    def _host(self, link: Any) -> Optional[int]:
+        """The fault's host; ``"random"`` as for ``lose_host``: a draw of the run's
+        ``schedule`` stream among the hosts holding a live member (None: none)."""
+        sim = self.sim
+        if link != "random":
+            return int(link)
+        return sim.draws.pick(sorted({sim.sc.host_of(w) for w in sim.members if sim._alive(w)}))
+
+    def _price_beats(self, w: int, host: int, t0: float, t1: float) -> None:
+        """Schedule the silences the link's beats from ``t0`` to ``t1`` leave at the keeper."""
+        sim = self.sim
+        phase = float(sim.nodes.started_at[w])
+        hb, timeout = sim.detector.heartbeat_s, sim.detector.timeout_s
+        for last, arrival in self.links.beat_gaps(w, host, phase, hb, t0, t1, timeout):
+            sim._at(last, self._silent, w, phase, last, arrival)
 
     # -- effects -------------------------------------------------------------
 

@@ -257,7 +257,8 @@ def _yaml(f: dict) -> str:
     return f"{{at_s: {f['at_s']}, {what}, for_s: {f['for_s']}}}"
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(faults=st.lists(_FAULT, min_size=1, max_size=3),
        strategy=st.sampled_from(["elastic", "checkpoint-restart"]), seed=st.integers(0, 3))
 def test_any_schedule_of_delays_and_losses_gives_a_valid_history(tmp_path: Path, faults: list,
