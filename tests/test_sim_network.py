@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rollcall.core.history import members_of
+from rollcall.plan import plan
 from rollcall.scenario import ScenarioError, load_scenario
 from sim.driver import Simulation, run
 from sim.network import RETRIES_MAX, RTO_MAX_S, RTO_MIN_S, Links
@@ -269,3 +270,11 @@ def test_any_schedule_of_delays_and_losses_gives_a_valid_history(tmp_path: Path,
     assert summary["valid"], (schedule, summary["violations"])
     assert summary["completed"], (schedule, summary["end_reason"])
     assert summary["samples_skipped"] == 0 and summary["samples_duplicated"] == 0
+
+
+def test_the_plan_lists_a_link_fault_with_its_host_workers_and_size() -> None:
+    timeline = plan(load_scenario(DELAY))["timeline"]
+    assert [(f["action"], f["host"], f["workers"], f["for_s"], f["latency_s"]) for f in timeline] \
+        == [("delay", 1, [2, 3], 5.0, 0.5), ("delay", 2, [4, 5], 6.0, 4.0)]
+    (loss,) = plan(load_scenario(LOSS))["timeline"]
+    assert (loss["action"], loss["host"], loss["rate"]) == ("loss", 1, 0.1)
