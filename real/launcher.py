@@ -741,15 +741,18 @@ class Launcher:
 
     def heal_due(self, now: float) -> None:
         """Undo the link faults whose ``for_s`` is over; a ``heal`` record names
-        the hosts and the cut-off lives still running (as the sim's)."""
+        the hosts and the cut-off lives still running (as the sim's), and, a
+        physical fact the sim has not, how many packets the rules dropped."""
         for item in [x for x in self.heals if now >= x[0]]:
             self.heals.remove(item)
             _, fault, hosts, lives = item
             assert self.fleet is not None and self.fleet.network is not None
+            dropped = self.fleet.network.dropped(fault)
             self.fleet.network.heal(fault)
             alive = [w for w, inc in lives if (p := self.live_proc(w)) is not None
                      and p.incarnation == inc]
-            self.write(rec(now, "info", "fault", NEMESIS, kind="heal", hosts=hosts, workers=alive))
+            self.write(rec(now, "info", "fault", NEMESIS, kind="heal", hosts=hosts, workers=alive,
+                           dropped_packets=dropped))
 
     def join(self, n: int) -> list[int]:
         """``n`` new workers arrive: idle prewarmed processes first (the lowest

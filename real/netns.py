@@ -9,7 +9,8 @@ recorded, so that cleanup removes exactly that and never another run's objects.
 
 Faults are nftables rules in a table of our own (``table inet rollcall``) inside
 the affected hosts' namespaces, one pair of base chains (input, output) per fault,
-so that undoing a fault is deleting its chains:
+so that undoing a fault is deleting its chains; every dropping rule counts
+what it drops (:meth:`Network.dropped`, the launcher's ``heal`` record):
 
 - ``partition``: drop traffic between the given hosts and every other address on
   the bridge, the keeper's (the bridge's own) included;
@@ -37,6 +38,7 @@ import functools
 import hashlib
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
@@ -125,6 +127,12 @@ def _pids_in(namespaces: Sequence[str]) -> set[int]:
         if st is not None and (st.st_dev, st.st_ino) in inodes:
             found.add(int(entry))
     return found
+
+
+def _counted(rule: str) -> str:
+    """A dropping rule with a counter before its verdict (see :meth:`Network.dropped`)."""
+    assert rule.endswith(" drop"), rule
+    return rule[: -len("drop")] + "counter drop"
 
 
 @dataclass(frozen=True)
@@ -284,14 +292,16 @@ class Network:
         self.spawned = [p for p in self.spawned if p.returncode is None] + [proc]  # reaped ones go
         return proc
 
-    def _nft_run(self, host: int, script: str) -> None:
-        """Run an nft script inside host ``host``'s namespace, where the rules act."""
+    def _nft_run(self, host: int, script: str) -> str:
+        """Run an nft script inside host ``host``'s namespace, where the rules act;
+        returns what nft printed."""
         assert self._nft is not None, "nft not found"
         p = self.spawn(host, [self._nft, "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
-        _, err = p.communicate(script, timeout=30)
+        out, err = p.communicate(script, timeout=30)
         if p.returncode != 0:
             raise RuntimeError(f"nft in {self.netns(host)} failed: {err.strip()}")
+        return out
 
     def _add(self, kind: str, hosts: Sequence[int], rules: Sequence[str]) -> Fault:
         """Install one fault as its own input and output base chains in each host's
@@ -304,8 +314,8 @@ class Network:
         for hook, addr, iface in (("input", "saddr", "iifname"), ("output", "daddr", "oifname")):
             name = f"{chain}_{hook}"
             script.append(f"add chain inet {NFT_TABLE} {name} {{ type filter hook {hook} priority 0; }}")
-            script += [f"add rule inet {NFT_TABLE} {name} " + r.replace("$ADDR", addr).replace("$IF", iface)
-                       for r in rules]
+            script += [f"add rule inet {NFT_TABLE} {name} " + _counted(r).replace("$ADDR", addr)
+                       .replace("$IF", iface) for r in rules]
         done: list[int] = []  # nft -f is one transaction: a host holds all of it or none
         try:
             for h in hosts:
@@ -344,6 +354,18 @@ class Network:
         target = ipaddress.ip_address(addr or self.keeper_address)
         assert target.version == 4, target
         return self._add("iso", [host], [f"ip $ADDR {target} drop"])
+
+    def dropped(self, fault: Fault) -> int:
+        """Packets ``fault``'s rules have dropped so far, in and out, on all its
+        hosts (each rule counts): the evidence that a fault did cut something."""
+        if fault.chain not in self.faults:
+            return 0
+        total = 0
+        for h in fault.hosts:
+            for hook in ("input", "output"):
+                listing = self._nft_run(h, f"list chain inet {NFT_TABLE} {fault.chain}_{hook}\n")
+                total += sum(int(n) for n in re.findall(r"counter packets (\d+)", listing))
+        return total
 
     def heal(self, fault: Fault) -> None:
         """Undo ``fault`` (any kind) by deleting its chains; a second heal is a no-op."""
