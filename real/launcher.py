@@ -737,7 +737,26 @@ class Launcher:
             else:
                 fault = net.loss(hosts[0], float(due.rate))
             self.heals.append((now + float(due.for_s), fault, hosts, lives))
+            if due.kind != "loss":
+                self.start_retransmit_clocks(lives)
         return [w for w, _ in lives]
+
+    def start_retransmit_clocks(self, lives: list[tuple[int, int]]) -> None:
+        """Send each cut-off life a frame it already holds (the store's port:
+        idempotent) the moment the rules are in. Why: after the heal a TCP
+        connection is heard again at its next retransmission, and the backoff
+        (0.2, 0.4, 0.8 ... s) counts from its first lost segment; a connection
+        the keeper happened to write to only later (a roll call a second on)
+        would come back a second or more after one written to at the cut,
+        and its worker would rejoin in a generation of its own. Started
+        together, the cut-off workers come back together, as on the sim,
+        where what was held is delivered at the heal."""
+        if self.store_port is None:
+            return
+        for w, inc in lives:
+            conn = self.conn_of.get((w, inc))
+            if conn is not None and conn.sock in self.conns:
+                self.queue(conn, ("welcome", self.store_port))
 
     def heal_due(self, now: float) -> None:
         """Undo the link faults whose ``for_s`` is over; a ``heal`` record names
