@@ -4,7 +4,8 @@ Pure bookkeeping: it decides *what* is due *when* (by seconds since training
 started, or by committed step) from the scenario and the core's seeded draws
 (:mod:`rollcall.core.failures`, the same as the sim's);
 the launcher carries the faults out on real processes (SIGKILL, SIGSTOP then
-SIGCONT, a new worker process or an activated spare).
+SIGCONT, a new worker process or an activated spare) or, in hosts mode, on the
+hosts' links (nftables rules in their namespaces, :mod:`real.netns`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from rollcall.scenario import REAL_NOT_YET, Scenario
 @dataclass(frozen=True)
 class Due:
     kind: str                      # kill | kill_rack | lose_host | pause | join | crash (a lifetime's end)
-    targets: object                # ids, "random", a count (join), a rack (kill_rack), a host (lose_host)
+    #                                | partition | isolate_keeper | loss (hosts mode: a host's link)
+    targets: object                # ids, "random", a count (join), a rack (kill_rack), a host
+    #                                (lose_host, isolate_keeper, loss: an index or "random"), hosts (partition)
     for_s: Optional[float] = None
+    rate: Optional[float] = None   # loss: the fraction of packets dropped
     origin: str = "schedule"       # schedule | mtbf
     index: int = -1
 
@@ -45,7 +49,13 @@ class FaultPlan:
             return Due("kill_rack", f.kill_rack, index=i)
         if f.action == "lose_host":
             return Due("lose_host", f.lose_host, index=i)
-        assert f.action not in REAL_NOT_YET, "refused before the run (rollcall.cli): no namespaces"
+        assert f.action not in REAL_NOT_YET, "refused before the run (rollcall.cli)"
+        if f.action == "partition":
+            return Due("partition", tuple(f.partition), f.for_s, index=i)
+        if f.action == "isolate_keeper":
+            return Due("isolate_keeper", f.isolate_keeper, f.for_s, index=i)
+        if f.action == "loss":
+            return Due("loss", f.loss, f.for_s, rate=f.rate, index=i)
         return Due(f.action, f.targets, f.for_s, index=i)
 
     def node_up(self, worker: int, at: float) -> None:

@@ -16,7 +16,9 @@ start, shared with the workers on this host):
   is SIGKILLed but no exit is reported (its host agent died with it), so the
   detector decides, as on the sim;
 - the *fault injector* (see :mod:`real.faults`) kills, pauses and adds
-  workers on schedule.
+  workers on schedule and, in hosts mode, cuts hosts' links (``partition``,
+  ``isolate_keeper``, ``loss``: nftables rules in their namespaces, see
+  :meth:`Launcher.cut_links`) and heals them after ``for_s``.
 
 Every process it starts is killed and reaped on the way out, whatever the way
 out is (done, failed, exception, SIGINT/SIGTERM, interpreter exit).
@@ -55,6 +57,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # Scripted joins whose processes are started (idle) at launch; more are
 # started when their join fires.
 PREWARM_MAX = 8
+
+# the faults on hosts' links (hosts mode), carried out by real.netns
+LINK_FAULTS = ("partition", "isolate_keeper", "loss")
 
 # Every launcher in this interpreter, so atexit can clean up after any of them.
 _LIVE: set["Launcher"] = set()
@@ -178,6 +183,8 @@ class Launcher:
         self.reason = ""
         self.sigconts: list[tuple[float, Proc]] = []
         self.repairs: list[tuple[float, int]] = []
+        # link faults in force: (heal at, the Network's fault, hosts, cut-off lives)
+        self.heals: list[tuple[float, Any, list[int], list[tuple[int, int]]]] = []
         # the nodes whose hardware is up (the sim's Nodes.hw): arrived (a
         # worker, a spare, a join that fired) and not lost since, or repaired
         self.nodes_up: set[int] = set()
@@ -624,7 +631,7 @@ class Launcher:
             if record["last"] + 1 >= self.committed:
                 self.committed = record["last"] + 1
                 self.committed_cursor = [self.committed, record["stop"]]
-        self.queue(conn, ("ack", gen, step, ok))
+        due: list[Due] = []
         if ok:
             # A scripted ``at_step`` fault fires once every member holds the
             # step, not while some still wait for their answer: a survivor
@@ -633,8 +640,15 @@ class Launcher:
             acked.add(w)
             if len(acked) >= len(k.members):  # the keeper's current member list
                 del self.acked[(gen, step)]
-                for due in self.faults.due_by_step(self.committed):
-                    self.inject(due)
+                due = self.faults.due_by_step(self.committed)
+        # A link fault's rules go in before the last member's answer: nft takes
+        # milliseconds, a step less, and the next step (which needs that member)
+        # must not commit across a cut that should already be there.
+        for d in [d for d in due if d.kind in LINK_FAULTS]:
+            self.inject(d)
+        self.queue(conn, ("ack", gen, step, ok))
+        for d in [d for d in due if d.kind not in LINK_FAULTS]:
+            self.inject(d)
 
     # --- faults ------------------------------------------------------------------------
 
@@ -670,6 +684,8 @@ class Launcher:
                     self.signal(p, signal.SIGSTOP)
                     self.sigconts.append((now + due.for_s, p))
             fields["for_s"] = due.for_s
+        elif due.kind in LINK_FAULTS:
+            hit = self.cut_links(now, due, fields)
         else:
             assert due.kind in ("kill", "kill_rack", "lose_host", "crash"), due
             # a machine's end (a lifetime's, a lost host's) reports no exit
@@ -686,6 +702,76 @@ class Launcher:
         rec_ = rec(now, "info", "fault", NEMESIS, kind=due.kind, workers=hit, **fields)
         self.write(rec_)
         self.faults_log.append(rec_)
+
+    def cut_links(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
+        """Hosts mode: a ``partition`` (the hosts cut off from every other address
+        on the bridge, the keeper's included), an ``isolate_keeper`` (the host
+        cut off from the keeper's address only: the service and the TCPStore,
+        not its peers) or a ``loss`` (a fraction of the host's packets dropped)
+        as nftables rules in the hosts' namespaces, undone after ``for_s``.
+        Only the effect is here: who is evicted, fenced and readmitted is the
+        keeper's, from the heartbeats that do or do not arrive. Returns the
+        workers with a live process on those hosts (the sim's ``workers``)."""
+        assert self.fleet is not None and self.fleet.network is not None, \
+            "refused before the run: link faults need the run's own namespaces"
+        net = self.fleet.network
+        if due.kind == "partition":
+            hosts = list(due.targets)
+            fields["hosts"] = hosts
+        else:
+            host = due.targets
+            if host == "random":  # as the sim: among the hosts holding a live member
+                host = self.faults.pick(sorted({self.sc.host_of(w) for w in self.candidates()}))
+            fields["host"] = host
+            hosts = [] if host is None else [int(host)]
+        fields["for_s"] = due.for_s
+        if due.kind == "loss":
+            fields["rate"] = due.rate
+        lives = [(w, p.incarnation) for h in hosts for w in self.sc.host_workers(h)
+                 if (p := self.live_proc(w)) is not None]
+        if hosts:
+            if due.kind == "partition":
+                fault = net.partition(hosts)
+            elif due.kind == "isolate_keeper":
+                fault = net.isolate(hosts[0])  # default: the keeper's (the bridge's) address
+            else:
+                fault = net.loss(hosts[0], float(due.rate))
+            self.heals.append((now + float(due.for_s), fault, hosts, lives))
+            if due.kind != "loss":
+                self.start_retransmit_clocks(lives)
+        return [w for w, _ in lives]
+
+    def start_retransmit_clocks(self, lives: list[tuple[int, int]]) -> None:
+        """Send each cut-off life a frame it already holds (the store's port:
+        idempotent) the moment the rules are in. Why: after the heal a TCP
+        connection is heard again at its next retransmission, and the backoff
+        (0.2, 0.4, 0.8 ... s) counts from its first lost segment; a connection
+        the keeper happened to write to only later (a roll call a second on)
+        would come back a second or more after one written to at the cut,
+        and its worker would rejoin in a generation of its own. Started
+        together, the cut-off workers come back together, as on the sim,
+        where what was held is delivered at the heal."""
+        if self.store_port is None:
+            return
+        for w, inc in lives:
+            conn = self.conn_of.get((w, inc))
+            if conn is not None and conn.sock in self.conns:
+                self.queue(conn, ("welcome", self.store_port))
+
+    def heal_due(self, now: float) -> None:
+        """Undo the link faults whose ``for_s`` is over; a ``heal`` record names
+        the hosts and the cut-off lives still running (as the sim's), and, a
+        physical fact the sim has not, how many packets the rules dropped."""
+        for item in [x for x in self.heals if now >= x[0]]:
+            self.heals.remove(item)
+            _, fault, hosts, lives = item
+            assert self.fleet is not None and self.fleet.network is not None
+            dropped = self.fleet.network.dropped(fault)
+            self.fleet.network.heal(fault)
+            alive = [w for w, inc in lives if (p := self.live_proc(w)) is not None
+                     and p.incarnation == inc]
+            self.write(rec(now, "info", "fault", NEMESIS, kind="heal", hosts=hosts, workers=alive,
+                           dropped_packets=dropped))
 
     def join(self, n: int) -> list[int]:
         """``n`` new workers arrive: idle prewarmed processes first (the lowest
@@ -761,6 +847,7 @@ class Launcher:
             if ft is not None:
                 times.append(self.train_start + ft)
         times += [t for t, _ in self.sigconts] + [t for t, _ in self.repairs]
+        times += [x[0] for x in self.heals]
         if self.done_at is not None:
             times.append(self.done_at)
         if any(p.alive and p.want and not p.activated for p in self.procs):
@@ -786,6 +873,7 @@ class Launcher:
                     p.paused = False
                     self.write(rec(now, "info", "fault", NEMESIS, kind="resume",
                                    workers=[p.worker]))
+        self.heal_due(now)
         for t, w in list(self.repairs):
             if now >= t:
                 self.repairs.remove((t, w))

@@ -9,7 +9,8 @@ recorded, so that cleanup removes exactly that and never another run's objects.
 
 Faults are nftables rules in a table of our own (``table inet rollcall``) inside
 the affected hosts' namespaces, one pair of base chains (input, output) per fault,
-so that undoing a fault is deleting its chains:
+so that undoing a fault is deleting its chains; every dropping rule counts
+what it drops (:meth:`Network.dropped`, the launcher's ``heal`` record):
 
 - ``partition``: drop traffic between the given hosts and every other address on
   the bridge, the keeper's (the bridge's own) included;
@@ -18,11 +19,12 @@ so that undoing a fault is deleting its chains:
 - ``isolate``: drop traffic between one host and one address (the keeper's): the
   gray failure, heartbeats stop while collectives still work.
 
-Delay is NOT here: these machines' kernel has no ``sch_netem``, and nftables cannot
-hold a packet back. The launcher will delay in userspace instead: the host agent's
-relay of the keeper link holds each frame for the fault's latency before passing it
-on, so only the traffic through that relay (keeper messages) is delayed; gloo's
-collectives run directly between hosts and are not.
+Delay is NOT here, and not built yet (the real target refuses it): these machines'
+kernel has no ``sch_netem``, and nftables cannot hold a packet back. The plan is to
+delay in userspace: the host agent's relay of the keeper link would hold each frame
+for the fault's latency before passing it on, so only the traffic through that
+relay (keeper messages) would be delayed; gloo's collectives run directly between
+hosts and would not be.
 
 The hosts reach each other through the root namespace's bridge; where br_netfilter
 is loaded, bridged packets also pass the root's iptables FORWARD chain, so a host
@@ -37,6 +39,7 @@ import functools
 import hashlib
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import socket
@@ -125,6 +128,12 @@ def _pids_in(namespaces: Sequence[str]) -> set[int]:
         if st is not None and (st.st_dev, st.st_ino) in inodes:
             found.add(int(entry))
     return found
+
+
+def _counted(rule: str) -> str:
+    """A dropping rule with a counter before its verdict (see :meth:`Network.dropped`)."""
+    assert rule.endswith(" drop"), rule
+    return rule[: -len("drop")] + "counter drop"
 
 
 @dataclass(frozen=True)
@@ -284,14 +293,16 @@ class Network:
         self.spawned = [p for p in self.spawned if p.returncode is None] + [proc]  # reaped ones go
         return proc
 
-    def _nft_run(self, host: int, script: str) -> None:
-        """Run an nft script inside host ``host``'s namespace, where the rules act."""
+    def _nft_run(self, host: int, script: str) -> str:
+        """Run an nft script inside host ``host``'s namespace, where the rules act;
+        returns what nft printed."""
         assert self._nft is not None, "nft not found"
         p = self.spawn(host, [self._nft, "-f", "-"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
-        _, err = p.communicate(script, timeout=30)
+        out, err = p.communicate(script, timeout=30)
         if p.returncode != 0:
             raise RuntimeError(f"nft in {self.netns(host)} failed: {err.strip()}")
+        return out
 
     def _add(self, kind: str, hosts: Sequence[int], rules: Sequence[str]) -> Fault:
         """Install one fault as its own input and output base chains in each host's
@@ -304,8 +315,8 @@ class Network:
         for hook, addr, iface in (("input", "saddr", "iifname"), ("output", "daddr", "oifname")):
             name = f"{chain}_{hook}"
             script.append(f"add chain inet {NFT_TABLE} {name} {{ type filter hook {hook} priority 0; }}")
-            script += [f"add rule inet {NFT_TABLE} {name} " + r.replace("$ADDR", addr).replace("$IF", iface)
-                       for r in rules]
+            script += [f"add rule inet {NFT_TABLE} {name} " + _counted(r).replace("$ADDR", addr)
+                       .replace("$IF", iface) for r in rules]
         done: list[int] = []  # nft -f is one transaction: a host holds all of it or none
         try:
             for h in hosts:
@@ -344,6 +355,18 @@ class Network:
         target = ipaddress.ip_address(addr or self.keeper_address)
         assert target.version == 4, target
         return self._add("iso", [host], [f"ip $ADDR {target} drop"])
+
+    def dropped(self, fault: Fault) -> int:
+        """Packets ``fault``'s rules have dropped so far, in and out, on all its
+        hosts (each rule counts): the evidence that a fault did cut something."""
+        if fault.chain not in self.faults:
+            return 0
+        total = 0
+        for h in fault.hosts:
+            for hook in ("input", "output"):
+                listing = self._nft_run(h, f"list chain inet {NFT_TABLE} {fault.chain}_{hook}\n")
+                total += sum(int(n) for n in re.findall(r"counter packets (\d+)", listing))
+        return total
 
     def heal(self, fault: Fault) -> None:
         """Undo ``fault`` (any kind) by deleting its chains; a second heal is a no-op."""

@@ -205,8 +205,8 @@ def _size_problem(scenario: Scenario, per_sample_ledger: bool, max_history_mb: i
     """
     cut = [f.action for f in scenario.failures.schedule if f.action in REAL_NOT_YET]
     if scenario.target == "real" and cut:
-        return (f"{scenario.name}: the real target cannot cut hosts off yet ({cut[0]} needs "
-                f"hosts as network namespaces, not built); run it with --target sim")
+        return (f"{scenario.name}: the real target cannot {cut[0]} a host's link yet (no netem "
+                f"in this kernel; the keeper-link relay is not built); run it with --target sim")
     if scenario.target == "real" and not force:
         procs, limit = scenario.worker_id_limit, real_capacity()
         if procs > limit:

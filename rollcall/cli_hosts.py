@@ -25,6 +25,9 @@ import ipaddress
 import socket
 from typing import Any, Callable
 
+# faults on a host's link: the launcher carries them out in the namespaces it built
+NETWORK_FAULTS = ("partition", "isolate_keeper", "delay", "loss")
+
 
 def parse_keeper(text: str) -> tuple[str, int]:
     """``ADDR:PORT``: an IPv4 address or a host name, and a port 1..65535."""
@@ -80,6 +83,11 @@ def _cmd_keeper(args: argparse.Namespace) -> int:
     scenario = cli._load(args)  # target real (the parser's default)
     if scenario.cluster.workers_per_host is None:
         cli._err(f"{scenario.name}: rollcall keeper needs hosts: set cluster.workers_per_host")
+        return 2
+    cuts = [f.action for f in scenario.failures.schedule if f.action in NETWORK_FAULTS]
+    if cuts:
+        cli._err(f"{scenario.name}: rollcall keeper cannot {cuts[0]} hosts it does not run "
+                 f"(their links are not its own); use rollcall run")
         return 2
     if args.max_wall_s is not None and not args.max_wall_s > 0:
         cli._err(f"--max-wall-s: must be > 0, got {args.max_wall_s}")

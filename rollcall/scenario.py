@@ -200,8 +200,9 @@ _ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "de
 _TIMED = ("pause", "partition", "isolate_keeper", "delay", "loss")
 # the link faults' own parameter: action -> key (required with it, allowed only with it)
 _LINK_KEYS = {"delay": "latency_s", "loss": "rate"}
-#: the actions the real target cannot carry out yet (hosts as namespaces not built)
-REAL_NOT_YET = ("partition", "isolate_keeper", "delay", "loss")
+#: the actions the real target cannot carry out yet (delay: no netem here, the
+#: keeper-link relay that would hold frames back is not built)
+REAL_NOT_YET = ("delay",)
 
 
 class Fault(_Section):
@@ -214,17 +215,17 @@ class Fault(_Section):
     (a host index, or "random": the machine dies, every process on it at
     once, no exit reported; needs ``cluster.workers_per_host``),
     ``partition`` (a list of host indices cut off from everyone else, the
-    keeper staying with the rest, for ``for_s`` seconds; the sim target
-    only for now), ``isolate_keeper`` (a host index: the host loses the
+    keeper staying with the rest, for ``for_s`` seconds; on real, hosts
+    mode, nftables rules), ``isolate_keeper`` (a host index: the host loses the
     keeper but not its peers for ``for_s`` seconds, heartbeats stop while
-    collectives still work, the gray failure; the sim target only for
-    now), ``delay`` (a host index or "random", with ``latency_s``: the
+    collectives still work, the gray failure; on real, nftables rules),
+    ``delay`` (a host index or "random", with ``latency_s``: the
     host's link gets that much extra one-way latency for ``for_s``
     seconds; the sim target only for now), ``loss`` (a host index or
     "random", with ``rate``, 0 <= rate < 1: the host's link drops that
     fraction of packets for ``for_s`` seconds; every transport is TCP, so
     a drop is a retransmission, a delay, never a lost message: see
-    :mod:`sim.network`; the sim target only for now), ``pause``
+    :mod:`sim.network`; on real, nftables rules), ``pause``
     (one id or "random", for ``for_s`` seconds), ``join`` (count of
     newcomers, which take the next unused ids).
     """
