@@ -62,6 +62,12 @@ def plan(scenario: Scenario) -> dict[str, Any]:
             entry["hosts"] = list(hosts)
             entry["workers"] = [w for h in hosts for w in sc.host_workers(h)]
             entry["for_s"] = f.for_s
+        elif f.link is not None:  # delay, loss
+            entry["host"] = f.link
+            if f.link != "random":
+                entry["workers"] = list(sc.host_workers(int(f.link)))
+            entry["for_s"] = f.for_s
+            entry.update({"latency_s": f.latency_s} if f.delay is not None else {"rate": f.rate})
         else:
             t = f.targets
             entry["workers"] = t if t == "random" else list(t)

@@ -194,10 +194,14 @@ def _worker_id(value: Any) -> int:
 
 # the failure domains, each with the cluster key of its size (workers per domain)
 _DOMAINS = {"rack": "rack_size", "host": "workers_per_host"}
-_ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "pause", "join")
-_TIMED = ("pause", "partition", "isolate_keeper")  # the actions that last for_s
+_ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "delay", "loss",
+            "pause", "join")
+# the actions that last for_s
+_TIMED = ("pause", "partition", "isolate_keeper", "delay", "loss")
+# the link faults' own parameter: action -> key (required with it, allowed only with it)
+_LINK_KEYS = {"delay": "latency_s", "loss": "rate"}
 #: the actions the real target cannot carry out yet (hosts as namespaces not built)
-REAL_NOT_YET = ("partition", "isolate_keeper")
+REAL_NOT_YET = ("partition", "isolate_keeper", "delay", "loss")
 
 
 class Fault(_Section):
@@ -214,7 +218,13 @@ class Fault(_Section):
     only for now), ``isolate_keeper`` (a host index: the host loses the
     keeper but not its peers for ``for_s`` seconds, heartbeats stop while
     collectives still work, the gray failure; the sim target only for
-    now), ``pause``
+    now), ``delay`` (a host index or "random", with ``latency_s``: the
+    host's link gets that much extra one-way latency for ``for_s``
+    seconds; the sim target only for now), ``loss`` (a host index or
+    "random", with ``rate``, 0 <= rate < 1: the host's link drops that
+    fraction of packets for ``for_s`` seconds; every transport is TCP, so
+    a drop is a retransmission, a delay, never a lost message: see
+    :mod:`sim.network`; the sim target only for now), ``pause``
     (one id or "random", for ``for_s`` seconds), ``join`` (count of
     newcomers, which take the next unused ids).
     """
@@ -226,6 +236,10 @@ class Fault(_Section):
     lose_host: Union[int, Literal["random"], None] = None
     partition: tuple[NonNegInt, ...] | None = None
     isolate_keeper: NonNegInt | None = None
+    delay: Union[int, Literal["random"], None] = None
+    latency_s: PosFloat | None = None
+    loss: Union[int, Literal["random"], None] = None
+    rate: NonNegFloat | None = None
     pause: Union[int, Literal["random"], None] = None
     for_s: PosFloat | None = None
     join: PosInt | None = None
@@ -252,7 +266,7 @@ class Fault(_Section):
             {"got": _show(value)},
         )
 
-    @field_validator("kill_rack", "lose_host", mode="before")
+    @field_validator("kill_rack", "lose_host", "delay", "loss", mode="before")
     @classmethod
     def _check_domain(cls, value: Any, info: Any) -> Any:
         what = "rack" if info.field_name == "kill_rack" else "host"
@@ -305,7 +319,23 @@ class Fault(_Section):
         if self.partition is not None and (not self.partition
                                            or len(set(self.partition)) != len(self.partition)):
             raise _Problem(("partition",), "lists each host once, at least one")
+        self._check_link_keys(actions[0])
         return self
+
+    def _check_link_keys(self, action: str) -> None:
+        """``delay`` takes ``latency_s`` and ``loss`` takes ``rate`` (0 <= rate < 1:
+        a link that drops every packet is a partition), each with its own action only."""
+        for act, key in _LINK_KEYS.items():
+            value = getattr(self, key)
+            if action == act and value is None:
+                what = "extra one-way seconds (> 0)" if key == "latency_s" else \
+                    "the fraction of packets dropped, 0 <= rate < 1"
+                raise _Problem((key,), f"required with {act}: {what}")
+            if action != act and value is not None:
+                raise _Problem((key,), f"only allowed with {act}, not with {action}")
+        if self.rate is not None and not self.rate < 1:
+            raise _Problem(("rate",), f"must be < 1 (a link that drops every packet is a "
+                                      f"partition: use partition), got {_num(self.rate)}")
 
     @model_serializer(mode="wrap")
     def _drop_unset(self, handler: Any) -> dict[str, Any]:
@@ -322,7 +352,8 @@ class Fault(_Section):
         return self.at_s if self.at_s is not None else self.at_step  # type: ignore[return-value]
 
     @property
-    def action(self) -> Literal["kill", "kill_rack", "lose_host", "pause", "join"]:
+    def action(self) -> Literal["kill", "kill_rack", "lose_host", "partition", "isolate_keeper",
+                                "delay", "loss", "pause", "join"]:
         if self.kill is not None:
             return "kill"
         if self.kill_rack is not None:
@@ -333,6 +364,10 @@ class Fault(_Section):
             return "partition"
         if self.isolate_keeper is not None:
             return "isolate_keeper"
+        if self.delay is not None:
+            return "delay"
+        if self.loss is not None:
+            return "loss"
         return "pause" if self.pause is not None else "join"
 
     @property
@@ -362,6 +397,12 @@ class Fault(_Section):
         return self.lose_host
 
     @property
+    def link(self) -> int | Literal["random"] | None:
+        """The host whose link a ``delay`` or ``loss`` degrades (an index or
+        ``"random"``); None otherwise."""
+        return self.delay if self.delay is not None else self.loss
+
+    @property
     def domain(self) -> tuple[str, int | Literal["random"]] | None:
         """``("rack", index)`` for a ``kill_rack``, ``("host", index)`` for a
         ``lose_host`` (the failure domain it takes down whole); None otherwise."""
@@ -378,7 +419,7 @@ class Fault(_Section):
             return 1
         if self.partition is not None:
             return len(self.partition)
-        if self.isolate_keeper is not None:
+        if self.isolate_keeper is not None or self.link is not None:
             return 1
         targets = self.targets
         return 1 if targets == "random" else len(targets)
@@ -557,6 +598,9 @@ class Scenario(_Section):
                 continue
             if fault.isolate_keeper is not None:
                 self._check_domain(i, "host", fault.isolate_keeper, "isolate_keeper")
+                continue
+            if fault.link is not None:
+                self._check_domain(i, "host", fault.link, fault.action)
                 continue
             targets = fault.targets
             if targets == "random":

@@ -5,6 +5,6 @@ strategy and writes ``history.jsonl`` and ``summary.json``;
 ``sim.compare.compare(scenario, seeds, out_dir)`` runs both strategies on the
 same failure traces. Every membership, detection and resharding decision is
 the shared core's (:mod:`rollcall`); this package owns simulated time, the
-failure processes, the network latency and the cost model. See
-:mod:`sim.driver` for the model.
+failure processes, the network (per-host links: :mod:`sim.network`) and the
+cost model. See :mod:`sim.driver` for the model.
 """

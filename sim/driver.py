@@ -13,7 +13,9 @@ What is simulated, and where the core decides
   membership decision (who is in generation g, where it resumes, who is
   stale, when the whole job restarts, when it gives up) is its output; the
   driver only turns outputs into simulated effects after the network latency
-  (``network.latency_s``, constant, no loss).
+  (``network.latency_s``; a ``delay`` or ``loss`` fault degrades one host's
+  link: :mod:`sim.network` prices the heartbeats, the exchange and single
+  messages through it).
 * **Failure detection** is not simulated beat by beat. When a node goes
   silent (crash or pause) the driver tells the keeper when its last beat
   arrived (``observe_alive`` at that instant) and schedules a keeper tick at
@@ -133,6 +135,7 @@ from rollcall.core import (
 from rollcall.results import check_summary_keys, goodput, write_summary
 from rollcall.scenario import Scenario
 
+from sim.network import NetFaults
 from sim.sharded import copy_time
 from sim.state import Nodes, Recorder, Tally
 from sim.steps import _EPS, StepRun
@@ -227,6 +230,7 @@ class Simulation:
         self._job_wait: Optional[float] = None
         self._fail_proc: Optional[simpy.Process] = None
         self._fail_wait: Optional[float] = None
+        self.net = NetFaults(self)  # per-host links: delay, loss (sim.network)
 
     def _init_job(self, ledger: Optional[bool]) -> None:
         """The job's state: where it stands, its running segment, its votes."""
@@ -276,6 +280,10 @@ class Simulation:
     def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
         ev = self.env.timeout(max(0.0, t - self.env.now))
         ev.callbacks.append(lambda _ev: fn(*args))
+
+    def _lat_of(self, w: int) -> float:
+        """One way between the keeper and worker ``w``: its host's link (:mod:`sim.network`)."""
+        return self.net.one_way_s(w) if self.net.links.degraded else self.lat
 
     def _alive(self, w: int) -> bool:
         return bool(self.nodes.proc[w] and not self.nodes.paused[w])
@@ -392,9 +400,9 @@ class Simulation:
     def _send_agent(self, now: float, w: int, msg: Any) -> None:
         a = self.agents.get(w)
         if a is None:
-            self._at(now + self.lat, self._deliver_bulk, w, msg)
+            self._at(now + self._lat_of(w), self._deliver_bulk, w, msg)
         else:
-            self._at(now + self.lat, self._deliver, w, a, msg)
+            self._at(now + self._lat_of(w), self._deliver, w, a, msg)
 
     def _deliver_bulk(self, w: int, msg: Any) -> None:
         now = self.env.now
@@ -403,7 +411,7 @@ class Simulation:
             return
         msgs = self._batch_actions(now, self.bulk.receive(now, msg, IdRuns.of((w,))))
         if msgs:
-            self._at(now + self.lat, self._kreceive_at, msgs)
+            self._at(now + self._lat_of(w), self._kreceive_at, msgs)
 
     def _deliver(self, w: int, a: Agent, msg: Any) -> None:
         if self.agents.get(w) is not a or not self.nodes.proc[w]:
@@ -427,7 +435,7 @@ class Simulation:
             elif isinstance(act, Enter):
                 pass  # the job follows the keeper's Formed output
         if msgs:
-            self._at(now + self.lat, self._kreceive_at, msgs)
+            self._at(now + self._lat_of(w), self._kreceive_at, msgs)
 
     def _kreceive_at(self, msgs: list) -> None:
         self._kreceive(self.env.now, msgs)
@@ -560,6 +568,7 @@ class Simulation:
         hosts = [f.isolate_keeper] if peers else list(f.partition)
         cut = [w for h in hosts for w in self.sc.host_workers(h) if self._alive(w)]
         where = {"host": hosts[0]} if peers else {"hosts": hosts}
+        self.net.links.cut(hosts, f.action)
         self._write(rec(now, "info", "fault", NEMESIS, kind=f.action, **where, workers=cut,
                         for_s=float(f.for_s)))
         held = [(w, int(self.nodes.pause_epoch[w])) for w in cut
@@ -570,6 +579,7 @@ class Simulation:
         if self.state == DONE:
             return
         workers = [w for w, epoch in held if self.nodes.pause_epoch[w] == epoch]
+        self.net.links.heal(hosts)
         self._write(rec(self.env.now, "info", "fault", NEMESIS, kind="heal", hosts=hosts,
                         workers=workers))
         for w, epoch in held:
@@ -673,6 +683,8 @@ class Simulation:
             self._domain_down(now, *f.domain)
         elif action in ("partition", "isolate_keeper"):
             self._cut_hosts(now, f)
+        elif f.link is not None:
+            self.net.start(now, f)  # delay, loss
         elif action == "pause":
             for w in self._pick(f.targets):
                 self._pause(now, w, float(f.for_s))
@@ -769,6 +781,8 @@ class Simulation:
         for s in self.step_faults:
             if self.cursor.step < s < stop:
                 stop = s
+        if self.net.touched:  # a link fault started once: price through the links
+            stop = self.net.segment(now, stop)
         self.seg_stop = stop
         c = self.cursor
         self.runs.append(StepRun(self.gen, c.step, c.sample, self.batch, self.seg_t0, self.step_s,

@@ -220,9 +220,10 @@ def test_goodput_of_a_run_cut_short_counts_its_committed_steps(tmp_path: Path) -
 
 def test_a_partition_on_the_real_target_is_refused_not_faked(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    """The real target has no namespaces yet to cut hosts off: one line, exit 2,
-    nothing started (run, compare and sweep alike)."""
-    for fault in ("partition: [1]", "isolate_keeper: 1"):
+    """The real target has no namespaces yet to cut hosts off or degrade their
+    links: one line, exit 2, nothing started (run, compare and sweep alike)."""
+    for fault in ("partition: [1]", "isolate_keeper: 1", "delay: 1, latency_s: 0.5",
+                  "loss: 1, rate: 0.1"):
         _refused_on_real(tmp_path, capsys, fault)
 
 

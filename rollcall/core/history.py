@@ -41,7 +41,9 @@ Records used (``f``, who writes it, fields beyond t/type/f/process):
 - ``contribute`` worker ok      gen, step, samples         per-sample ledger (real)
 - ``fault``     nemesis info    kind, workers              injected fault (kind: kill, crash,
                                  kill_rack (+ rack), lose_host (+ host), partition (+ hosts,
-                                 for_s), isolate_keeper (+ host, for_s), heal (+ hosts), pause (+ for_s), resume, repair, join)
+                                 for_s), isolate_keeper (+ host, for_s), delay (+ host, for_s,
+                                 latency_s), loss (+ host, for_s, rate), heal (+ hosts: a cut or
+                                 a link fault ended), pause (+ for_s), resume, repair, join)
 - ``end``       driver  info    completed, cursor, reason
 
 Member lists are written as inclusive id runs (see ``types.to_ranges``).
@@ -95,7 +97,8 @@ class FailureTally:
     ``crash``, ``kill_rack`` or ``lose_host`` record lists (the targets list only the
     nodes that were up), and a paused worker only if the pause cost it its
     membership: the keeper evicted it for silence (``timeout``) before it
-    resumed (a partition's far side likewise, until it heals). A pause the
+    resumed (a partition's far side likewise, until it heals; a delayed or
+    lossy link's workers likewise, until it heals). A pause the
     job rode out is a slow worker, not a failure; a
     paused worker killed meanwhile counts once, for the kill.
     """
@@ -116,7 +119,7 @@ class FailureTally:
             if kind in self._KILLS:
                 self.count += len(workers)
                 self._paused.difference_update(workers)
-            elif kind in ("pause", "partition", "isolate_keeper"):  # a failure only if evicted
+            elif kind in ("pause", "partition", "isolate_keeper", "delay", "loss"):  # if evicted
                 self._paused.update(workers)
             elif kind in ("resume", "heal"):
                 self._paused.difference_update(workers)

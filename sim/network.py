@@ -1,0 +1,336 @@
+"""The sim's network: one link per host, and the ``delay`` and ``loss`` faults.
+
+The model
+---------
+Every host (``cluster.workers_per_host``) has one link to the rest of the
+cluster. With every link healthy, a message between a worker and the
+keeper takes ``network.latency_s`` one way (the scenario's end-to-end
+figure: both hosts' links and the switch; the keeper's own link is never
+degraded), and the sim prices everything exactly as it always has: the
+driver asks this module nothing per message unless some link is degraded
+(:attr:`Links.degraded`), so a run without network faults pays nothing
+(``scenarios/llama3-54d.yaml``, ``gpu100k-30d.yaml``) and writes the same
+bytes as before.
+
+A degraded link changes every message that crosses it:
+
+* ``delay: H, latency_s: X``: X more seconds one way.
+* ``loss: H, rate: P``: every transport is TCP (the keeper link is JSON
+  frames over TCP, gloo is TCP), so a dropped packet is retransmitted, not
+  lost: loss shows as delay. Each transmission of a message over the link
+  is dropped with probability P (a draw of a named stream, below) and sent
+  again when the retransmission timer expires. The first timeout is
+  ``RTT + TCP_RTO_MIN``: Linux sets ``RTO = SRTT + max(4 RTTVAR,
+  TCP_RTO_MIN)`` (``tcp_set_rto``, RFC 6298 section 2 with Linux's floor
+  of ``TCP_RTO_MIN = HZ/5 = 200 ms``, include/net/tcp.h), and an idle
+  cluster link's RTTVAR is far below 50 ms. Each expiry doubles it (RFC 6298
+  section 5.5, "back off the timer"), up to ``TCP_RTO_MAX = 120 s``; after
+  ``tcp_retries2 = 15`` retransmissions Linux would reset the connection,
+  and the sim stops drawing there (the message arrives after the 15th).
+* ``partition`` and ``isolate_keeper`` cut the host off (:meth:`Links.cut`:
+  from everyone, or from the keeper only); what that does to the workers is
+  the driver's ``_cut_hosts``, which records it here.
+
+Randomness: the k-th transmission on a connection is dropped when
+``uniform(seed, "network/<connection>", k) <= P`` (SHA-256 of the seed, the
+stream's name and k, as :mod:`rollcall.core.failures` draws lifetimes), one
+counter per connection: the draws depend on the seed and on what crossed
+that connection, never on the order in which the driver asks for other
+connections, so the same scenario and seed give the same history.
+
+Where the links are priced (:class:`NetFaults`, the driver's hooks)
+------------------------------------------------------------------
+* **Heartbeats**, beat by beat, for each worker of the degraded host while
+  the fault lasts and until its backlog drains: a beat sent at ``s`` arrives
+  at ``max(s + latency + extra + retransmissions, previous arrival)`` (TCP
+  delivers in order). A gap between two arrivals longer than
+  ``detector.timeout_s`` is exactly what the keeper's detector sees on
+  real: from the earlier arrival the worker is silent to the keeper (the
+  driver's cut, as ``isolate_keeper``: its peers still reach it, the job
+  does not stall) until the late beat arrives, and the core's detector
+  decides. A shorter gap changes no verdict, so nothing is cut.
+* **The exchange**: a step's all-reduce waits for its slowest member link,
+  so while a member's host is degraded every step costs that link's extra
+  latency more (the largest over the members' degraded hosts), plus, on a
+  lossy link, that step's retransmissions (one draw per step: the sim then
+  runs steps one segment each, each with its own draw). The exchange counts
+  as one transmission: a bulk flow's fast retransmit (three duplicate
+  ACKs, about one RTT instead of an RTO) is not modelled.
+* **Single messages** between the keeper and a worker of a degraded host
+  (the keeper's replies and refusals, a fenced worker's rejoin, the answers
+  of a worker the driver holds on its own): its link's extra latency and
+  retransmissions.
+
+Not priced through the links (a documented approximation): the keeper's
+broadcasts (roll calls, memberships) and the bulk answers to them, which
+the driver handles for whole groups of workers at once; commit votes (the
+keeper commits on the first vote to arrive, which comes from a member on a
+healthy link when one exists); a killed process's exit notice
+(``detector.exit_notice_s``); state copies (``bandwidth_Bps``); and the
+beats of a process started on the host while its link is degraded (a
+relaunch, a repair: the beats are priced for the processes running when the
+fault starts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+from rollcall.core import NEMESIS, rec
+
+if TYPE_CHECKING:  # the driver imports this module, not the other way round
+    from sim.driver import Simulation
+
+__all__ = ["Links", "NetFaults", "RTO_MAX_S", "RTO_MIN_S", "RETRIES_MAX", "uniform"]
+
+RTO_MIN_S = 0.2    # Linux TCP_RTO_MIN (HZ/5)
+RTO_MAX_S = 120.0  # Linux TCP_RTO_MAX
+RETRIES_MAX = 15   # Linux net.ipv4.tcp_retries2: then the connection would be reset
+
+
+def uniform(seed: int, name: str, k: int) -> float:
+    """The k-th draw of the stream ``name``, uniform on (0, 1]."""
+    digest = hashlib.sha256(f"{seed}/{name}/{k}".encode()).digest()
+    return ((int.from_bytes(digest[:8], "big") >> 11) + 1) * 2.0 ** -53
+
+
+class Links:
+    """Every host's link: its extra latency, loss rate and cut, and the draws.
+
+    Pure arithmetic over explicit times (no clock): the driver says when a
+    fault starts and ends, and asks what a message or a beat costs.
+    """
+
+    def __init__(self, seed: int, latency_s: float) -> None:
+        assert latency_s >= 0, latency_s
+        self.seed = seed
+        self.latency_s = latency_s  # one way, worker to keeper, healthy links
+        self._faults: dict[int, list[tuple[float, float]]] = {}  # host -> active (extra_s, rate)
+        self._cut: dict[int, str] = {}  # host -> "partition" | "isolate_keeper"
+        self._k: dict[str, int] = {}    # stream -> draws made
+
+    # -- state ---------------------------------------------------------------
+
+    @property
+    def degraded(self) -> bool:
+        """Whether any link has extra latency or loss now (else: the fast path)."""
+        return bool(self._faults)
+
+    def degraded_hosts(self) -> list[int]:
+        return sorted(self._faults)
+
+    def degrade(self, host: int, extra_s: float = 0.0, rate: float = 0.0) -> None:
+        """A delay (``extra_s``) or loss (``rate``) fault starts on ``host``'s link."""
+        assert extra_s >= 0 and 0 <= rate < 1, (extra_s, rate)
+        self._faults.setdefault(host, []).append((extra_s, rate))
+
+    def restore(self, host: int, extra_s: float = 0.0, rate: float = 0.0) -> None:
+        """That fault ends (faults on one link stack: the others stay)."""
+        active = self._faults[host]
+        active.remove((extra_s, rate))
+        if not active:
+            del self._faults[host]
+
+    def extra_s(self, host: int) -> float:
+        """Extra one-way latency on ``host``'s link (the active delays, summed)."""
+        return sum(x for x, _ in self._faults.get(host, ()))
+
+    def loss_rate(self, host: int) -> float:
+        """The fraction of packets ``host``'s link drops (independent losses combined)."""
+        keep = 1.0
+        for _, p in self._faults.get(host, ()):
+            keep *= 1.0 - p
+        return 1.0 - keep
+
+    def cut(self, hosts: Iterable[int], kind: str) -> None:
+        """``partition`` (from everyone) or ``isolate_keeper`` (from the keeper only)."""
+        assert kind in ("partition", "isolate_keeper"), kind
+        for h in hosts:
+            self._cut[h] = kind
+
+    def heal(self, hosts: Iterable[int]) -> None:
+        for h in hosts:
+            self._cut.pop(h, None)
+
+    def reaches_keeper(self, host: int) -> bool:
+        return host not in self._cut
+
+    def reaches_peers(self, host: int) -> bool:
+        return self._cut.get(host) != "partition"
+
+    # -- prices --------------------------------------------------------------
+
+    def rto_s(self, host: int) -> float:
+        """The first retransmission timeout on ``host``'s link: RTT + TCP_RTO_MIN."""
+        return 2.0 * (self.latency_s + self.extra_s(host)) + RTO_MIN_S
+
+    def draw(self, stream: str) -> float:
+        """The next draw of ``network/<stream>``."""
+        k = self._k.get(stream, 0)
+        self._k[stream] = k + 1
+        return uniform(self.seed, f"network/{stream}", k)
+
+    def retransmit_s(self, host: int, stream: str) -> float:
+        """Seconds one message over ``host``'s link waits for retransmissions:
+        each transmission is dropped with the link's loss rate; every drop
+        costs the current RTO, which doubles (RFC 6298 5.5) up to RTO_MAX_S."""
+        p = self.loss_rate(host)
+        if p == 0.0:
+            return 0.0
+        wait, rto = 0.0, self.rto_s(host)
+        for _ in range(RETRIES_MAX):
+            if self.draw(stream) > p:
+                break  # this transmission got through
+            wait += rto
+            rto = min(2.0 * rto, RTO_MAX_S)
+        return wait
+
+    def one_way_s(self, host: Optional[int], stream: str) -> float:
+        """One message between the keeper and a worker of ``host``."""
+        if host is None or host not in self._faults:
+            return self.latency_s
+        return self.latency_s + self.extra_s(host) + self.retransmit_s(host, stream)
+
+    def exchange_extra_s(self, hosts: Iterable[int]) -> float:
+        """What a step's exchange costs beyond its healthy time: its slowest
+        member link's extra latency and this step's retransmissions."""
+        return max((self.extra_s(h) + self.retransmit_s(h, f"exchange/{h}")
+                    for h in hosts if h in self._faults), default=0.0)
+
+    def beat_gaps(self, worker: int, host: int, phase_s: float, heartbeat_s: float,
+                  t0: float, t1: float, timeout_s: float) -> list[tuple[float, float]]:
+        """The silences longer than ``timeout_s`` the keeper sees in ``worker``'s
+        beats when its link is as now from ``t0`` to ``t1``: (last arrival, next
+        arrival) pairs. Beats leave at ``phase_s + k * heartbeat_s``; those sent
+        from ``t0`` on pay the link, in order (TCP), until the backlog drains."""
+        assert heartbeat_s > 0 and t1 >= t0, (heartbeat_s, t0, t1)
+        lat = self.latency_s
+        k = max(0, int((t0 - phase_s) // heartbeat_s))
+        while phase_s + k * heartbeat_s < t0:
+            k += 1  # the first beat sent inside the fault
+        prev = phase_s + (k - 1) * heartbeat_s + lat if k > 0 else t0  # its predecessor's arrival
+        gaps = []
+        while True:
+            sent = phase_s + k * heartbeat_s
+            if sent >= t1 and sent + lat >= prev:
+                return gaps  # healthy again and nothing held back
+            cost = self.one_way_s(host, f"beat/{worker}") if sent < t1 else lat
+            arrival = max(sent + cost, prev)
+            if arrival - prev > timeout_s:
+                gaps.append((prev, arrival))
+            prev = arrival
+            k += 1
+
+
+class NetFaults:
+    """The ``delay`` and ``loss`` faults of one :class:`~sim.driver.Simulation`,
+    and its links: the driver's hooks call these (see the module docstring)."""
+
+    def __init__(self, sim: "Simulation") -> None:
+        self.sim = sim
+        self.links = Links(sim.seed, sim.lat)
+        # whether a link fault ever started: until then no hook does anything
+        self.touched = False
+        self._pinned: set[int] = set()  # workers whose next message left already priced
+
+    # -- hooks ---------------------------------------------------------------
+
+    def one_way_s(self, w: int) -> float:
+        """One message between the keeper and worker ``w`` (the driver's single sends)."""
+        if w in self._pinned:  # a late beat released at its priced instant
+            self._pinned.discard(w)
+            return self.links.latency_s
+        return self.links.one_way_s(self.sim.sc.host_of(w), f"msg/{w}")
+
+    def segment(self, now: float, stop: int) -> int:
+        """Price the segment about to start at ``now``: the step time with the
+        exchange over the members' links (back to the plan's once no link is
+        degraded); on a lossy member link one step per segment, each with its
+        own draw. A partial step carried in keeps its fraction, not its
+        seconds, when the price changed."""
+        sim = self.sim
+        base = sim._plans[len(sim.members)][1]
+        hosts = [h for h in self.links.degraded_hosts()
+                 if any(w in sim.members for w in sim.sc.host_workers(h))]
+        old, carry = sim.step_s, now - sim.seg_t0
+        sim.step_s = base + self.links.exchange_extra_s(hosts)
+        if carry > 0 and old > 0 and sim.step_s != old:
+            sim.seg_t0 = now - carry / old * sim.step_s
+        if any(self.links.loss_rate(h) > 0 for h in hosts):
+            return min(stop, sim.cursor.step + 1)
+        return stop
+
+    def start(self, now: float, f: Any) -> None:
+        """A ``delay`` or ``loss`` fault fires: degrade the link for ``for_s``."""
+        sim = self.sim
+        host = self._host(f.link)
+        if host is None:
+            return
+        extra, rate = (float(f.latency_s), 0.0) if f.action == "delay" else (0.0, float(f.rate))
+        workers = [w for w in sim.sc.host_workers(host) if sim._alive(w)]
+        param = {"latency_s": extra} if f.action == "delay" else {"rate": rate}
+        for_s = float(f.for_s)
+        sim._write(rec(now, "info", "fault", NEMESIS, kind=f.action, host=host, workers=workers,
+                       for_s=for_s, **param))
+        self.touched = True
+        self.links.degrade(host, extra, rate)
+        for w in workers:
+            self._price_beats(w, host, now, now + for_s)
+        self._relink(now)
+        sim._at(now + for_s, self._end, host, extra, rate, workers)
+
+    def _host(self, link: Any) -> Optional[int]:
+        """The fault's host; ``"random"`` as for ``lose_host``: a draw of the run's
+        ``schedule`` stream among the hosts holding a live member (None: none)."""
+        sim = self.sim
+        if link != "random":
+            return int(link)
+        return sim.draws.pick(sorted({sim.sc.host_of(w) for w in sim.members if sim._alive(w)}))
+
+    def _price_beats(self, w: int, host: int, t0: float, t1: float) -> None:
+        """Schedule the silences the link's beats from ``t0`` to ``t1`` leave at the keeper."""
+        sim = self.sim
+        phase = float(sim.nodes.started_at[w])
+        hb, timeout = sim.detector.heartbeat_s, sim.detector.timeout_s
+        for last, arrival in self.links.beat_gaps(w, host, phase, hb, t0, t1, timeout):
+            sim._at(last, self._silent, w, phase, last, arrival)
+
+    # -- effects -------------------------------------------------------------
+
+    def _silent(self, w: int, phase: float, last: float, arrival: float) -> None:
+        """Worker ``w``'s beat that arrived at ``last`` is its last for a while: it is
+        silent to the keeper (its peers still reach it) until ``arrival``."""
+        sim = self.sim
+        now = sim.env.now
+        if sim.state == "done" or float(sim.nodes.started_at[w]) != phase:
+            return  # the run ended, or another process runs there now (its own beats)
+        if not sim._cut_off(now, w, peers=True):
+            return  # no live process (or already silent: its own verdict runs)
+        sim.keeper.observe_alive(last, (w,))  # the keeper's clock: when it saw the beat
+        sim._alarm(last + sim.detector.timeout_s)
+        epoch = int(sim.nodes.pause_epoch[w])
+        sim._at(arrival - self.links.latency_s, self._release, w, epoch)
+
+    def _release(self, w: int, epoch: int) -> None:
+        """The late beat leaves (priced already: it reaches the keeper at its arrival)."""
+        self._pinned.add(w)
+        self.sim._resume(w, epoch, record=False)
+        self._pinned.discard(w)
+
+    def _end(self, host: int, extra: float, rate: float, workers: list[int]) -> None:
+        sim = self.sim
+        if sim.state == "done":
+            return
+        self.links.restore(host, extra, rate)
+        sim._write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal", hosts=[host],
+                       workers=workers))
+        self._relink(sim.env.now)
+
+    def _relink(self, now: float) -> None:
+        """The links changed: a running segment is closed where it stands and
+        started again at the new price (the partial step carried over)."""
+        sim = self.sim
+        if sim.state == "run" and not sim.stalled:
+            sim._close_segment(now, None, abandon=False)
+            sim._start_segment(now)
