@@ -315,15 +315,17 @@ def history_line(record: dict[str, Any]) -> str:
     made by orjson, which is several times faster: encoding is a tenth of a
     large sim run. Where the two would differ, the standard library writes
     the line instead: a record with non-string keys or an integer beyond 64
-    bits (orjson refuses them) or with non-ASCII text (orjson writes UTF-8,
-    the standard library escapes it). A NaN or an infinity, which JSON
+    bits (orjson refuses them) or with non-ASCII text or DEL (orjson writes
+    them raw, the standard library escapes them). A NaN or an infinity, which JSON
     cannot carry (orjson would write ``null``), is an error.
     """
     try:
         line = orjson.dumps(record, option=_ORJSON_OPTIONS)
     except orjson.JSONEncodeError:
         line = b"null"  # let the standard library say what it cannot write
-    if line.isascii() and b"null" not in line:
+    # printable ASCII only: orjson escapes controls below 0x20 but not DEL (0x7f),
+    # which the standard library writes as \u007f
+    if line.isascii() and b"null" not in line and b"\x7f" not in line:
         return line.decode("ascii")
     # same bytes where both can write it; raises on a NaN or an infinity
     return _STDLIB_ENCODER.encode(record) + "\n"

@@ -834,9 +834,8 @@ class Simulation:
         while runs:
             run = runs[0]
             assert run.closed or not everything, "a roll call closes the running segment first"
-            # the next vote is still on its way: the common case, O(1) (run.vote_at inline)
-            if not everything and t < run.t0 + (run.voted + 1) * run.step_s + self.lat - _EPS:
-                return
+            if not everything and t < run.vote_at(run.voted + 1, self.lat) - _EPS:
+                return  # the next vote is still on its way (the common case: O(1))
             k = run.n if everything else run.arrived(t, self.lat)
             if k > run.voted:
                 self._vote(t, run, k)
