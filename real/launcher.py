@@ -641,13 +641,16 @@ class Launcher:
             if len(acked) >= len(k.members):  # the keeper's current member list
                 del self.acked[(gen, step)]
                 due = self.faults.due_by_step(self.committed)
-        # A link fault's rules go in before the last member's answer: nft takes
-        # milliseconds, a step less, and the next step (which needs that member)
-        # must not commit across a cut that should already be there.
-        for d in [d for d in due if d.kind in LINK_FAULTS]:
+        # A link fault's rules, and a lost host's link-down and kills, go in
+        # before the last member's answer: they take milliseconds (nft,
+        # netlink), a step less, and the next step (which needs that member)
+        # must not commit across a cut, or with a machine, that should already
+        # be gone (the sim's lose_host at step N commits N steps, never N+1).
+        before = (*LINK_FAULTS, "lose_host")
+        for d in [d for d in due if d.kind in before]:
             self.inject(d)
         self.queue(conn, ("ack", gen, step, ok))
-        for d in [d for d in due if d.kind not in LINK_FAULTS]:
+        for d in [d for d in due if d.kind not in before]:
             self.inject(d)
 
     # --- faults ------------------------------------------------------------------------

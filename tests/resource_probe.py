@@ -36,12 +36,15 @@ class Sample:
 
 
 def pause_scenario(pauses: int, workers: int = 3, period_s: float = 0.9,
-                   timeout_s: float = 0.4, margin_s: float = 10.0) -> tuple[Scenario, float]:
+                   timeout_s: float = 0.4, margin_s: float = 30.0) -> tuple[Scenario, float]:
     """real-pause-one, made into many generations fast: the last worker is
     paused past a short detector timeout ``pauses`` times, ``period_s``
     apart; each pause is an eviction and a rejoin, two generations. The job
     never completes by steps: the run ends at the wall limit returned,
-    ``margin_s`` (start-up, the last rejoin) after the last pause."""
+    ``margin_s`` after the last pause. The wall limit counts from the
+    launch and the pauses from the training's start, so the margin holds
+    the start-up too: ten seconds were too few beside the rest of the suite
+    on 2 cores (23 of 30 pauses came in time)."""
     assert pauses >= 1 and workers >= 2 and period_s > 1.6 * timeout_s
     victim = workers - 1
     schedule = ", ".join(f"{{at_s: {1.0 + i * period_s:.3f}, pause: {victim}, "

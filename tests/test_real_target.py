@@ -321,11 +321,24 @@ def test_chaos_kill_join_kill_under_checkpoint_restart(tmp_path: Path) -> None:
     s = run_real(sc, tmp_path)
     assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
-    assert s["restarts"] == 2
     recs = records(tmp_path)
     killed = [(r["t"], w) for r in recs if r["f"] == "fault" and r["kind"] == "kill"
               for w in r["workers"]]
     assert len(killed) == 2
+    # Each kill tears the job down (a restart) unless it lands while the
+    # join's round is open: the round then forms without the killed member
+    # (Keeper._declare_dead), no teardown. The join comes at 1.07 s and the
+    # kills at steps 11 and 37, so which happens depends on the machine's
+    # speed (beside the rest of the suite on 2 cores: one restart, seen once).
+    growth = [r["t"] for r in recs if r["f"] == "round" and r["type"] == "invoke"
+              and r.get("reason") == "growth"]
+    formed = [g["t"] for g in generations(recs)]
+
+    def in_growth_round(t: float) -> bool:
+        return any(a <= t and not any(a < f <= t for f in formed) for a in growth)
+
+    absorbed = sum(1 for t, _ in killed if in_growth_round(t))
+    assert s["restarts"] == 2 - absorbed, (s["restarts"], killed, growth)
     for t, w in killed:  # a killed worker's node is lost: never in a later generation
         assert all(w not in members(g) for g in generations(recs) if g["t"] > t), (w, t)
     assert not [r for r in recs if r["f"] == "evict" and r.get("reason") == "never-relaunched"]
