@@ -325,8 +325,10 @@ def history_line(record: dict[str, Any]) -> str:
         line = b"null"  # let the standard library say what it cannot write
     # printable ASCII only: orjson escapes controls below 0x20 but not DEL (0x7f),
     # which the standard library writes as \u007f
-    if line.isascii() and b"null" not in line and b"\x7f" not in line:
-        return line.decode("ascii")
+    if line.isascii():
+        text = line.decode("ascii")  # searched as text: `bytes in bytes` raises and clears a TypeError
+        if "null" not in text and "\x7f" not in text:
+            return text
     # same bytes where both can write it; raises on a NaN or an infinity
     return _STDLIB_ENCODER.encode(record) + "\n"
 

@@ -244,6 +244,7 @@ class Simulation:
         self.keeper_complete = False  # a vote's verdict: the job has all its steps
         self._gen_ledger: Optional[list] = None  # the compact ledger of the latest generation
         self._last_voter: Optional[int] = None
+        self._first_member: Optional[int] = None
         # the per-sample ledger (True), the compact one (False), or by size
         # (the data order of an epoch is a permutation of the whole dataset)
         if ledger is None:
@@ -815,7 +816,7 @@ class Simulation:
         """The member whose commit vote reaches the keeper first: the lowest live one."""
         w, nodes = self._last_voter, self.nodes
         if w is not None and nodes.member_flags[w] and nodes.proc[w] and not nodes.paused[w]:
-            if w == self.members.first() or not self._alive_below(w):
+            if w == self._first_member or not self._alive_below(w):
                 return w
         w = next((m for m in self.members if nodes.proc[m] and not nodes.paused[m]),
                  self.members.first())  # none is left: their votes were already on the way
@@ -830,16 +831,17 @@ class Simulation:
         """Cast the commit votes that reached the keeper by ``t`` (see
         :mod:`sim.steps`), or, with ``everything``, all votes of the closed
         runs: a roll call is open, so none that is still on its way can pass."""
-        runs = self.runs
+        runs, lat = self.runs, self.lat
         while runs:
             run = runs[0]
-            assert run.closed or not everything, "a roll call closes the running segment first"
-            if not everything and t < run.vote_at(run.voted + 1, self.lat) - _EPS:
+            n = run.n  # None: the running segment (run.closed, run.done read inline)
+            assert n is not None or not everything, "a roll call closes the running segment first"
+            k = n if everything else run.arrived(t, lat)
+            if k is None:
                 return  # the next vote is still on its way (the common case: O(1))
-            k = run.n if everything else run.arrived(t, self.lat)
             if k > run.voted:
                 self._vote(t, run, k)
-            if not run.done:
+            if n is None or run.voted != n:
                 return
             runs.popleft()
             self._write_run(run)
@@ -849,7 +851,7 @@ class Simulation:
         first, last = run.first + run.voted, run.first + k - 1
         if not run.refused:
             w = self._voter()
-            verdict = self.keeper.commit(t, w, int(self.nodes.inc[w]), run.gen, first, last)
+            verdict = self.keeper.commit(t, w, self.nodes.inc.item(w), run.gen, first, last)
             if verdict.ok:
                 assert run.vote_at(k, self.lat) <= t + _EPS, "a vote passed before it arrived"
                 assert verdict.first, "the sim votes each step once"
@@ -857,20 +859,17 @@ class Simulation:
                 run.voter = w if run.voter is None else run.voter
                 self.committed = run.cursor_after(k)
                 self.tally.elapsed_s = run.t0 + k * run.step_s
-                self._productive(first, last, run.step_s)
+                segs = self.tally.segments  # productive: extend the last segment, or a new one
+                if segs and segs[-1][1] == first - 1 and segs[-1][2] == run.step_s:
+                    segs[-1][1] = last
+                else:
+                    segs.append([first, last, run.step_s])
                 self.keeper_complete = self.keeper_complete or verdict.complete
             else:
                 run.refused = True  # final: the generation is over for commits
         if run.refused:
             self.tally.acc["lost"] += (k - run.voted) * run.step_s
         run.voted = k
-
-    def _productive(self, first: int, last: int, step_s: float) -> None:
-        segs = self.tally.segments
-        if segs and segs[-1][1] == first - 1 and segs[-1][2] == step_s:
-            segs[-1][1] = last
-        else:
-            segs.append([first, last, step_s])
 
     def _write_run(self, run: StepRun) -> None:
         """The run's ``commit`` record (the steps that passed) and its ledger."""
@@ -986,6 +985,7 @@ class Simulation:
         self.cursor = self.committed = f.cursor
         self.gen = f.generation
         self.members = IdRuns.of(f.members)
+        self._first_member = self.members.first()  # the usual voter: asked once per vote
         n = len(f.members)
         self.nodes.member_flags = _flags_of_ids(f.members, len(self.nodes.proc))
         self.nodes.is_member = self.nodes.member_flags.copy()
@@ -1110,7 +1110,7 @@ class Simulation:
         self._write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
         reporter = self._voter()  # the lowest live member
         if self._alive(reporter):
-            msg = Checkpointed(reporter, int(self.nodes.inc[reporter]), self.gen, self.cursor)
+            msg = Checkpointed(reporter, self.nodes.inc.item(reporter), self.gen, self.cursor)
             t = now + self.lat
             if t < self.env.peek() and not self.agents:
                 self._kreceive(t, [msg])  # nothing else happens first: deliver it now

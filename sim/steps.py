@@ -40,8 +40,12 @@ class StepRun:
     refused: bool = False
     voter: Optional[int] = None  # the member whose vote committed the first step
 
-    def arrived(self, t: float, latency_s: float) -> int:
-        """How many of the run's steps had their vote reach the keeper by ``t``."""
+    def arrived(self, t: float, latency_s: float) -> Optional[int]:
+        """How many of the run's steps had their vote reach the keeper by
+        ``t``; None while the next vote to cast (``voted + 1``) is still on
+        its way (the common case: one comparison, no division)."""
+        if t < self.t0 + (self.voted + 1) * self.step_s + latency_s - _EPS:  # vote_at(voted + 1)
+            return None
         limit = self.cap if self.n is None else self.n
         k = int((t - latency_s - self.t0) / self.step_s + _EPS) if self.step_s > 0 else limit
         return max(0, min(limit, k))

@@ -96,6 +96,15 @@ class LifeSource:
             return life
         return self.by_id[w]  # type: ignore[index]
 
+    def get(self, w: WorkerId) -> Optional[int]:
+        """The life of ``w``; None if the source does not cover ``w``
+        (:meth:`covers` and :meth:`of` in one lookup)."""
+        if self.same is not None:
+            return self.same
+        if self.lives is not None:
+            return self.lives.of(w)
+        return self.by_id.get(w)  # type: ignore[union-attr]
+
     def covers(self, w: WorkerId) -> bool:
         if self.same is not None:
             return True
@@ -304,14 +313,17 @@ class AgentBatch:
     def absorb(self, agent: Agent) -> None:
         """Take a single agent (one :meth:`take` gave, or any) into the batch."""
         w = agent.worker
-        assert w not in self, f"worker {w} already has an agent in the batch"
+        bit = 1 << w  # `w not in self`, without a call per group
+        assert not any(ids.mask & bit for ids in self._groups.values()), \
+            f"worker {w} already has an agent in the batch"
         assert (agent.heartbeat_s, agent.join_retry_s) == (self.heartbeat_s, self.join_retry_s)
         state = agent.state()
         if not self.heartbeats and state.counter:
             self._counters[w] = state.counter
         state = self._canon(state)
+        h = hash(state)  # cached: most groups differ in it, so few states are compared field by field
         src = next((s for (st, s), _ in self._groups.items()
-                    if st == state and s.covers(w) and s.of(w) == agent.incarnation), None)
+                    if hash(st) == h and st == state and s.get(w) == agent.incarnation), None)
         self._put((state, src or self._one_life(agent.incarnation)), IdRuns.span(w, w))
 
     # --- inputs --------------------------------------------------------------

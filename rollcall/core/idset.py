@@ -35,9 +35,13 @@ Ids = Union["IdRuns", Iterable[int]]
 
 class IdRuns(Sequence[int]):
     """An immutable sorted set of non-negative ints: a bitmask, with its
-    maximal runs derived on demand."""
+    maximal runs derived on demand.
 
-    __slots__ = ("_m", "_n", "_lo_", "_hi_", "_cum_", "_runs_")
+    ``mask`` is the bitmask (bit ``i`` set: id ``i`` is in): a plain slot,
+    read-only by contract, so reading it costs no call.
+    """
+
+    __slots__ = ("mask", "_n", "_lo_", "_hi_", "_cum_", "_runs_")
 
     def __init__(self, runs: Iterable[Sequence[int]] = ()) -> None:
         """From inclusive ``[lo, hi]`` runs in increasing order (checked)."""
@@ -59,8 +63,8 @@ class IdRuns(Sequence[int]):
         self._init(_mask_of_runs(lo, hi), lo, hi)
 
     def _init(self, m: int, lo: Optional[list[int]], hi: Optional[list[int]]) -> None:
-        self._m = m
-        self._n = m.bit_count()
+        self.mask = m
+        self._n = -1  # counted on first use: most sets the keeper chains are never counted
         self._lo_ = lo
         self._hi_ = hi
         self._cum_: Optional[list[int]] = None
@@ -116,14 +120,9 @@ class IdRuns(Sequence[int]):
 
     # --- the two forms ----------------------------------------------------------
 
-    @property
-    def mask(self) -> int:
-        """The bitmask: bit ``i`` is set when id ``i`` is in the set."""
-        return self._m
-
     def _runs_now(self) -> None:
         """Derive the runs from the mask (once: callers check ``_lo_``)."""
-        self._lo_, self._hi_ = _runs_of(self._m)
+        self._lo_, self._hi_ = _runs_of(self.mask)
 
     @property
     def _lo(self) -> list[int]:
@@ -162,21 +161,24 @@ class IdRuns(Sequence[int]):
     # --- sequence -------------------------------------------------------------
 
     def __len__(self) -> int:
-        return self._n
+        n = self._n
+        if n < 0:
+            n = self._n = self.mask.bit_count()
+        return n
 
     def __bool__(self) -> bool:
-        return self._m != 0
+        return self.mask != 0
 
     def __iter__(self) -> Iterator[int]:
-        if self._lo_ is None and self._n <= _PEEL_MAX:
-            return _bits(self._m)  # a few ids: peeled off the mask, no runs derived
+        if self._lo_ is None and len(self) <= _PEEL_MAX:
+            return _bits(self.mask)  # a few ids: peeled off the mask, no runs derived
         return chain.from_iterable(map(range, self._lo, map((1).__add__, self._hi)))
 
     def ascending(self) -> Iterator[int]:
         """The ids in increasing order, lazily: from the runs if they are at
         hand, else bit by bit off the mask, so that reading the first few
         of a large set derives nothing."""
-        return iter(self) if self._lo_ is not None else _bits(self._m)
+        return iter(self) if self._lo_ is not None else _bits(self.mask)
 
     def __reversed__(self) -> Iterator[int]:
         return reversed(tuple(self))
@@ -190,7 +192,7 @@ class IdRuns(Sequence[int]):
     def __getitem__(self, k):
         if isinstance(k, slice):
             return tuple(self)[k]
-        n = self._n
+        n = len(self)
         if k < 0:
             k += n
         if not 0 <= k < n:
@@ -204,7 +206,7 @@ class IdRuns(Sequence[int]):
         if x not in self:
             raise ValueError(f"{x!r} is not in the list")
         if self._cum_ is None:  # the ids below x, counted on the mask: no runs derived
-            k = (self._m & ((1 << x) - 1)).bit_count()  # type: ignore[operator]
+            k = (self.mask & ((1 << x) - 1)).bit_count()  # type: ignore[operator]
         else:
             lo = self._lo
             i = bisect_right(lo, x) - 1  # type: ignore[arg-type]
@@ -225,44 +227,50 @@ class IdRuns(Sequence[int]):
         if lo is not None:  # runs at hand: bisect, cheaper than shifting the mask
             i = bisect_right(lo, x) - 1
             return i >= 0 and x <= self._hi_[i]  # type: ignore[index]
-        return (self._m >> x) & 1 == 1
+        m = self.mask
+        if x + x < m.bit_length():  # a low id: a mask of x bits, not a shifted copy of the rest
+            return m & (1 << x) != 0  # type: ignore[operator]
+        return (m >> x) & 1 == 1  # type: ignore[operator]
 
     def first(self) -> int:
-        if not self._m:
+        m = self.mask
+        if not m:
             raise ValueError("empty IdRuns")
-        m = self._m
+        low = m & _LOW64  # the lowest id is usually low: no negated copy of the whole mask
+        if low:
+            return (low & -low).bit_length() - 1
         return (m & -m).bit_length() - 1
 
     def last(self) -> int:
-        if not self._m:
+        if not self.mask:
             raise ValueError("empty IdRuns")
-        return self._m.bit_length() - 1
+        return self.mask.bit_length() - 1
 
     def head(self, k: int) -> "IdRuns":
         """The ``k`` lowest ids (their runs come cut from these, not derived again)."""
-        if k >= self._n:
+        if k >= len(self):
             return self
         if k <= 0:
             return EMPTY
         if self._cum_ is None and k <= _PEEL_MAX:
-            return IdRuns.from_mask(_low_bits(self._m, k))
+            return IdRuns.from_mask(_low_bits(self.mask, k))
         cum, lo = self._cum, self._lo
         i = bisect_right(cum, k - 1) - 1  # the run holding the k-th id
         last = lo[i] + k - 1 - cum[i]
-        return IdRuns._raw(lo[: i + 1], self._hi[:i] + [last], self._m & ((1 << (last + 1)) - 1))
+        return IdRuns._raw(lo[: i + 1], self._hi[:i] + [last], self.mask & ((1 << (last + 1)) - 1))
 
     def tail(self, k: int) -> "IdRuns":
         """Every id but the ``k`` lowest (runs cut from these, as for :meth:`head`)."""
         if k <= 0:
             return self
-        if k >= self._n:
+        if k >= len(self):
             return EMPTY
         if self._cum_ is None and k <= _PEEL_MAX:
-            return IdRuns.from_mask(self._m & ~_low_bits(self._m, k))
+            return IdRuns.from_mask(self.mask & ~_low_bits(self.mask, k))
         cum, lo = self._cum, self._lo
         i = bisect_right(cum, k) - 1  # the run holding the (k+1)-th id
         first = lo[i] + k - cum[i]
-        return IdRuns._raw([first] + lo[i + 1:], self._hi[i:], (self._m >> first) << first)
+        return IdRuns._raw([first] + lo[i + 1:], self._hi[i:], (self.mask >> first) << first)
 
     # --- comparison -----------------------------------------------------------
 
@@ -272,7 +280,7 @@ class IdRuns(Sequence[int]):
         bitmask's, O(1) in Python, where a tuple's would cost a step per id
         (agents' states keyed by their member lists are hashed all the time)."""
         if isinstance(other, IdRuns):
-            return self._m == other._m
+            return self.mask == other.mask
         return NotImplemented
 
     def __ne__(self, other: object) -> bool:
@@ -280,7 +288,7 @@ class IdRuns(Sequence[int]):
         return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
-        return hash(self._m)
+        return hash(self.mask)
 
     def __repr__(self) -> str:
         return f"IdRuns({self.runs()!r})"
@@ -293,17 +301,19 @@ class IdRuns(Sequence[int]):
     # change" by identity, and a result keeps the runs it may have derived.
 
     def isdisjoint(self, other: Ids) -> bool:
-        return not (self._m & IdRuns.of(other)._m)
+        return not (self.mask & IdRuns.of(other).mask)
 
     def issubset(self, other: Ids) -> bool:
-        return not (self._m & ~IdRuns.of(other)._m)
+        return not (self.mask & ~IdRuns.of(other).mask)
 
     __le__ = issubset
 
     def __sub__(self, other: Ids) -> "IdRuns":
-        a = self._m
-        m = a & ~(other if other.__class__ is IdRuns else IdRuns.of(other))._m
-        return self if m == a else IdRuns.from_mask(m)
+        a = self.mask
+        common = a & (other if other.__class__ is IdRuns else IdRuns.of(other)).mask
+        # a ^ common, not a & ~other: no negative int, and no change is seen
+        # without comparing two masks
+        return IdRuns.from_mask(a ^ common) if common else self
 
     difference = __sub__
 
@@ -312,20 +322,20 @@ class IdRuns(Sequence[int]):
 
     def __and__(self, other: Ids) -> "IdRuns":
         o = other if other.__class__ is IdRuns else IdRuns.of(other)
-        m = self._m & o._m
-        if m == self._m:
+        m = self.mask & o.mask
+        if m == self.mask:
             return self
-        return o if m == o._m else IdRuns.from_mask(m)
+        return o if m == o.mask else IdRuns.from_mask(m)
 
     intersection = __and__
     __rand__ = __and__
 
     def __or__(self, other: Ids) -> "IdRuns":
         o = other if other.__class__ is IdRuns else IdRuns.of(other)
-        m = self._m | o._m
-        if m == self._m:
+        m = self.mask | o.mask
+        if m == self.mask:
             return self
-        return o if m == o._m else IdRuns.from_mask(m)
+        return o if m == o.mask else IdRuns.from_mask(m)
 
     union = __or__
     __ror__ = __or__
@@ -337,6 +347,7 @@ EMPTY = IdRuns._raw([], [], 0)
 # in Python; above, they go through the mask's binary digits as a string,
 # where C does the work (int <-> str in base 2 and a regular expression).
 _PY_MAX_RUNS = 8
+_LOW64 = (1 << 64) - 1
 _ONES = re.compile("1+")
 
 

@@ -461,7 +461,8 @@ class Keeper:
     def incarnation_of(self, worker: WorkerId) -> int:
         """The life of ``worker`` last admitted (0 for a worker never seen)."""
         life = self.life_table.get(worker)
-        return life - 1 if worker in self.awaiting_relaunch else life
+        waiting = self.awaiting_relaunch  # empty but during a restart: no lookup then
+        return life - 1 if waiting.mask and worker in waiting else life
 
     @property
     def standby(self) -> IdRuns:

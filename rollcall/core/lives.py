@@ -322,7 +322,15 @@ def _agreeing(ws: IdRuns, base_a: int, a: _Layers, base_b: int, b: _Layers) -> I
     if len(ws) <= len(a) + len(b):  # fewer ids than stored lives: look at each id
         return IdRuns.of([w for w in ws if base_a + a.get(w) == base_b + b.get(w)])
     if base_a == base_b:
-        differ = [w for w in a.changed_keys(b) if w in ws and a.get(w) != b.get(w)]
+        # a.get(w) != b.get(w), read from the layers inline: a restart's
+        # admissions compare hundreds of changed ids
+        at, ab, bt, bb = a.top, a.base, b.top, b.base
+        differ = []
+        for w in a.changed_keys(b):
+            va, vb = at.get(w), bt.get(w)
+            if (ab.get(w, 0) if va is None else va) != (bb.get(w, 0) if vb is None else vb) \
+                    and w in ws:
+                differ.append(w)
         return ws - IdRuns.of(differ) if differ else ws
     stored = set(a.keys()).union(b.keys())
     return IdRuns.of(w for w in stored if w in ws and base_a + a.get(w) == base_b + b.get(w))

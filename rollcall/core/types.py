@@ -8,6 +8,7 @@ comes back under its old id with a higher incarnation.
 from __future__ import annotations
 
 import bisect
+from operator import itemgetter, sub
 from dataclasses import dataclass
 from typing import Iterable, Optional, Sequence
 
@@ -35,6 +36,18 @@ class Cursor:
         d = self.__dict__
         d["step"] = step
         d["sample"] = sample
+
+    # Equality written out (the generated one builds two tuples, and `!=`
+    # went through it and negated): the sim compares cursors per segment.
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self.step == other.step and self.sample == other.sample  # type: ignore[attr-defined]
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        if other.__class__ is self.__class__:
+            return self.step != other.step or self.sample != other.sample  # type: ignore[attr-defined]
+        return NotImplemented
 
     def to_json(self) -> list[int]:
         return [self.step, self.sample]
@@ -111,7 +124,7 @@ class RunSet:
         if not isinstance(worker, int) or isinstance(worker, bool):
             return False
         if self._los is None:
-            self._los = [lo for lo, _ in self.runs]
+            self._los = list(map(itemgetter(0), self.runs))
         i = bisect.bisect_right(self._los, worker) - 1
         return i >= 0 and worker <= self.runs[i][1]
 
@@ -126,6 +139,7 @@ class RunSet:
         return hash(tuple(map(tuple, self.runs)))
 
     def __len__(self) -> int:
-        if self._len is None:
-            self._len = sum(hi - lo + 1 for lo, hi in self.runs)
+        if self._len is None:  # sum(hi - lo + 1), looped in C
+            runs = self.runs
+            self._len = sum(map(sub, map(itemgetter(1), runs), map(itemgetter(0), runs))) + len(runs)
         return self._len
