@@ -34,7 +34,8 @@ debian-packages:
 	if [ "$$(id -u)" -eq 0 ]; then tools/debian-packages.sh; fi
 
 test: $(STAMP) debian-packages
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider tests/ $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m "not slow" tests/ $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m slow tests/ $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 clean:
 	rm -rf $(VENV) runs .hypothesis

@@ -77,6 +77,7 @@ def _assert_row_is_its_history(row: dict[str, str]) -> None:
     assert read_summary(run_dir)["result"] == "completed"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @needs_pidfd
 @one_real_run_at_a_time
@@ -155,6 +156,7 @@ def test_sim_compare_is_the_old_loop_and_its_intervals(tmp_path: Path) -> None:
             assert table.loc[metric, (strategy, "±95%")] == pytest.approx(half, abs=1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 @needs_pidfd
 @one_real_run_at_a_time

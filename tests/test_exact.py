@@ -22,7 +22,7 @@ from rollcall.results import read_history
 from rollcall.scenario import parse_scenario
 from real_processes import REAL_PROCESSES
 
-pytestmark = REAL_PROCESSES
+pytestmark = [*REAL_PROCESSES, pytest.mark.slow]  # minutes of real runs: the slow suite
 
 STEPS = 400
 # Loss tolerance (relative, per step) between exact and fast mode on the same

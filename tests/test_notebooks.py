@@ -53,6 +53,7 @@ def test_notebook_has_one_parameters_cell(path: Path) -> None:
 
 @pytest.mark.timeout(240)
 @pytest.mark.xdist_group("real-processes")  # the timeline notebook starts a real run
+@pytest.mark.slow  # each notebook runs its scenarios
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROLLCALL_RUNS", str(tmp_path / "env"))

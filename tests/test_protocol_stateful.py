@@ -471,6 +471,7 @@ def _replay_line(nodeid: str) -> str:
             f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider {shlex.quote(nodeid)}")
 
 
+@pytest.mark.slow  # the thorough profile runs it for minutes
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("machine", [Rendezvous, ShardedRendezvous], ids=["replicated", "sharded"])
 def test_rendezvous(machine: type[Rendezvous], request: pytest.FixtureRequest) -> None:

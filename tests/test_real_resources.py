@@ -39,7 +39,7 @@ from real_processes import REAL_PROCESSES
 from resource_probe import pause_scenario, peaks, sample_run
 from rollcall.results import read_history
 
-pytestmark = REAL_PROCESSES
+pytestmark = [*REAL_PROCESSES, pytest.mark.slow]  # a minute of one real run
 
 PAUSES = 30
 FD_SLACK = 2 * 6  # two groups (see the module docstring)

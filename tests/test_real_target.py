@@ -172,6 +172,7 @@ def test_kill_two_at_once(tmp_path: Path) -> None:
     assert all(r["kill_to_resume_s"] is not None for r in s["recoveries"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_pause_past_timeout_is_evicted_fenced_and_rejoins(tmp_path: Path) -> None:
     sc = load("real-pause-one")
@@ -222,6 +223,7 @@ def test_join_one(tmp_path: Path) -> None:
     assert rec["kind"] == "join" and rec["resumed_gen"] == grown[0]["gen"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_kill_during_a_roll_call(tmp_path: Path) -> None:
     """Worker 2 dies while the round opened for worker 1's death is still open."""

@@ -76,7 +76,7 @@ def daly_wall_time(M: float, R: float, tau: float, delta: float, T_s: float) -> 
 @pytest.mark.parametrize("job_mtbf_s, interval, seeds", [
     (20_000.0, 200, 60),    # M >> tau (M = 100 tau)
     (1_000.0, 1000, 200),   # M ~ tau
-    (500.0, 1000, 320),     # M < tau (M = tau / 2)
+    pytest.param(500.0, 1000, 320, marks=pytest.mark.slow),  # M < tau (M = tau / 2)
 ])
 def test_daly_expected_wall_time(job_mtbf_s: float, interval: int, seeds: int) -> None:
     sc = _scenario(job_mtbf_s, interval, 0)
