@@ -29,7 +29,7 @@ CORE = ROOT / "rollcall" / "core"
 # Standard-library modules the core may use: pure computation and types.
 CORE_STDLIB = {
     "__future__", "bisect", "collections", "dataclasses", "enum", "fractions", "functools",
-    "hashlib", "heapq", "itertools", "math", "re", "struct", "typing",
+    "hashlib", "heapq", "itertools", "math", "operator", "re", "struct", "typing",
 }
 
 
