@@ -97,20 +97,13 @@ class LifeSource:
         return self.by_id[w]  # type: ignore[index]
 
     def get(self, w: WorkerId) -> Optional[int]:
-        """The life of ``w``; None if the source does not cover ``w``
-        (:meth:`covers` and :meth:`of` in one lookup)."""
+        """The life of ``w``; None if the source has none for ``w`` (where
+        :meth:`of` asserts it has)."""
         if self.same is not None:
             return self.same
         if self.lives is not None:
             return self.lives.of(w)
         return self.by_id.get(w)  # type: ignore[union-attr]
-
-    def covers(self, w: WorkerId) -> bool:
-        if self.same is not None:
-            return True
-        if self.lives is not None:
-            return w in self.lives.members
-        return w in self.by_id  # type: ignore[operator]
 
     def incarnations(self, ws: IdRuns) -> Sequence[int]:
         """The lives of ``ws`` paired with them, as a :class:`JoinBatch` carries
