@@ -24,31 +24,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from realrun import cpu_hogs, namespaces_refused, real_records
 
 
 def one_run(timeout_s: float) -> tuple[float, float]:
     """(fault -> first commit of the generation without the lost host, its timeout)."""
-    from real.driver import run
-    from rollcall.results import read_history
-    from rollcall.scenario import load_scenario
-
-    sc = load_scenario(ROOT / "scenarios" / "real-lose-host.yaml",
-                       [f"detector.timeout_s={timeout_s}"])
-    with tempfile.TemporaryDirectory() as d:
-        summary = run(sc, d)
-        recs = list(read_history(d))
-    assert summary["valid"] and summary["completed"], summary["violations"]
+    recs, timeout = real_records("real-lose-host", [f"detector.timeout_s={timeout_s}"])
     fault = next(r for r in recs if r["f"] == "fault" and r["kind"] == "lose_host")
     gen = next(r["gen"] for r in recs if r["f"] == "generation" and r["t"] > fault["t"])
     first = min(r["t"] for r in recs if r["f"] == "commit" and r["gen"] == gen)
-    return first - fault["t"], sc.detector.timeout_s
+    return first - fault["t"], timeout
 
 
 def main() -> int:
@@ -57,14 +44,11 @@ def main() -> int:
     ap.add_argument("--timeout-s", type=float, nargs="+", default=[1.5])
     ap.add_argument("--hogs", type=int, default=0, help="CPU hog processes beside the runs")
     args = ap.parse_args()
-    from real.netns import netns_available
-
-    why = netns_available()
+    why = namespaces_refused("host_loss", "real-lose-host")
     if why is not None:
-        print(f"host_loss: real-lose-host runs its hosts as network namespaces: {why}", file=sys.stderr)
+        print(why, file=sys.stderr)
         return 2
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
-    try:
+    with cpu_hogs(args.hogs):
         print(f"{'timeout_s':>9} {'run':>3} {'fault->resume s':>15} {'beyond timeout s':>16}")
         for timeout in args.timeout_s:
             extra = []
@@ -74,10 +58,6 @@ def main() -> int:
                 print(f"{t:>9.2f} {i:>3} {took:>15.3f} {took - t:>16.3f}")
             print(f"== timeout {timeout:g} s: median beyond the timeout "
                   f"{statistics.median(extra):.3f} s (goal <= 0.1 s)")
-    finally:
-        for h in hogs:  # ours, by PID
-            h.kill()
-            h.wait()
     return 0
 
 

@@ -27,13 +27,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from realrun import cpu_hogs, namespaces_refused, real_records
+
 CUT = (2, 3)  # host 1's workers
 
 
@@ -43,16 +40,8 @@ def members(r: dict) -> set[int]:
 
 def one_run(for_s: float) -> tuple[float, float]:
     """(heal -> the generation readmitting both, heal -> first word from a fenced worker)."""
-    from real.driver import run
-    from rollcall.results import read_history
-    from rollcall.scenario import load_scenario
-
-    sc = load_scenario(ROOT / "scenarios" / "real-partition.yaml",
-                       [f"failures.schedule=[{{at_step: 8, partition: [1], for_s: {for_s}}}]"])
-    with tempfile.TemporaryDirectory() as d:
-        summary = run(sc, d)
-        recs = list(read_history(d))
-    assert summary["valid"] and summary["completed"], summary["violations"]
+    recs, _ = real_records("real-partition",
+                           [f"failures.schedule=[{{at_step: 8, partition: [1], for_s: {for_s}}}]"])
     heal = next(r for r in recs if r["f"] == "fault" and r["kind"] == "heal")
     back = next(r for r in recs if r["f"] == "generation" and r["t"] > heal["t"]
                 and set(CUT) <= members(r))
@@ -66,15 +55,11 @@ def main() -> int:
     ap.add_argument("--for-s", type=float, nargs="+", default=[2.5])
     ap.add_argument("--hogs", type=int, default=0, help="CPU hog processes beside the runs")
     args = ap.parse_args()
-    from real.netns import netns_available
-
-    why = netns_available()
+    why = namespaces_refused("partition_heal", "real-partition")
     if why is not None:
-        print(f"partition_heal: real-partition runs its hosts as network namespaces: {why}",
-              file=sys.stderr)
+        print(why, file=sys.stderr)
         return 2
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
-    try:
+    with cpu_hogs(args.hogs):
         print(f"{'for_s':>6} {'run':>3} {'heal->readmitted s':>18} {'heal->heard s':>13} {'rejoin s':>8}")
         for for_s in args.for_s:
             back = []
@@ -83,10 +68,6 @@ def main() -> int:
                 back.append(took)
                 print(f"{for_s:>6.2f} {i:>3} {took:>18.3f} {heard:>13.3f} {took - heard:>8.3f}")
             print(f"== for_s {for_s:g} s: median heal -> readmitted {statistics.median(back):.3f} s")
-    finally:
-        for h in hogs:  # ours, by PID
-            h.kill()
-            h.wait()
     return 0
 
 

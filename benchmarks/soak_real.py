@@ -25,21 +25,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+from realrun import cpu_hogs
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT = ROOT / "scenarios" / "chaos-cr-kill-join-kill.yaml"
 RUN_TIMEOUT_S = 300.0
-
-
-def start_hogs(n: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
-
-
-def stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    for p in procs:
-        p.wait(timeout=10)
 
 
 def one_run(scenario: Path, out: Path) -> dict:
@@ -73,9 +63,8 @@ def main() -> int:
         return 2
     root = args.out or Path(tempfile.mkdtemp(prefix="rollcall-soak-"))
     print(f"soak: {args.scenario.name}, {args.runs} runs, {args.hogs} hog(s); runs in {root}")
-    hogs = start_hogs(args.hogs)
     failed: list[Path] = []
-    try:
+    with cpu_hogs(args.hogs):
         for i in range(args.runs):
             out = root / f"run-{i:02d}"
             s = one_run(args.scenario, out)
@@ -86,8 +75,6 @@ def main() -> int:
                   f"restarts={s.get('restarts')} generations={s.get('generations')} "
                   f"elapsed_s={s.get('elapsed_s', float('nan')):.2f} "
                   f"{'' if ok else 'FAILED ' + str(s.get('end_reason')) + ' ' + str(out)}")
-    finally:
-        stop(hogs)
     print(f"{args.runs - len(failed)}/{args.runs} completed and valid")
     return 1 if failed else 0
 

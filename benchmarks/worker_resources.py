@@ -18,7 +18,6 @@ processes compete for the cores meanwhile (stopped by PID at the end).
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from realrun import cpu_hogs  # noqa: E402
 from resource_probe import by_generation, pause_scenario, peaks, sample_run  # noqa: E402
 
 
@@ -54,16 +54,10 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     scenario, wall_s = pause_scenario(args.pauses, args.workers, args.period_s, args.timeout_s)
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
-    try:
-        with tempfile.TemporaryDirectory(prefix="rollcall-resources-") as tmp:
-            out = args.out or Path(tmp) / "run"
-            watched = (0, args.workers - 1)
-            summary, samples = sample_run(scenario, out, wall_s, watched)
-    finally:
-        for h in hogs:
-            h.kill()
-            h.wait(timeout=10)
+    with cpu_hogs(args.hogs), tempfile.TemporaryDirectory(prefix="rollcall-resources-") as tmp:
+        out = args.out or Path(tmp) / "run"
+        watched = (0, args.workers - 1)
+        summary, samples = sample_run(scenario, out, wall_s, watched)
     for w in watched:
         report(samples, w)
     print(f"generations {summary['generations']}, steps {summary['steps_committed']}, "
