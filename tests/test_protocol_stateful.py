@@ -579,3 +579,29 @@ def test_a_late_join_copy_names_a_source_that_moved_on() -> None:
     w._apply_keeper(w.keeper.exited(w.now, 1, 0))
     assert w.keeper.generation == 3 and w.keeper.source == 0
     assert w.keeper.cursor == p0.state, (w.keeper.cursor, p0.state)
+
+
+def test_a_zombies_batched_answer_claims_its_own_life() -> None:
+    """The example hypothesis found (seed 205840734; a gap, fixed in
+    Keeper._batch_life): worker 0 is paused, worker 1's step fails and a
+    roll call opens, and worker 0's id is started again as life 1, which
+    joins holding nothing. The paused life 0 wakes and answers the roll
+    call holding step 1; its answer travels in a lives-less batch that
+    arrives after life 1's Join. The batch stands for the lives generation
+    1 admitted, so life 0's answer is refused: before the fix it was read
+    as life 1's, and generation 2 admitted life 1 as current (not stale)
+    at step 1 though it holds no state."""
+    m = ShardedRendezvous()
+    m.start(n=2, min_workers=1, room=0, latency=0.2, strategy="elastic", batched=True,
+            bulk=False, spec=ShardSpec(n_shards=1, replicas=2, rack_size=None, shard_bytes=100))
+    m.heal()
+    m.pause(i=0)
+    m.step_failed(i=0)
+    m.advance(dt=0.25)
+    m.restart_paused(i=0)
+    m.heal()
+    w = m.world
+    assert not w.violations, w.violations
+    assert w.latest(0).agent.incarnation == 1 and w.keeper.incarnation_of(0) == 1
+    report = check(w.records, DATA)
+    assert report.valid, report.violations

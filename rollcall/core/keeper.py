@@ -577,7 +577,7 @@ class Keeper:
         workers = IdRuns.of(batch.workers)
         claimed: Callable[[WorkerId], int]
         if batch.incarnations is None:
-            claimed = self.incarnation_of
+            claimed = self._batch_life
             if r is None and batch.cursor is None and workers:
                 # the job's first arrival: the first joiner opens the round
                 w = workers.first()
@@ -620,6 +620,15 @@ class Keeper:
             if self._incarnation_ok(now, w, inc):
                 self._join(now, Join(w, inc, batch.cursor))
         self._maybe_close(now)
+
+    def _batch_life(self, w: WorkerId) -> int:
+        """The life a lives-less batch claims for ``w``: a member answers as
+        the life its generation admitted, any other id as the life last
+        admitted. Read from the membership, not the latest life: a newer life
+        of a member may join while the old one's answer is on its way (the
+        old one paused, then woke), and that answer is the old life's."""
+        life = self.member_lives.of(w)
+        return self.incarnation_of(w) if life is None else life
 
     def _new_lives(self, workers: IdRuns, lives: object,
                    claimed: Callable[[WorkerId], int]) -> IdRuns:
