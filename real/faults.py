@@ -14,17 +14,19 @@ from dataclasses import dataclass
 from typing import Optional
 
 from rollcall.config import draws
-from rollcall.scenario import REAL_NOT_YET, Scenario
+from rollcall.scenario import Scenario
 
 
 @dataclass(frozen=True)
 class Due:
     kind: str                      # kill | kill_rack | lose_host | pause | join | crash (a lifetime's end)
-    #                                | partition | isolate_keeper | loss (hosts mode: a host's link)
+    #                                | partition | isolate_keeper | loss | delay (hosts mode: a host's link)
     targets: object                # ids, "random", a count (join), a rack (kill_rack), a host
-    #                                (lose_host, isolate_keeper, loss: an index or "random"), hosts (partition)
+    #                                (lose_host, isolate_keeper, loss, delay: an index or "random"),
+    #                                hosts (partition)
     for_s: Optional[float] = None
     rate: Optional[float] = None   # loss: the fraction of packets dropped
+    latency_s: Optional[float] = None  # delay: the extra one-way latency
     origin: str = "schedule"       # schedule | mtbf
     index: int = -1
 
@@ -49,13 +51,14 @@ class FaultPlan:
             return Due("kill_rack", f.kill_rack, index=i)
         if f.action == "lose_host":
             return Due("lose_host", f.lose_host, index=i)
-        assert f.action not in REAL_NOT_YET, "refused before the run (rollcall.cli)"
         if f.action == "partition":
             return Due("partition", tuple(f.partition), f.for_s, index=i)
         if f.action == "isolate_keeper":
             return Due("isolate_keeper", f.isolate_keeper, f.for_s, index=i)
         if f.action == "loss":
             return Due("loss", f.loss, f.for_s, rate=f.rate, index=i)
+        if f.action == "delay":
+            return Due("delay", f.delay, f.for_s, latency_s=f.latency_s, index=i)
         return Due(f.action, f.targets, f.for_s, index=i)
 
     def node_up(self, worker: int, at: float) -> None:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Optional
 
 from real import wire
+from real.relay import Relay
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
@@ -78,6 +79,7 @@ class HostAgent:
         self.reader = wire.FrameReader(wire.TO_HOST)
         self.sock = self.connect()
         self.address = self.sock.getsockname()[0]  # this host's address, as the keeper sees it
+        self.relay = Relay(self.sel, keeper)  # the workers' keeper link (``delay``)
         self.run_dir: Optional[str] = None
         self.t0: Optional[float] = None
         self.pending: list[tuple] = []  # orders that came before the setup (none should)
@@ -145,6 +147,8 @@ class HostAgent:
                     pass
         elif kind == "lose":
             self.lose()
+        elif kind == "delay":
+            self.relay.set_delay(frame[1])
 
     def start(self, worker: int, incarnation: int, spare: bool) -> None:
         assert self.run_dir is not None and self.t0 is not None
@@ -154,7 +158,8 @@ class HostAgent:
         logs.mkdir(parents=True, exist_ok=True)
         log = open(logs / f"worker-{worker}.{incarnation}.log", "ab")
         cmd = [sys.executable, "-m", "real.worker", "--keeper-host", self.keeper[0],
-               "--port", str(self.keeper[1]), "--addr", self.address,
+               "--port", str(self.keeper[1]), "--link-port", str(self.relay.port),
+               "--addr", self.address,
                "--worker", str(worker), "--incarnation", str(incarnation),
                "--t0", repr(self.t0), "--run-dir", self.run_dir, "--secret-file", self.token_file]
         if spare:
@@ -208,13 +213,19 @@ class HostAgent:
         self.sel.register(self.sock, selectors.EVENT_READ, None)
         try:
             while True:
-                for key, _ in self.sel.select():
-                    if key.data is not None:
+                due = self.relay.next_due()
+                wait = None if due is None else max(0.0, due - time.monotonic())
+                for key, mask in self.sel.select(wait):
+                    if isinstance(key.data, Child):
                         self.reap(key.data)
+                    elif key.data is not None:
+                        self.relay.event(key.data, mask, time.monotonic())
                     elif not self.readable():
                         return 0 if self.run_dir is not None else 1
+                self.relay.flush(time.monotonic())
         finally:
             self.kill_all()
+            self.relay.close()
             self.sock.close()
 
     def readable(self) -> bool:

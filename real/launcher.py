@@ -58,8 +58,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # started when their join fires.
 PREWARM_MAX = 8
 
-# the faults on hosts' links (hosts mode), carried out by real.netns
-LINK_FAULTS = ("partition", "isolate_keeper", "loss")
+# the faults on hosts' links (hosts mode): nftables rules (real.netns), or for
+# ``delay`` the host agent's relay of its workers' keeper link (real.relay)
+LINK_FAULTS = ("partition", "isolate_keeper", "loss", "delay")
 
 # Every launcher in this interpreter, so atexit can clean up after any of them.
 _LIVE: set["Launcher"] = set()
@@ -711,12 +712,15 @@ class Launcher:
         on the bridge, the keeper's included), an ``isolate_keeper`` (the host
         cut off from the keeper's address only: the service and the TCPStore,
         not its peers) or a ``loss`` (a fraction of the host's packets dropped)
-        as nftables rules in the hosts' namespaces, undone after ``for_s``.
+        as nftables rules in the hosts' namespaces, undone after ``for_s``; a
+        ``delay`` as an order to the host's agent, whose relay holds its
+        workers' keeper link back (real/relay.py), and one to stop after ``for_s``.
         Only the effect is here: who is evicted, fenced and readmitted is the
         keeper's, from the heartbeats that do or do not arrive. Returns the
         workers with a live process on those hosts (the sim's ``workers``)."""
-        assert self.fleet is not None and self.fleet.network is not None, \
-            "refused before the run: link faults need the run's own namespaces"
+        assert self.fleet is not None, "refused before the run: link faults need hosts"
+        assert self.fleet.network is not None or due.kind == "delay", \
+            "refused before the run: nftables faults need the run's own namespaces"
         net = self.fleet.network
         if due.kind == "partition":
             hosts = list(due.targets)
@@ -730,9 +734,15 @@ class Launcher:
         fields["for_s"] = due.for_s
         if due.kind == "loss":
             fields["rate"] = due.rate
+        if due.kind == "delay":
+            fields["latency_s"] = due.latency_s
         lives = [(w, p.incarnation) for h in hosts for w in self.sc.host_workers(h)
                  if (p := self.live_proc(w)) is not None]
-        if hosts:
+        if hosts and due.kind == "delay":
+            self.fleet.order(hosts[0], ("delay", float(due.latency_s)))
+            self.heals.append((now + float(due.for_s), ("delay", hosts[0]), hosts, lives))
+        elif hosts:
+            assert net is not None
             if due.kind == "partition":
                 fault = net.partition(hosts)
             elif due.kind == "isolate_keeper":
@@ -768,13 +778,18 @@ class Launcher:
         for item in [x for x in self.heals if now >= x[0]]:
             self.heals.remove(item)
             _, fault, hosts, lives = item
-            assert self.fleet is not None and self.fleet.network is not None
-            dropped = self.fleet.network.dropped(fault)
-            self.fleet.network.heal(fault)
+            assert self.fleet is not None
+            extra: dict[str, Any] = {}
+            if isinstance(fault, tuple):  # a delay: the relay sends on at once from now
+                self.fleet.order(fault[1], ("delay", 0.0))
+            else:
+                assert self.fleet.network is not None
+                extra["dropped_packets"] = self.fleet.network.dropped(fault)
+                self.fleet.network.heal(fault)
             alive = [w for w, inc in lives if (p := self.live_proc(w)) is not None
                      and p.incarnation == inc]
             self.write(rec(now, "info", "fault", NEMESIS, kind="heal", hosts=hosts, workers=alive,
-                           dropped_packets=dropped))
+                           **extra))
 
     def join(self, n: int) -> list[int]:
         """``n`` new workers arrive: idle prewarmed processes first (the lowest

@@ -19,12 +19,10 @@ what it drops (:meth:`Network.dropped`, the launcher's ``heal`` record):
 - ``isolate``: drop traffic between one host and one address (the keeper's): the
   gray failure, heartbeats stop while collectives still work.
 
-Delay is NOT here, and not built yet (the real target refuses it): these machines'
-kernel has no ``sch_netem``, and nftables cannot hold a packet back. The plan is to
-delay in userspace: the host agent's relay of the keeper link would hold each frame
-for the fault's latency before passing it on, so only the traffic through that
-relay (keeper messages) would be delayed; gloo's collectives run directly between
-hosts and would not be.
+Delay is not here: these machines' kernel has no ``sch_netem``, and nftables can
+neither hold a packet back nor (no ``queue`` support) hand it to userspace. The
+host agent delays its workers' keeper link in userspace instead (real/relay.py);
+gloo's collectives run directly between hosts and are not delayed.
 
 The hosts reach each other through the root namespace's bridge; where br_netfilter
 is loaded, bridged packets also pass the root's iptables FORWARD chain, so a host

@@ -101,6 +101,14 @@ def _number(v: Any, where: str) -> float:
     return float(v)
 
 
+def _delay_s(v: Any, where: str) -> float:
+    """A link delay: 0 <= seconds <= an hour (bounded: the relay holds what it delays)."""
+    x = _number(v, where)
+    if not 0.0 <= x <= 3600.0:
+        raise CodecError(f"{where}: expected a delay in [0, 3600] s, got {v!r:.40}")
+    return x
+
+
 #: the signals a host agent may be told to send to its workers
 HOST_SIGNALS = frozenset({signal.SIGKILL, signal.SIGSTOP, signal.SIGCONT})
 
@@ -135,6 +143,7 @@ TO_HOST: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "start": (nat, nat, flag),
     "signal": (nat, nat, _signum),
     "lose": (),
+    "delay": (_delay_s,),
 }
 TO_WORKER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "challenge": (_hexdigest, _hexdigest),

@@ -80,7 +80,9 @@ class Worker:
         sc = self.scenario
         self.keeper_host = args.keeper_host  # the keeper service's and the TCPStore's address
         self.addr = args.addr  # this host's own address: the gloo groups run over it
-        self.sock = socket.create_connection((self.keeper_host, args.port))
+        # the keeper link: direct, or through the host agent's relay (real/relay.py)
+        link = (self.keeper_host, args.port) if args.link_port is None else ("127.0.0.1", args.link_port)
+        self.sock = socket.create_connection(link)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.send_lock = threading.Lock()
         self.lock = threading.RLock()
@@ -678,6 +680,8 @@ def main(argv=None) -> int:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--keeper-host", default="127.0.0.1", help="the keeper service's address")
     p.add_argument("--addr", default="127.0.0.1", help="this host's address, for gloo")
+    p.add_argument("--link-port", type=int, default=None,
+                   help="reach the keeper service through the host agent's relay on this port")
     p.add_argument("--worker", type=int, required=True)
     p.add_argument("--incarnation", type=int, default=0)
     p.add_argument("--t0", type=float, required=True)

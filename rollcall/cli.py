@@ -22,7 +22,7 @@ from rollcall.results import (
     OutDirError, claim_out_dir, default_out_dir, history_estimate_bytes, prepare_out_dir,
     update_latest,
 )
-from rollcall.scenario import REAL_NOT_YET, Scenario, ScenarioError, load_scenario
+from rollcall.scenario import Scenario, ScenarioError, load_scenario
 
 TARGETS = ("sim", "real")
 STRATEGIES = ("elastic", "checkpoint-restart")
@@ -203,10 +203,6 @@ def _size_problem(scenario: Scenario, per_sample_ledger: bool, max_history_mb: i
     fork-bomb the machine; a history larger than ``--max-history-mb`` (the
     floor of a failure-free run) would fill the disk without a word.
     """
-    cut = [f.action for f in scenario.failures.schedule if f.action in REAL_NOT_YET]
-    if scenario.target == "real" and cut:
-        return (f"{scenario.name}: the real target cannot {cut[0]} a host's link yet (no netem "
-                f"in this kernel; the keeper-link relay is not built); run it with --target sim")
     if scenario.target == "real" and not force:
         procs, limit = scenario.worker_id_limit, real_capacity()
         if procs > limit:

@@ -200,9 +200,6 @@ _ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "de
 _TIMED = ("pause", "partition", "isolate_keeper", "delay", "loss")
 # the link faults' own parameter: action -> key (required with it, allowed only with it)
 _LINK_KEYS = {"delay": "latency_s", "loss": "rate"}
-#: the actions the real target cannot carry out yet (delay: no netem here, the
-#: keeper-link relay that would hold frames back is not built)
-REAL_NOT_YET = ("delay",)
 
 
 class Fault(_Section):

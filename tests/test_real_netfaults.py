@@ -156,3 +156,29 @@ def test_a_lossy_link_slows_its_host_and_the_run_stays_valid(tmp_path: Path) -> 
     assert generations(sim) == generations(real) == [(1, [0, 1, 2, 3], "start")]
     assert not [r for r in real if r["f"] == "evict"]
     assert_nothing_left(tmp_path / "real", summary)
+
+
+@pytest.mark.timeout(300)
+def test_a_delayed_keeper_link_evicts_its_host_and_it_comes_back(tmp_path: Path) -> None:
+    """``delay``: host 1's keeper link (its agent's relay, real/relay.py: this
+    kernel has no netem) holds every chunk back 2.5 s for 2 s, past the 1 s
+    detector timeout: the keeper evicts both its workers for their silence,
+    host 0 goes on, and when the late beats arrive the two learn they were
+    evicted and come back as newcomers, on both targets. The gloo exchange
+    is not delayed on real (the sim's is), so the survivors' generation may
+    resume a step later on real: the members agree, not the cursor."""
+    sc = load_scenario(SCENARIOS / "real-delay-host.yaml", [])
+    summary, sim, real = both(sc, tmp_path)
+    assert_valid(summary, sc.workload.steps)
+    for history in (sim, real):
+        cut = the(history, "delay")
+        assert cut["host"] == 1 and cut["workers"] == [2, 3] and cut["latency_s"] == 2.5, cut
+        heal = the(history, "heal")
+        assert heal["hosts"] == [1] and heal["t"] - cut["t"] >= cut["for_s"] - 1e-6
+        evicted = [r for r in history if r["f"] == "evict"]
+        assert sorted((r["worker"], r["reason"]) for r in evicted) == [(2, "timeout"), (3, "timeout")]
+        # no earlier than the timeout after the delay began: a delay, not a cut
+        assert all(r["t"] - cut["t"] >= sc.detector.timeout_s - 0.1 for r in evicted), evicted
+    assert generations(sim) == generations(real) == [
+        (1, [0, 1, 2, 3], "start"), (2, [0, 1], "failure"), (3, [0, 1, 2, 3], "growth")]
+    assert_nothing_left(tmp_path / "real", summary)
