@@ -171,18 +171,27 @@ def test_ctrl_c_removes_the_namespaces_and_every_process(tmp_path: Path) -> None
     assert_nothing_left(out, read_summary(out))
 
 
+# ``delay``: the one network fault ``rollcall keeper`` orders (the hosts'
+# relays hold the keeper link back, real/relay.py): past the 1.5 s timeout
+DELAYED = ["failures.schedule=[{at_step: 5, delay: 1, latency_s: 2.5, for_s: 1.0}]",
+           "workload.steps=12"]
+
+
 @needs_netns
 @pytest.mark.timeout(240)
-def test_rollcall_keeper_and_rollcall_host_run_the_job(tmp_path: Path) -> None:
+@pytest.mark.parametrize("overrides", [SMALL, DELAYED], ids=["plain", "delay"])
+def test_rollcall_keeper_and_rollcall_host_run_the_job(tmp_path: Path, overrides: list[str]) -> None:
     """The CLI pair: ``rollcall keeper`` on the bridge's address, one
-    ``rollcall host`` per host inside its namespace; the run completes valid."""
+    ``rollcall host`` per host inside its namespace; the run completes valid
+    (with a delay on host 1's keeper link: its workers evicted for their
+    silence, as in hosts mode)."""
     out = tmp_path / "run"
     scenario = SCENARIOS / "real-lose-host.yaml"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with Network("t-cli-pair", 2) as net:
         keeper = subprocess.Popen(
             [sys.executable, "-m", "rollcall", "keeper", str(scenario), "--bind", net.keeper_address,
-             "--out", str(out), *(a for s in SMALL for a in ("--set", s))],
+             "--out", str(out), *(a for s in overrides for a in ("--set", s))],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         hosts: list[subprocess.Popen] = []
         try:
@@ -213,6 +222,12 @@ def test_rollcall_keeper_and_rollcall_host_run_the_job(tmp_path: Path) -> None:
         summary = read_summary(out)
         assert summary["completed"] and summary["valid"], summary["violations"]
         assert summary["steps_committed"] == 12
+        if overrides is DELAYED:
+            history = list(read_history(out))
+            assert [r["workers"] for r in history if r["f"] == "fault" and r["kind"] == "delay"] \
+                == [[2, 3]]
+            assert sorted((r["worker"], r["reason"]) for r in history if r["f"] == "evict") \
+                == [(2, "timeout"), (3, "timeout")]
         assert ours(out) == []
         prefix = net.prefix
     assert names_with(prefix) == []
