@@ -54,6 +54,8 @@ import struct
 from pathlib import Path
 from typing import Any, Callable
 
+import orjson
+
 from rollcall.core import (
     TO_KEEPER_TYPES, TO_WORKER_TYPES, WIRE_MESSAGE_TYPES, CodecError, check_cursor, check_flag,
     check_nat, check_text, message_from_data, message_to_data,
@@ -65,8 +67,6 @@ MAX_HELLO = 4096  # any frame before the peer is authenticated
 SECRET_BYTES = 32
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
-_DECODER = json.JSONDecoder()
 
 
 class WireError(ValueError):
@@ -157,16 +157,21 @@ TO_WORKER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
 def encode(frame: tuple) -> bytes:
     """One frame: its kind, then its fields (messages in their plain-data form)."""
     items = [message_to_data(x) if isinstance(x, WIRE_MESSAGE_TYPES) else x for x in frame]
-    data = _ENCODER.encode(items).encode("utf-8")
+    # orjson: compact JSON; it refuses what is not JSON (NaN is written null)
+    data = orjson.dumps(items)
     assert len(data) <= MAX_FRAME, ("frame too large to send", frame[0], len(data))
     return _LEN.pack(len(data)) + data
+
+
+_WHERE: dict[str, tuple[str, ...]] = {}  # kind -> its fields' names in errors, made once
 
 
 def decode(data: bytes, kinds: dict[str, tuple]) -> tuple:
     """The frame ``data`` holds, every field checked against its kind's schema."""
     try:
-        items = _DECODER.decode(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # strict JSON: bad UTF-8, NaN and Infinity, and nesting past 1024 levels are refused
+        items = orjson.loads(data)
+    except (orjson.JSONDecodeError, RecursionError) as exc:
         raise WireError(f"not JSON: {str(exc)[:80]}") from None
     if not isinstance(items, list) or not items or not isinstance(items[0], str):
         raise WireError("a frame is a list that starts with its kind")
@@ -176,8 +181,11 @@ def decode(data: bytes, kinds: dict[str, tuple]) -> tuple:
         raise WireError(f"unknown frame kind {kind!r:.40}")
     if len(args) != len(fields):
         raise WireError(f"{kind}: {len(args)} fields, expected {len(fields)}")
+    where = _WHERE.get(kind)
+    if where is None:
+        where = _WHERE[kind] = tuple(f"{kind}[{i}]" for i in range(len(fields)))
     try:
-        return (kind, *(check(v, f"{kind}[{i}]") for i, (check, v) in enumerate(zip(fields, args))))
+        return (kind, *[check(v, w) for check, v, w in zip(fields, args, where)])
     except CodecError as exc:
         raise WireError(str(exc)) from None
 
