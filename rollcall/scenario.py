@@ -218,7 +218,8 @@ class Fault(_Section):
     collectives still work, the gray failure; on real, nftables rules),
     ``delay`` (a host index or "random", with ``latency_s``: the
     host's link gets that much extra one-way latency for ``for_s``
-    seconds; the sim target only for now), ``loss`` (a host index or
+    seconds; on real, the host agent's relay of the keeper link holds it
+    back, gloo is not delayed), ``loss`` (a host index or
     "random", with ``rate``, 0 <= rate < 1: the host's link drops that
     fraction of packets for ``for_s`` seconds; every transport is TCP, so
     a drop is a retransmission, a delay, never a lost message: see
