@@ -301,7 +301,9 @@ class World:
         finally:
             self._answers = None
         for cursor, lives in answers.items():
-            self.send(KEEPER, JoinBatch(tuple(w for w, _, _ in lives), cursor), lives=tuple(lives))
+            (gen,) = {g for _, _, g in lives}  # members of the current generation answering
+            self.send(KEEPER, JoinBatch(tuple(w for w, _, _ in lives), cursor, None, gen),
+                      lives=tuple(lives))
 
     def _batch_join(self, procs: list[Proc]) -> None:
         """When batched, the first joins of brand-new ids travel as one

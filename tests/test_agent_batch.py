@@ -446,7 +446,8 @@ def test_wire_forms_are_the_joins_a_simulator_sends() -> None:
     out = batch.receive(2.0, RollCall(2, "failure"), ws)
     sent = [msg for g in out for msg in g.messages()]
     assert sorted(sent, key=lambda j: j.workers.first()) == [
-        JoinBatch(IdRuns.span(0, 3), Cursor(3, 30)), JoinBatch(IdRuns.of([4, 5]), None)]
+        JoinBatch(IdRuns.span(0, 3), Cursor(3, 30), None, 1),
+        JoinBatch(IdRuns.of([4, 5]), None, None, 1)]  # stamped: members of generation 1
     (g,) = AgentBatch(H).start(0.0, [8, 9], (2, 3))
     assert g.messages() == [JoinBatch(IdRuns.of([8, 9]), None, (2, 3))]
 
@@ -490,7 +491,7 @@ def test_a_big_job_costs_groups_not_ids() -> None:
     batch.step_committed(9.0, Cursor(90, 900), members)
     assert batch.n_groups == 2
     out = batch.receive(9.1, RollCall(2, "failure"), members)
-    assert _sends(out) == [JoinBatch(members, Cursor(90, 900))]
+    assert _sends(out) == [JoinBatch(members, Cursor(90, 900), None, 1)]
     assert batch.may_step(1) == IdRuns.of([])
     # checkpoint-restart: every member's process goes, the keeper's order relaunches them
     table.bump(members)

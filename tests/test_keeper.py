@@ -106,14 +106,14 @@ def test_evicted_worker_is_refused_then_rejoins_as_newcomer() -> None:
     for w in (0, 1):
         k.receive(3.5, Heartbeat(w, 0, 1, 1))
     k.handle_timer(4.0)
-    k.receive(4.1, JoinBatch((0, 1), Cursor(2, 16)))
+    k.receive(4.1, JoinBatch((0, 1), Cursor(2, 16), None, 1))
     assert k.generation == 2 and tuple(k.members) == (0, 1)
     out = k.receive(9.0, Heartbeat(2, 0, 1, 7))  # wakes up, stamped with generation 1
     (refusal,) = [o.message for o in out if isinstance(o, Send)]
     assert refusal == Refused(2, 0, 2, "not-member")
     out = k.receive(9.1, Join(2, 0, Cursor(1, 8), 1))
     assert [o for o in out if isinstance(o, Broadcast) and isinstance(o.message, RollCall)]
-    k.receive(9.2, JoinBatch((0, 1), Cursor(4, 32)))
+    k.receive(9.2, JoinBatch((0, 1), Cursor(4, 32), None, 2))
     (f,) = formed(k.handle_timer(9.7))
     assert tuple(f.members) == (0, 1, 2) and f.source == 0 and tuple(f.stale) == (2,)
 

@@ -605,3 +605,33 @@ def test_a_zombies_batched_answer_claims_its_own_life() -> None:
     assert w.latest(0).agent.incarnation == 1 and w.keeper.incarnation_of(0) == 1
     report = check(w.records, DATA)
     assert report.valid, report.violations
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["joins", "batch"])
+def test_a_late_join_from_before_a_generation_its_life_entered_claims_nothing(batched: bool) -> None:
+    """The example hypothesis found (seed 415734542, each way; a gap, fixed
+    in Keeper._join with Keeper._stamp, and for a JoinBatch, which now carries
+    its joins' generation, in Keeper._join_batch): worker 0's answer to round 2 (holding
+    step 1) is delayed 2 s; its retry forms generation 2, which commits
+    steps 1 and 2. Round 3 opens (worker 1's process dies; worker 0 is
+    paused) and the delayed answer arrives: before the fix the keeper took
+    it as worker 0's claim and formed generation 3 at step 1 with worker 0
+    as the source, which holds step 3. Its heartbeats were stamped with
+    generation 2, so a Join stamped with generation 1 is a late copy."""
+    m = Rendezvous()
+    m.start(n=2, min_workers=1, room=0, latency=0.01, strategy="elastic", batched=batched,
+            bulk=False, spec=None)
+    m.heal()
+    m.step_failed(i=0)
+    m.advance(dt=0.015625)
+    m.advance(dt=0.01171875)
+    m.delay(extra=2.0, i=0)  # worker 0's answer to round 2
+    m.heal()
+    m.heal()
+    m.rack_loss(i=0)
+    w = m.world
+    assert not w.violations, w.violations
+    m.heal()
+    assert not w.violations, w.violations
+    report = check(w.records, DATA)
+    assert report.valid, report.violations

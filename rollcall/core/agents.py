@@ -131,8 +131,8 @@ class GroupAction:
     ``known``: the group's lives are the keeper's own record of them (first
     lives, 0, or lives a :class:`Membership` admitted), so its joins go as
     one :class:`JoinBatch` without incarnations; other lives (a relaunch's)
-    go with them. A :class:`JoinBatch` carries no ``generation``: it stands
-    for joins answering the keeper's latest roll call (or first joins). The
+    go with them. A :class:`JoinBatch` carries the ``generation`` its joins are
+    stamped with: the agents share it, being in one state. The
     form without incarnations is only sound while the batch holds the one
     live process of each id: a driver discards the lives a restart tears
     down (the keeper admits an expected worker's lives-less join without
@@ -164,7 +164,7 @@ class GroupAction:
         msg = act.message
         if isinstance(msg, Join):
             incs = None if self.known else self.lives.incarnations(self.workers)
-            return [JoinBatch(self.workers, msg.cursor, incs)]
+            return [JoinBatch(self.workers, msg.cursor, incs, msg.generation)]
         return [a.message for _, a in self.expand()]  # type: ignore[union-attr]
 
 

@@ -292,6 +292,9 @@ class Keeper:
         self.standby_gen: dict[WorkerId, int] = {}
         self.resumes: list[tuple[int, int]] = []  # (generation, resume step)
         self.counter: dict[WorkerId, int] = {}  # heartbeat counters; absent: -1
+        # worker -> (life, the latest generation that life stamped on a message):
+        # a Join stamped with an older one is a late copy (it entered a newer since)
+        self._stamped: dict[WorkerId, tuple[int, int]] = {}
         self.liveness = Liveness()  # the lives watched, and when each last advanced
         self._out: list[Output] = []
         # sharded state: the current generation's placement and recovery
@@ -513,6 +516,7 @@ class Keeper:
         if hb.counter > self.counter.get(w, -1):
             self.counter[w] = hb.counter
             self.liveness.set(now, w)
+        self._stamp(w, hb.incarnation, hb.generation)
         # Heal lost messages: a member behind the record learns the answer
         # again, an expected member that missed the roll call hears it again.
         r = self.round
@@ -549,9 +553,13 @@ class Keeper:
         one = IdRuns.span(w, w)
         r = self.round
         # a late copy of a Join this life sent before a newer one it already
-        # answered this round with claims nothing (its state has moved on)
-        late = r is not None and not new_life and w in r.joined \
-            and r.state_gen.get(w, -1) > join.generation
+        # answered this round with, or before it entered a newer generation
+        # (its heartbeats said so), claims nothing: its state has moved on
+        stamped = self._stamped.get(w)
+        late = r is not None and not new_life and (
+            (w in r.joined and r.state_gen.get(w, -1) > join.generation)
+            or (stamped is not None and stamped[0] == inc and stamped[1] > join.generation))
+        self._stamp(w, inc, join.generation)
         if r is not None:
             if not late:
                 r.add(one, join.cursor)
@@ -571,6 +579,19 @@ class Keeper:
         self.standby_gen[w] = join.generation
         if self.generation == 0 or len(self.members) < self.config.max_workers:
             self._open(now, "start" if self.generation == 0 else "growth")
+
+    def _late_in(self, ws: IdRuns, claimed: Callable[[WorkerId], int], generation: int) -> IdRuns:
+        """The lives of ``ws`` that stamped a message with a generation newer than
+        ``generation``: a join stamped with it is a late copy for them. Costs
+        the lives stamped individually (a real heartbeat, a Join), not ``ws``."""
+        return IdRuns.of(w for w, (life, g) in self._stamped.items()
+                         if g > generation and w in ws and life == claimed(w))
+
+    def _stamp(self, w: WorkerId, life: int, generation: int) -> None:
+        """Life ``life`` of ``w`` sent a message stamped with ``generation``."""
+        have = self._stamped.get(w)
+        if have is None or have[0] != life or have[1] < generation:
+            self._stamped[w] = (life, generation)
 
     def _join_batch(self, now: float, batch: JoinBatch) -> None:
         r = self.round
@@ -610,6 +631,8 @@ class Keeper:
                 claimed = lives.of  # type: ignore[assignment]
             fast = self._new_lives(workers, batch.incarnations, claimed) \
                 if r is not None else EMPTY
+        if fast and self._stamped and batch.generation < self.generation:
+            fast = fast - self._late_in(fast, claimed, batch.generation)  # as _join would
         if fast:
             self.liveness.track(now, fast)
             r.add(fast, batch.cursor)
@@ -618,7 +641,7 @@ class Keeper:
         for w in slow:
             inc = claimed(w)
             if self._incarnation_ok(now, w, inc):
-                self._join(now, Join(w, inc, batch.cursor))
+                self._join(now, Join(w, inc, batch.cursor, batch.generation))
         self._maybe_close(now)
 
     def _batch_life(self, w: WorkerId) -> int:

@@ -54,6 +54,10 @@ class JoinBatch:
     workers: Sequence[WorkerId]
     cursor: Optional[Cursor]
     incarnations: Optional[Sequence[int]] = None
+    # the generation every one of these joins is stamped with (Join.generation):
+    # a batch that answers an older round than its lives have since entered
+    # is a late copy for them, as each Join would be
+    generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
