@@ -2,7 +2,9 @@
 
 ``partition``, ``isolate_keeper`` and ``loss`` are nftables rules inside the
 hosts' namespaces (real/netns.py), put in by the launcher at the fault and
-taken out after ``for_s`` (a ``heal`` record, as on the sim). Only the
+taken out after ``for_s`` (a ``heal`` record, as on the sim); ``delay`` is the
+host agent's relay of its workers' keeper link holding each chunk back
+(real/relay.py: no netem here). Only the
 effect is the launcher's: the core keeper sees heartbeats stop, evicts, and
 readmits the fenced workers as newcomers once their beats arrive again.
 
