@@ -38,7 +38,7 @@ CHUNK = 1 << 16
 class _Side:
     """One socket of a pair and the bytes due to be written to it."""
 
-    __slots__ = ("sock", "queue", "queued", "last_due", "shut", "writing")
+    __slots__ = ("sock", "queue", "queued", "last_due", "shut", "reading", "writing")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -48,14 +48,14 @@ class _Side:
         self.queued = 0
         self.last_due = 0.0
         self.shut = False  # the end of stream went out: nothing more is written
-        self.writing = False  # registered for EVENT_WRITE (a write would block)
+        self.reading = True  # watched for reading, until its own end of stream
+        self.writing = False  # watched for writing, while a write would block
 
 
 class Pair:
     """A worker's connection (``down``) and the relay's to the keeper (``up``)."""
 
-    def __init__(self, relay: "Relay", worker_sock: socket.socket, keeper_sock: socket.socket) -> None:
-        self.relay = relay
+    def __init__(self, worker_sock: socket.socket, keeper_sock: socket.socket) -> None:
         self.down = _Side(worker_sock)
         self.up = _Side(keeper_sock)
         self.dead = False
@@ -107,7 +107,7 @@ class Relay:
         except OSError:
             worker_sock.close()  # the worker sees its connection end, as without a relay
             return
-        pair = Pair(self, worker_sock, keeper_sock)
+        pair = Pair(worker_sock, keeper_sock)
         for side in (pair.down, pair.up):
             side.sock.setblocking(False)
             side.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -123,7 +123,8 @@ class Relay:
             data = b""
         dst = pair.other(side)
         if not data:  # this side closed: the other follows, after what it is due
-            self._unwatch(side, selectors.EVENT_READ)
+            side.reading = False
+            self._watch(pair, side)
         due = max(now + self.extra_s, dst.last_due)
         dst.last_due = due
         dst.queue.append((due, memoryview(data) if data else None))
@@ -153,12 +154,12 @@ class Relay:
                 side.queue[0] = (due, chunk[sent:])
                 if not side.writing:
                     side.writing = True
-                    self._watch(side)
+                    self._watch(pair, side)
                 return
             side.queue.popleft()
         if side.writing:
             side.writing = False
-            self._watch(side)
+            self._watch(pair, side)
 
     def _shut(self, pair: Pair, side: _Side) -> None:
         """Pass an end of stream on; the pair goes once both directions ended."""
@@ -185,28 +186,18 @@ class Relay:
 
     # --- bookkeeping ------------------------------------------------------------
 
-    def _watch(self, side: _Side) -> None:
-        events = selectors.EVENT_WRITE if side.writing else 0
+    def _watch(self, pair: Pair, side: _Side) -> None:
+        """Have the selector watch ``side`` for what it waits on now."""
+        events = (selectors.EVENT_READ if side.reading else 0) \
+            | (selectors.EVENT_WRITE if side.writing else 0)
         try:
-            key = self.sel.get_key(side.sock)
+            self.sel.get_key(side.sock)
         except KeyError:
             if events:
-                self.sel.register(side.sock, events, key_data_of(self, side))
+                self.sel.register(side.sock, events, (pair, side))
             return
-        events |= key.events & selectors.EVENT_READ
         if events:
-            self.sel.modify(side.sock, events, key.data)
-        else:
-            self.sel.unregister(side.sock)
-
-    def _unwatch(self, side: _Side, event: int) -> None:
-        try:
-            key = self.sel.get_key(side.sock)
-        except KeyError:
-            return
-        events = key.events & ~event
-        if events:
-            self.sel.modify(side.sock, events, key.data)
+            self.sel.modify(side.sock, events, (pair, side))
         else:
             self.sel.unregister(side.sock)
 
@@ -232,7 +223,3 @@ class Relay:
             pass
         self.listener.close()
 
-
-def key_data_of(relay: Relay, side: _Side) -> tuple[Pair, _Side]:
-    pair = next(p for p in relay.pairs if side is p.down or side is p.up)
-    return pair, side

@@ -67,8 +67,6 @@ MAX_HELLO = 4096  # any frame before the peer is authenticated
 SECRET_BYTES = 32
 
 
-
-
 class WireError(ValueError):
     """Bytes that are not a frame of this protocol (what was wrong)."""
 

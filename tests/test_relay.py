@@ -20,109 +20,112 @@ from real.relay import Relay
 LIMIT_S = 30.0  # every wait's bound (generous: the suite runs beside a CPU hog)
 
 
-@pytest.fixture
-def keeper():
-    """A listening socket standing in for the keeper service."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    yield srv
-    srv.close()
+class Bench:
+    """A relay on loopback, a listening socket standing in for the keeper
+    service, and the agent's loop driving them; every socket it opens is
+    closed at the end of the test, passed or failed."""
+
+    def __init__(self) -> None:
+        self.sel = selectors.DefaultSelector()
+        self.keeper = socket.create_server(("127.0.0.1", 0))
+        self.relay = Relay(self.sel, self.keeper.getsockname())
+        self.socks: list[socket.socket] = []
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+        self.relay.close()
+        self.keeper.close()
+        self.sel.close()
+
+    def pump(self, until: Callable[[], bool]) -> None:
+        """Run the agent's loop (select, events, flush) until ``until()``; bounded."""
+        relay, deadline = self.relay, time.monotonic() + LIMIT_S
+        while not until():
+            assert time.monotonic() < deadline, "the relay did not get there in time"
+            due = relay.next_due()
+            wait = 0.05 if due is None else min(0.05, max(0.0, due - time.monotonic()))
+            for key, mask in self.sel.select(wait):
+                relay.event(key.data, mask, time.monotonic())
+            relay.flush(time.monotonic())
+
+    def connect(self) -> tuple[socket.socket, socket.socket]:
+        """A worker's connection through the relay, and the keeper's side of it."""
+        worker = socket.create_connection(("127.0.0.1", self.relay.port), timeout=LIMIT_S)
+        self.socks.append(worker)
+        n = len(self.relay.pairs)
+        self.pump(lambda: len(self.relay.pairs) > n)
+        upstream, _ = self.keeper.accept()
+        self.socks.append(upstream)
+        upstream.settimeout(LIMIT_S)
+        return worker, upstream
+
+    def recv_exactly(self, sock: socket.socket, n: int) -> bytes:
+        sock.setblocking(False)
+        got = bytearray()
+
+        def done() -> bool:
+            try:
+                data = sock.recv(1 << 16)
+            except BlockingIOError:
+                return False
+            assert data, "the stream ended early"
+            got.extend(data)
+            return len(got) >= n
+
+        self.pump(done)
+        return bytes(got)
 
 
 @pytest.fixture
-def sel():
-    s = selectors.DefaultSelector()
-    yield s
-    s.close()
+def bench():
+    b = Bench()
+    yield b
+    b.close()
 
 
-def pump(sel: selectors.BaseSelector, relay: Relay, until: Callable[[], bool]) -> None:
-    """Run the agent's loop (select, events, flush) until ``until()``; bounded."""
-    deadline = time.monotonic() + LIMIT_S
-    while not until():
-        assert time.monotonic() < deadline, "the relay did not get there in time"
-        due = relay.next_due()
-        wait = 0.05 if due is None else min(0.05, max(0.0, due - time.monotonic()))
-        for key, mask in sel.select(wait):
-            relay.event(key.data, mask, time.monotonic())
-        relay.flush(time.monotonic())
-
-
-def connect(sel, relay, keeper) -> tuple[socket.socket, socket.socket]:
-    """A worker's connection through the relay, and the keeper's side of it."""
-    worker = socket.create_connection(("127.0.0.1", relay.port), timeout=LIMIT_S)
-    pump(sel, relay, lambda: bool(relay.pairs))
-    upstream, _ = keeper.accept()
-    upstream.settimeout(LIMIT_S)
-    return worker, upstream
-
-
-def recv_exactly(sel, relay, sock: socket.socket, n: int) -> bytes:
-    sock.setblocking(False)
-    got = bytearray()
-
-    def done() -> bool:
-        try:
-            data = sock.recv(1 << 16)
-        except BlockingIOError:
-            return False
-        assert data, "the stream ended early"
-        got.extend(data)
-        return len(got) >= n
-
-    pump(sel, relay, done)
-    return bytes(got)
-
-
-def test_bytes_pass_both_ways_unchanged(sel, keeper) -> None:
-    relay = Relay(sel, keeper.getsockname())
-    worker, up = connect(sel, relay, keeper)
+def test_bytes_pass_both_ways_unchanged(bench: Bench) -> None:
+    worker, up = bench.connect()
     payload = bytes(range(256)) * 1000
     worker.sendall(payload)
-    assert recv_exactly(sel, relay, up, len(payload)) == payload
+    assert bench.recv_exactly(up, len(payload)) == payload
     up.sendall(b"membership")
-    assert recv_exactly(sel, relay, worker, 10) == b"membership"
-    relay.close()
-    worker.close()
-    up.close()
+    assert bench.recv_exactly(worker, 10) == b"membership"
 
 
-def test_a_delay_holds_each_chunk_back_and_keeps_the_order(sel, keeper) -> None:
-    relay = Relay(sel, keeper.getsockname())
-    worker, up = connect(sel, relay, keeper)
+def test_a_delay_holds_each_chunk_back_and_keeps_the_order(bench: Bench) -> None:
+    relay = bench.relay
+    worker, up = bench.connect()
     relay.set_delay(0.3)
     sent = time.monotonic()
     worker.sendall(b"beat-1")
-    got = recv_exactly(sel, relay, up, 6)
+    got = bench.recv_exactly(up, 6)
     assert got == b"beat-1" and time.monotonic() - sent >= 0.3
     # a chunk read after the delay ends still leaves after the held one
     worker.sendall(b"beat-2")
-    pump(sel, relay, lambda: relay.next_due() is not None)
+    bench.pump(lambda: relay.next_due() is not None)
     relay.set_delay(0.0)
     worker.sendall(b"beat-3")
-    assert recv_exactly(sel, relay, up, 12) == b"beat-2beat-3"
-    relay.close()
-    worker.close()
-    up.close()
+    assert bench.recv_exactly(up, 12) == b"beat-2beat-3"
 
 
-def test_an_end_of_stream_follows_the_data_before_it(sel, keeper) -> None:
-    relay = Relay(sel, keeper.getsockname())
-    worker, up = connect(sel, relay, keeper)
+def test_an_end_of_stream_follows_the_data_before_it(bench: Bench) -> None:
+    relay = bench.relay
+    worker, up = bench.connect()
     relay.set_delay(0.2)
     worker.sendall(b"last words")
-    worker.close()
-    assert recv_exactly(sel, relay, up, 10) == b"last words"
+    worker.shutdown(socket.SHUT_WR)
+    assert bench.recv_exactly(up, 10) == b"last words"
     up.setblocking(True)
     assert up.recv(16) == b""  # then the end, as the worker's close would arrive
-    up.close()
-    pump(sel, relay, lambda: not relay.pairs)  # both ends over: the pair is gone
-    relay.close()
+    up.shutdown(socket.SHUT_WR)
+    bench.pump(lambda: not relay.pairs)  # both ends over: the pair is gone
 
 
-def test_a_peer_that_stops_reading_loses_its_pair_not_the_relay(sel, keeper, monkeypatch) -> None:
+def test_a_peer_that_stops_reading_loses_its_pair_not_the_relay(bench: Bench, monkeypatch) -> None:
     monkeypatch.setattr(relay_mod, "MAX_QUEUED", 1 << 20)
-    relay = Relay(sel, keeper.getsockname())
-    worker, up = connect(sel, relay, keeper)
+    relay = bench.relay
+    worker, _ = bench.connect()
     relay.set_delay(3600.0)  # nothing is passed on: the backlog only grows
     worker.setblocking(False)
     chunk = b"x" * 65536
@@ -136,12 +139,9 @@ def test_a_peer_that_stops_reading_loses_its_pair_not_the_relay(sel, keeper, mon
             return True  # the relay dropped the connection
         return not relay.pairs
 
-    pump(sel, relay, flood)
+    bench.pump(flood)
     assert not relay.pairs
-    other, up2 = connect(sel, relay, keeper)  # the relay still serves
+    other, up2 = bench.connect()  # the relay still serves
     relay.set_delay(0.0)
     other.sendall(b"ok")
-    assert recv_exactly(sel, relay, up2, 2) == b"ok"
-    for s in (worker, up, other, up2):
-        s.close()
-    relay.close()
+    assert bench.recv_exactly(up2, 2) == b"ok"
