@@ -552,13 +552,10 @@ class Keeper:
         self.liveness.set(now, w)
         one = IdRuns.span(w, w)
         r = self.round
-        # a late copy of a Join this life sent before a newer one it already
-        # answered this round with, or before it entered a newer generation
-        # (its heartbeats said so), claims nothing: its state has moved on
-        stamped = self._stamped.get(w)
-        late = r is not None and not new_life and (
-            (w in r.joined and r.state_gen.get(w, -1) > join.generation)
-            or (stamped is not None and stamped[0] == inc and stamped[1] > join.generation))
+        # a late copy of a Join this life sent before it stamped a newer
+        # generation on a message (a newer Join this round, a heartbeat from a
+        # generation it entered since) claims nothing: its state has moved on
+        late = r is not None and not new_life and self._stamped_newer(w, inc, join.generation)
         self._stamp(w, inc, join.generation)
         if r is not None:
             if not late:
@@ -584,8 +581,13 @@ class Keeper:
         """The lives of ``ws`` that stamped a message with a generation newer than
         ``generation``: a join stamped with it is a late copy for them. Costs
         the lives stamped individually (a real heartbeat, a Join), not ``ws``."""
-        return IdRuns.of(w for w, (life, g) in self._stamped.items()
-                         if g > generation and w in ws and life == claimed(w))
+        return IdRuns.of(w for w in self._stamped
+                         if w in ws and self._stamped_newer(w, claimed(w), generation))
+
+    def _stamped_newer(self, w: WorkerId, life: int, generation: int) -> bool:
+        """Whether life ``life`` of ``w`` stamped a generation newer than ``generation``."""
+        have = self._stamped.get(w)
+        return have is not None and have[0] == life and have[1] > generation
 
     def _stamp(self, w: WorkerId, life: int, generation: int) -> None:
         """Life ``life`` of ``w`` sent a message stamped with ``generation``."""
