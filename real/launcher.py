@@ -62,6 +62,10 @@ PREWARM_MAX = 8
 # ``delay`` the host agent's relay of its workers' keeper link (real.relay)
 LINK_FAULTS = ("partition", "isolate_keeper", "loss", "delay")
 
+# A completed run's wait for its workers' last frames, beyond any delay still held
+# (see Launcher.drain)
+DRAIN_S = 5.0
+
 # Every launcher in this interpreter, so atexit can clean up after any of them.
 _LIVE: set["Launcher"] = set()
 
@@ -186,6 +190,7 @@ class Launcher:
         self.repairs: list[tuple[float, int]] = []
         # link faults in force: (heal at, the Network's fault, hosts, cut-off lives)
         self.heals: list[tuple[float, Any, list[int], list[tuple[int, int]]]] = []
+        self.delays: list[tuple[float, float]] = []  # each delay ordered: (heal at, latency_s)
         # the nodes whose hardware is up (the sim's Nodes.hw): arrived (a
         # worker, a spare, a join that fired) and not lost since, or repaired
         self.nodes_up: set[int] = set()
@@ -741,6 +746,7 @@ class Launcher:
         if hosts and due.kind == "delay":
             self.fleet.order(hosts[0], ("delay", float(due.latency_s)))
             self.heals.append((now + float(due.for_s), ("delay", hosts[0]), hosts, lives))
+            self.delays.append((now + float(due.for_s), float(due.latency_s)))
         elif hosts:
             assert net is not None
             if due.kind == "partition":
@@ -998,6 +1004,8 @@ class Launcher:
                 self.check_done()
                 if self.max_wall_s is not None and self.now() >= self.max_wall_s:
                     self.finish("failed", f"wall limit: --max-wall-s {self.max_wall_s:g} reached")
+            if self.result == "completed":
+                self.drain()
         except Interrupted as exc:
             self.finish("interrupted", f"interrupted by {exc}")
         except BaseException as exc:
@@ -1014,6 +1022,65 @@ class Launcher:
                     signal.signal(signal.SIGINT, old_int)
                     signal.signal(signal.SIGTERM, old_term)
         return self.result
+
+    def drain(self) -> None:
+        """Hear each worker's link to its end before any process is stopped.
+
+        Why: frames still on their way when the job completes (a delayed host's
+        backlog in its relay, a healed partition's retransmissions) carry the
+        last steps' ``contribute`` records, and the ledger needs every one. The
+        launcher ends its side of each link; the worker ends its own after its
+        last whole frame (``Worker.close_link``). Bounded: :data:`DRAIN_S` plus
+        twice the longest delay still held (the ends go through it both ways).
+        Only records and final reports are taken: the keeper has decided."""
+        now = self.now()
+        held_s = max((x for heal, x in self.delays if heal + x > now), default=0.0)
+        deadline = now + DRAIN_S + 2 * held_s
+        sel = selectors.DefaultSelector()
+        for conn in [c for c in self.conns.values() if c.authed and c.worker is not None]:
+            try:
+                conn.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                continue
+            sel.register(conn.sock, selectors.EVENT_READ, conn)
+        try:
+            while sel.get_map() and (left_s := deadline - self.now()) > 0:
+                for key, _ in sel.select(left_s):
+                    problem = self.drain_read(key.data)
+                    if problem is not None:
+                        sel.unregister(key.fileobj)
+                        if problem:
+                            self.reject(key.data, problem)
+            still = sorted(k.data.worker for k in sel.get_map().values())
+            if still:
+                self.write(rec(self.now(), "info", "drain", DRIVER, open=still,
+                               waited_s=round(self.now() - now, 3)))
+        finally:
+            sel.close()
+
+    def drain_read(self, conn: Conn) -> Optional[str]:
+        """One read of a draining link: None while it is open, "" at its end,
+        else what was wrong with its bytes."""
+        try:
+            data = conn.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return None
+        except OSError:
+            data = b""
+        if not data:
+            return ""
+        try:
+            frames = conn.reader.feed(data)
+            while frames:
+                for frame in frames:
+                    if frame[0] == "rec":
+                        self.write(frame[1])
+                    elif frame[0] == "final":
+                        self.finals[frame[1]] = (frame[3], frame[4])
+                frames = conn.reader.more()
+        except wire.WireError as exc:
+            return f"bad frame: {exc}"
+        return None
 
     def listen(self) -> None:
         """Open the keeper service: on loopback, on the bridge of the run's own

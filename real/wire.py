@@ -60,6 +60,7 @@ from rollcall.core import (
     TO_KEEPER_TYPES, TO_WORKER_TYPES, WIRE_MESSAGE_TYPES, CodecError, check_cursor, check_flag,
     check_nat, check_text, message_from_data, message_to_data,
 )
+from rollcall.scenario import MAX_LATENCY_S
 
 _LEN = struct.Struct(">I")
 MAX_FRAME = 16 << 20  # an authenticated peer's frame
@@ -100,10 +101,10 @@ def _number(v: Any, where: str) -> float:
 
 
 def _delay_s(v: Any, where: str) -> float:
-    """A link delay: 0 <= seconds <= an hour (bounded: the relay holds what it delays)."""
+    """A link delay: 0 <= seconds <= the schema's limit (bounded: the relay holds what it delays)."""
     x = _number(v, where)
-    if not 0.0 <= x <= 3600.0:
-        raise CodecError(f"{where}: expected a delay in [0, 3600] s, got {v!r:.40}")
+    if not 0.0 <= x <= MAX_LATENCY_S:
+        raise CodecError(f"{where}: expected a delay in [0, {MAX_LATENCY_S:g}] s, got {v!r:.40}")
     return x
 
 

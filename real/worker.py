@@ -85,6 +85,7 @@ class Worker:
         self.sock = socket.create_connection(link)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.send_lock = threading.Lock()
+        self.closed = False  # our side of the launcher's link is shut: nothing more is sent
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.reader = wire.FrameReader(wire.TO_WORKER)
@@ -130,7 +131,19 @@ class Worker:
     def send(self, obj) -> None:
         data = wire.encode(obj)
         with self.send_lock:
-            self.sock.sendall(data)
+            if not self.closed:
+                self.sock.sendall(data)
+
+    def close_link(self) -> None:
+        """The launcher ended its side: end ours, after the last whole frame, so
+        it hears every frame sent (a completed run drains each worker's link to
+        its end: see ``Launcher.drain``); what the trainer sends later is dropped."""
+        with self.send_lock:
+            self.closed = True
+            try:
+                self.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
 
     def record(self, r: dict) -> None:
         self.send(("rec", r))
@@ -176,7 +189,8 @@ class Worker:
                 if readable:
                     data = self.sock.recv(1 << 16)
                     if not data:
-                        break  # the launcher is gone
+                        self.close_link()  # the launcher is done, or gone
+                        break
                     for frame in reader.feed(data):
                         self.handle(frame)
                 with self.lock:

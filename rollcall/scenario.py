@@ -200,6 +200,10 @@ _ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "de
 _TIMED = ("pause", "partition", "isolate_keeper", "delay", "loss")
 # the link faults' own parameter: action -> key (required with it, allowed only with it)
 _LINK_KEYS = {"delay": "latency_s", "loss": "rate"}
+#: the most extra one-way latency a ``delay`` fault may add, on both targets: the
+#: real host agent's relay holds what it delays (``real/wire.py`` refuses more), and
+#: a scenario must mean the same on the sim, so it is refused before either runs
+MAX_LATENCY_S = 3600.0
 
 
 class Fault(_Section):
@@ -332,6 +336,9 @@ class Fault(_Section):
                 raise _Problem((key,), f"required with {act}: {what}")
             if action != act and value is not None:
                 raise _Problem((key,), f"only allowed with {act}, not with {action}")
+        if self.latency_s is not None and not self.latency_s <= MAX_LATENCY_S:
+            raise _Problem(("latency_s",), f"must be <= {_num(MAX_LATENCY_S)} (the real host "
+                                           f"agent holds what it delays), got {_num(self.latency_s)}")
         if self.rate is not None and not self.rate < 1:
             raise _Problem(("rate",), f"must be < 1 (a link that drops every packet is a "
                                       f"partition: use partition), got {_num(self.rate)}")

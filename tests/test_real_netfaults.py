@@ -184,3 +184,30 @@ def test_a_delayed_keeper_link_evicts_its_host_and_it_comes_back(tmp_path: Path)
     assert generations(sim) == generations(real) == [
         (1, [0, 1, 2, 3], "start"), (2, [0, 1], "failure"), (3, [0, 1, 2, 3], "growth")]
     assert_nothing_left(tmp_path / "real", summary)
+
+
+@pytest.mark.timeout(300)
+def test_a_run_that_ends_while_a_delayed_backlog_is_held_still_hears_it(tmp_path: Path) -> None:
+    """Host 1's keeper link is held back 3 s from step 5 to the end, under a
+    6 s detector timeout: nobody is evicted, and the last step waits for host
+    1's commit answer (6 s there and back; gloo is not delayed). That step
+    commits on host 0's vote while host 1's ledger records of it are still
+    held in its relay, longer than the launcher waits for the members' final
+    reports (2 s). The launcher drains every worker's link to its end before
+    it stops anything (``Launcher.drain``): without that, those records are
+    lost and the ledger finds the last step's samples missing."""
+    from real import driver as real_driver
+
+    sc = load_scenario(SCENARIOS / "real-lose-host.yaml", [
+        "failures.schedule=[{at_step: 5, delay: 1, latency_s: 3.0, for_s: 60.0}]",
+        "workload.steps=7", "detector.timeout_s=6.0"])
+    summary = real_driver.run(sc, tmp_path)
+    assert_valid(summary, 7)
+    history = list(read_history(tmp_path))
+    cut, end = the(history, "delay"), history[-1]
+    assert end["f"] == "end" and not [r for r in history if r["f"] in ("drain", "evict", "heal")]
+    last = [r["process"] for r in history if r["f"] == "contribute" and r["step"] == 6]
+    assert sorted(last) == [0, 1, 2, 3], last
+    # host 1's were held: the run ended a latency after they left
+    assert end["t"] >= max(r["t"] for r in history if r["f"] == "contribute") + cut["latency_s"]
+    assert_nothing_left(tmp_path, summary)

@@ -142,6 +142,7 @@ def test_beats_held_back_by_a_retransmission_arrive_in_order() -> None:
     ("{at_s: 1.0, delay: 4, latency_s: 0.5, for_s: 2.0}", "delay", "host 4 does not exist"),
     ("{at_s: 1.0, loss: 1, rate: 1.0, for_s: 2.0}", "rate", "must be < 1"),
     ("{at_s: 1.0, loss: 1, rate: -0.1, for_s: 2.0}", "rate", ">= 0"),
+    ("{at_s: 1.0, delay: 1, latency_s: 3600.5, for_s: 2.0}", "latency_s", "must be <= 3600"),
     ("{at_s: 1.0, delay: 1, latency_s: 0.5}", "for_s", "required with delay"),
     ("{at_s: 1.0, loss: 1, rate: 0.1}", "for_s", "required with loss"),
     ("{at_s: 1.0, delay: 1, for_s: 2.0}", "latency_s", "required with delay"),
