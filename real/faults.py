@@ -19,14 +19,15 @@ from rollcall.scenario import Scenario
 
 @dataclass(frozen=True)
 class Due:
-    kind: str                      # kill | kill_rack | lose_host | pause | join | crash (a lifetime's end)
+    kind: str                      # kill | kill_rack | lose_host | pause | slow | late_heartbeats | join
+    #                                | crash (a lifetime's end)
     #                                | partition | isolate_keeper | loss | delay (hosts mode: a host's link)
     targets: object                # ids, "random", a count (join), a rack (kill_rack), a host
     #                                (lose_host, isolate_keeper, loss, delay: an index or "random"),
     #                                hosts (partition)
     for_s: Optional[float] = None
-    rate: Optional[float] = None   # loss: the fraction of packets dropped
-    latency_s: Optional[float] = None  # delay: the extra one-way latency
+    rate: Optional[float] = None   # loss: the fraction of packets dropped; slow: the factor
+    latency_s: Optional[float] = None  # delay: the extra one-way latency; late_heartbeats: delay_s
     origin: str = "schedule"       # schedule | mtbf
     index: int = -1
 
@@ -43,6 +44,8 @@ class FaultPlan:
         self.by_time.sort(key=lambda x: (x[0], x[1]))
         self.by_step.sort(key=lambda x: (x[0], x[1]))
         self.crash_at: dict[int, float] = {}  # worker id -> training-time of its crash
+        # worker id -> (training-time, factor) of its next random slowdown
+        self.slow_at: dict[int, tuple[float, float]] = {}
 
     def _due(self, i: int, f) -> Due:
         if f.action == "join":
@@ -59,6 +62,10 @@ class FaultPlan:
             return Due("loss", f.loss, f.for_s, rate=f.rate, index=i)
         if f.action == "delay":
             return Due("delay", f.delay, f.for_s, latency_s=f.latency_s, index=i)
+        if f.action == "late_heartbeats":
+            return Due("late_heartbeats", f.targets, f.for_s, latency_s=f.delay_s, index=i)
+        if f.action == "slow":
+            return Due("slow", f.targets, f.for_s, rate=f.factor, index=i)
         return Due(f.action, f.targets, f.for_s, index=i)
 
     def node_up(self, worker: int, at: float) -> None:
@@ -73,13 +80,22 @@ class FaultPlan:
         life = self.draws.next_lifetime(worker)
         if life is not None:
             self.crash_at[worker] = at + life
+        self._next_slowdown(worker, at)
+
+    def _next_slowdown(self, worker: int, after: float) -> None:
+        """The node's next random slowdown, a drawn gap after ``after`` (as the sim's)."""
+        drawn = self.draws.next_slowdown(worker)
+        if drawn is not None:
+            self.slow_at[worker] = (after + drawn[0], drawn[1])
 
     def node_down(self, worker: int) -> None:
         self.up.discard(worker)
         self.crash_at.pop(worker, None)
+        self.slow_at.pop(worker, None)
 
     def next_time(self) -> Optional[float]:
         times = [t for t, _, _ in self.by_time[:1]] + list(self.crash_at.values())
+        times += [t for t, _ in self.slow_at.values()]
         return min(times) if times else None
 
     def due_by_time(self, t: float) -> list[Due]:
@@ -91,6 +107,13 @@ class FaultPlan:
             if at <= t:
                 del self.crash_at[w]
                 out.append(Due("crash", (w,), origin="mtbf"))  # the machine's end, as on the sim
+        slow = self.draws.slow
+        for w, (at, factor) in sorted(self.slow_at.items(), key=lambda kv: kv[1]):
+            if at <= t:
+                assert slow is not None
+                del self.slow_at[w]
+                out.append(Due("slow", (w,), slow.for_s, rate=factor, origin="mtbf"))
+                self._next_slowdown(w, at + slow.for_s)
         return out
 
     def due_by_step(self, committed: int) -> list[Due]:

@@ -49,6 +49,7 @@ from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
 
 from real import wire
+from real.duty import DutyCycle
 from real.faults import Due, FaultPlan
 from real.fleet import Fleet, host_signal
 from real.netns import Network
@@ -191,6 +192,8 @@ class Launcher:
         # link faults in force: (heal at, the Network's fault, hosts, cut-off lives)
         self.heals: list[tuple[float, Any, list[int], list[tuple[int, int]]]] = []
         self.delays: list[tuple[float, float]] = []  # each delay ordered: (heal at, latency_s)
+        # slow workers (no hosts: this launcher started them and duty-cycles them)
+        self.duty = DutyCycle(self._duty_signal)
         # the nodes whose hardware is up (the sim's Nodes.hw): arrived (a
         # worker, a spare, a join that fired) and not lost since, or repaired
         self.nodes_up: set[int] = set()
@@ -690,9 +693,14 @@ class Launcher:
                     hit.append(w)
                     p.fault = p.fault or "pause"
                     p.paused = True
+                    self.duty.hold((w, p.incarnation))  # a slow worker stays stopped
                     self.signal(p, signal.SIGSTOP)
                     self.sigconts.append((now + due.for_s, p))
             fields["for_s"] = due.for_s
+        elif due.kind == "late_heartbeats":
+            hit = self.late_beats(now, due, fields)
+        elif due.kind == "slow":
+            hit = self.slow(now, due, fields)
         elif due.kind in LINK_FAULTS:
             hit = self.cut_links(now, due, fields)
         else:
@@ -711,6 +719,57 @@ class Launcher:
         rec_ = rec(now, "info", "fault", NEMESIS, kind=due.kind, workers=hit, **fields)
         self.write(rec_)
         self.faults_log.append(rec_)
+
+    def slow(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
+        """A ``slow`` fault: the worker's process is duty-cycled (real/duty.py),
+        by this launcher or by its host agent, whoever started it, for
+        ``for_s``; its heartbeats stay on time. Only the effect is here:
+        whether to wait for it or evict it is the keeper's."""
+        hit = []
+        factor = float(due.rate)
+        for w in self.targets(due, fields):
+            p = self.live_proc(w)
+            if p is not None and p.activated:
+                hit.append(w)
+                self.order_slow(now, p, "slow", factor)
+                self.heals.append((now + float(due.for_s), ("slow", w, p.incarnation, factor),
+                                   [], [(w, p.incarnation)]))
+        fields.update(factor=factor, for_s=due.for_s)
+        return hit
+
+    def order_slow(self, now: float, p: Proc, kind: str, factor: float) -> None:
+        """Start (``slow``) or end (``fast``) one slowdown of ``p``'s process."""
+        if self.fleet is not None:
+            assert p.host is not None
+            self.fleet.order(p.host, (kind, p.worker, p.incarnation, factor))
+        elif kind == "slow":
+            self.duty.start(now, (p.worker, p.incarnation), factor)
+            if p.paused:
+                self.duty.hold((p.worker, p.incarnation))
+        else:
+            self.duty.end((p.worker, p.incarnation), factor)
+
+    def _duty_signal(self, key: Any, sig: int) -> None:
+        p = self.live_proc(key[0])
+        if p is not None and p.incarnation == key[1]:
+            self.signal(p, sig)
+
+    def late_beats(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
+        """A ``late_heartbeats`` fault: the worker is told to hold each heartbeat
+        ``delay_s`` before it sends it (its control thread busy, its link to
+        the keeper loaded), in order, and after ``for_s`` to send them on
+        time again; everything else it sends goes at once. Only the effect is
+        here: whether the silence is death is the keeper's detector's call."""
+        hit = []
+        for w in self.targets(due, fields):
+            p, conn = self.live_proc(w), self.latest_conn.get(w)
+            if p is not None and p.activated and conn is not None:
+                hit.append(w)
+                self.queue(conn, ("late_beats", float(due.latency_s)))
+                self.heals.append((now + float(due.for_s), ("late_beats", w, p.incarnation),
+                                   [], [(w, p.incarnation)]))
+        fields.update(delay_s=due.latency_s, for_s=due.for_s)
+        return hit
 
     def cut_links(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
         """Hosts mode: a ``partition`` (the hosts cut off from every other address
@@ -778,24 +837,35 @@ class Launcher:
                 self.queue(conn, ("welcome", self.store_port))
 
     def heal_due(self, now: float) -> None:
-        """Undo the link faults whose ``for_s`` is over; a ``heal`` record names
-        the hosts and the cut-off lives still running (as the sim's), and, a
-        physical fact the sim has not, how many packets the rules dropped."""
+        """Undo the link faults (and late heartbeats) whose ``for_s`` is over; a
+        ``heal`` record names the hosts and the cut-off lives still running (as
+        the sim's), and, a physical fact the sim has not, how many packets the
+        rules dropped."""
         for item in [x for x in self.heals if now >= x[0]]:
             self.heals.remove(item)
             _, fault, hosts, lives = item
-            assert self.fleet is not None
             extra: dict[str, Any] = {}
-            if isinstance(fault, tuple):  # a delay: the relay sends on at once from now
+            if isinstance(fault, tuple) and fault[0] == "slow":  # one slowdown ends
+                p = self.live_proc(fault[1])
+                if p is not None and p.incarnation == fault[2]:
+                    self.order_slow(now, p, "fast", fault[3])
+            elif isinstance(fault, tuple) and fault[0] == "late_beats":  # on time from now
+                conn = self.conn_of.get(fault[1:])
+                if conn is not None and conn.sock in self.conns:
+                    self.queue(conn, ("late_beats", 0.0))
+            elif isinstance(fault, tuple):  # a delay: the relay sends on at once from now
+                assert self.fleet is not None
                 self.fleet.order(fault[1], ("delay", 0.0))
             else:
+                assert self.fleet is not None
                 assert self.fleet.network is not None
                 extra["dropped_packets"] = self.fleet.network.dropped(fault)
                 self.fleet.network.heal(fault)
             alive = [w for w, inc in lives if (p := self.live_proc(w)) is not None
                      and p.incarnation == inc]
-            self.write(rec(now, "info", "fault", NEMESIS, kind="heal", hosts=hosts, workers=alive,
-                           **extra))
+            if hosts:  # (late heartbeats are a worker's, not a host's)
+                extra["hosts"] = hosts
+            self.write(rec(now, "info", "fault", NEMESIS, kind="heal", workers=alive, **extra))
 
     def join(self, n: int) -> list[int]:
         """``n`` new workers arrive: idle prewarmed processes first (the lowest
@@ -872,6 +942,9 @@ class Launcher:
                 times.append(self.train_start + ft)
         times += [t for t, _ in self.sigconts] + [t for t, _ in self.repairs]
         times += [x[0] for x in self.heals]
+        duty = self.duty.next_due()
+        if duty is not None:
+            times.append(duty)
         if self.done_at is not None:
             times.append(self.done_at)
         if any(p.alive and p.want and not p.activated for p in self.procs):
@@ -895,9 +968,11 @@ class Launcher:
                 if p.alive:
                     self.signal(p, signal.SIGCONT)
                     p.paused = False
+                    self.duty.release(now, (p.worker, p.incarnation))
                     self.write(rec(now, "info", "fault", NEMESIS, kind="resume",
                                    workers=[p.worker]))
         self.heal_due(now)
+        self.duty.fire(now)
         for t, w in list(self.repairs):
             if now >= t:
                 self.repairs.remove((t, w))
@@ -921,6 +996,7 @@ class Launcher:
     def on_exit(self, p: Proc) -> None:
         """A process ended (its pidfd, or its host agent's ``exited``)."""
         self.reap(p)
+        self.duty.forget((p.worker, p.incarnation))
         self.maybe_activate()
         self.release_joins()
         now = self.now()

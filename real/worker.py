@@ -43,13 +43,15 @@ import sys
 import threading
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from rollcall.config import job_policy
 from rollcall.core import (
-    Abort, Agent, Cursor, Enter, Log, SendToKeeper, Stop, lr_scale, plan_step, rec, sample_ids,
+    Abort, Agent, Cursor, Enter, Heartbeat, Log, SendToKeeper, Stop, lr_scale, plan_step, rec,
+    sample_ids,
 )
 from rollcall.scenario import Scenario
 
@@ -85,6 +87,7 @@ class Worker:
         self.sock = socket.create_connection(link)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.send_lock = threading.Lock()
+        self.late = HeldBeats()  # a late_heartbeats fault's held heartbeats
         self.closed = False  # our side of the launcher's link is shut: nothing more is sent
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
@@ -152,7 +155,10 @@ class Worker:
         """Turn the agent's actions into effects; the caller holds ``lock``."""
         for a in actions:
             if isinstance(a, SendToKeeper):
-                self.send(("msg", a.message))
+                if isinstance(a.message, Heartbeat) and self.late.holding:
+                    self.late.hold(self.now(), wire.encode(("msg", a.message)))
+                else:
+                    self.send(("msg", a.message))
             elif isinstance(a, Enter):
                 self.target = a
                 self.wake.set()
@@ -184,6 +190,9 @@ class Worker:
             while not self.stopped:
                 with self.lock:
                     timer = self.agent.get_timer() if self.started else None
+                    due = self.late.next_due()
+                if due is not None:
+                    timer = due if timer is None else min(timer, due)
                 timeout = 0.5 if timer is None else max(0.0, timer - self.now())
                 readable, _, _ = select.select([self.sock], [], [], timeout)
                 if readable:
@@ -198,6 +207,10 @@ class Worker:
                         timer = self.agent.get_timer()
                         if timer is not None and self.now() >= timer:
                             self.apply(self.agent.handle_timer(self.now()))
+                    for data in self.late.due(self.now()):
+                        with self.send_lock:
+                            if not self.closed:
+                                self.sock.sendall(data)
         except (OSError, ValueError):
             pass  # the connection broke, or a peer sent a bad frame: stop
         except BaseException:
@@ -240,6 +253,8 @@ class Worker:
                 self.cond.notify_all()
             elif kind == "activate":
                 self.activate = True
+            elif kind == "late_beats":  # a late_heartbeats fault (0: on time again)
+                self.late.delay_s = frame[1]
         if kind == "activate":
             self.maybe_start()
 
@@ -541,7 +556,9 @@ class Worker:
         """The gradients of this worker's shards of the step: accumulated in
         fast mode (``part`` None, one loss per shard), or each kept on its own
         in exact mode's ``part``. The per-sample ledger record leaves here,
-        before the exchange, so a kill cannot lose it."""
+        before the exchange, so a kill cannot lose it, with how long the
+        compute took (``compute_s``, wall seconds)."""
+        began = time.monotonic()
         self.wl.zero_grad()
         ids_all: list[int] = []
         losses: list[float] = []
@@ -563,8 +580,10 @@ class Worker:
                 grads, loss = self.wl.shard_gradient(ids)
                 part.add(j, grads, loss)
         if ids_all:
+            # compute_s: this step's gradients took this long here (a straggler's is long)
             self.record(rec(self.now(), "ok", "contribute", self.worker, gen=gen,
-                            step=cursor.step, samples=ids_all))
+                            step=cursor.step, samples=ids_all,
+                            compute_s=round(time.monotonic() - began, 6)))
         return part, losses, mine
 
     def exchange(self, pg, plan, part, losses: list[float], mine, cursor: Cursor, gen: int):
@@ -676,6 +695,36 @@ class Reaper:
             group = self.retired.get()
             group.clear()  # the last references: the group's destructor runs here
             del group
+
+
+class HeldBeats:
+    """A ``late_heartbeats`` fault, on the worker: while ``delay_s`` > 0 each
+    heartbeat frame leaves ``delay_s`` after the agent sent it, in order
+    (``max(now + delay_s, the previous one's)``), as a busy host's control
+    thread or a loaded link would send them; once it is 0 again what is
+    held still leaves in order. Only heartbeats: the worker's work and its
+    other messages are on time. The caller holds the worker's lock."""
+
+    def __init__(self) -> None:
+        self.delay_s = 0.0
+        self.held: deque[tuple[float, bytes]] = deque()
+
+    @property
+    def holding(self) -> bool:
+        return self.delay_s > 0 or bool(self.held)
+
+    def hold(self, now: float, data: bytes) -> None:
+        last = self.held[-1][0] if self.held else now
+        self.held.append((max(now + self.delay_s, last), data))
+
+    def next_due(self) -> Optional[float]:
+        return self.held[0][0] if self.held else None
+
+    def due(self, now: float) -> list[bytes]:
+        out = []
+        while self.held and self.held[0][0] <= now:
+            out.append(self.held.popleft()[1])
+        return out
 
 
 @dataclass

@@ -177,6 +177,14 @@ def ideal_step_s(scenario: Mapping[str, Any]) -> float:
     return math.ceil(shards / w) * wl["micro_batch_s"] + wl["allreduce_s"]
 
 
+def _silence_s(det: Mapping[str, Any]) -> float:
+    """The detector's silence at the nominal cadence (the core's rule)."""
+    from rollcall.core.detector import make_detector
+
+    return make_detector(det.get("kind", "timeout"), det["heartbeat_s"], det["timeout_s"],
+                         det.get("phi_threshold", 8.0)).silence_s()
+
+
 def daly_params(scenario: Mapping[str, Any] | str | Path) -> dict[str, float]:
     """Daly's M, R, delta, tau, T_s for a checkpoint-restart scenario (a dict or a run dir).
 
@@ -195,7 +203,7 @@ def daly_params(scenario: Mapping[str, Any] | str | Path) -> dict[str, float]:
     mtbf = scenario["failures"]["worker_mtbf_s"]
     return {
         "M": float("inf") if mtbf is None else mtbf / scenario["cluster"]["workers"],
-        "R": det["timeout_s"] + det["heartbeat_s"] / 2 + 3 * net["latency_s"]
+        "R": _silence_s(det) + det["heartbeat_s"] / 2 + 3 * net["latency_s"]
         + st["restart_s"] + st["checkpoint_read_s"],
         "delta": st["checkpoint_write_s"],
         "tau": st["checkpoint_interval_steps"] * step,

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Optional
 
 from rollcall.core import (
-    DataSpec, Draws, FailureModel, JobPolicy, KeeperConfig, ShardSpec, make_detector, split_bytes,
+    DataSpec, Draws, FailureModel, JobPolicy, KeeperConfig, ShardSpec, SlowdownModel, make_detector,
+    split_bytes,
 )
 from rollcall.scenario import Scenario
 
@@ -43,7 +44,7 @@ def keeper_config(sc: Scenario, target: str) -> KeeperConfig:
     """The record-keeper's configuration on ``target`` (``sim`` or ``real``).
 
     A restart round expects every relaunched worker; one that has not joined
-    ``restart_s + timeout_s`` after the teardown is as silent as a dead worker
+    ``restart_s`` plus the detector's silence (``timeout_s``) after the teardown is as silent as a dead worker
     (its host may have died meanwhile): the detector's rule, applied from the
     relaunch. ``restart_s`` is the scenario's bound on a restart on both
     targets; the only difference is that the sim charges it as simulated time
@@ -54,9 +55,9 @@ def keeper_config(sc: Scenario, target: str) -> KeeperConfig:
     d, r, s = sc.detector, sc.rendezvous, sc.strategy
     return KeeperConfig(
         min_workers=r.min_workers, max_workers=r.max_workers, last_call_s=r.last_call_s,
-        detector=make_detector(d.kind, d.heartbeat_s, d.timeout_s),
+        detector=make_detector(d.kind, d.heartbeat_s, d.timeout_s, d.phi_threshold),
         join_timeout_s=r.join_timeout_s, strategy=s.kind,
-        relaunch_timeout_s=s.restart_s + d.timeout_s,
+        relaunch_timeout_s=s.restart_s + d.silence_s,
         restart_delay_s=s.restart_s if target == "sim" else 0.0,
         sharding=shard_spec(sc), policy=job_policy(sc))
 
@@ -79,6 +80,17 @@ def failure_model(sc: Scenario) -> Optional[FailureModel]:
                         weibull_shape=f.weibull_shape)
 
 
+def slowdown_model(sc: Scenario) -> Optional[SlowdownModel]:
+    """Random slowdowns, or None when ``failures.slow_mtbf_s`` is unset."""
+    f = sc.failures
+    if f.slow_mtbf_s is None:
+        return None
+    factor, spread = ((f.slow_factor, 0.0) if isinstance(f.slow_factor, float)
+                      else (f.slow_factor.median, f.slow_factor.spread))
+    return SlowdownModel(seed=sc.seed, mtbf_s=f.slow_mtbf_s, factor=factor, for_s=f.slow_for_s,
+                         spread=spread)
+
+
 def draws(sc: Scenario) -> Draws:
-    """A fresh counter of the run's random draws (node lifetimes, random targets)."""
-    return Draws(sc.seed, failure_model(sc))
+    """A fresh counter of the run's random draws (node lifetimes, slowdowns, random targets)."""
+    return Draws(sc.seed, failure_model(sc), slowdown_model(sc))

@@ -134,19 +134,20 @@ def _faults(sc: Scenario) -> int:
 
 
 def _per_failure(sc: Scenario) -> tuple[float, str]:
-    """Seconds one failure costs the job, and how: detection (``detector.timeout_s``),
+    """Seconds one failure costs the job, and how: detection (the detector's
+    silence at the nominal cadence: ``detector.timeout_s`` for a timeout),
     then for checkpoint-restart the restart, the checkpoint read and, on
     average, half an interval of lost steps; for elastic the last call and
     the state copy to a newcomer."""
     st, wl, det = sc.strategy, sc.workload, sc.detector
     if st.kind == "checkpoint-restart":
         lost_s = st.checkpoint_interval_steps * sc.ideal_step_s / 2
-        return (det.timeout_s + st.restart_s + st.checkpoint_read_s + lost_s,
-                f"detect {det.timeout_s:g} s + restart {st.restart_s:g} s + read "
+        return (det.silence_s + st.restart_s + st.checkpoint_read_s + lost_s,
+                f"detect {det.silence_s:.3g} s + restart {st.restart_s:g} s + read "
                 f"{st.checkpoint_read_s:g} s + half an interval {lost_s:.3g} s")
     copy_s = wl.model_params * wl.bytes_per_param / sc.network.bandwidth_Bps
-    return (det.timeout_s + sc.rendezvous.last_call_s + copy_s,
-            f"detect {det.timeout_s:g} s + last call {sc.rendezvous.last_call_s:g} s "
+    return (det.silence_s + sc.rendezvous.last_call_s + copy_s,
+            f"detect {det.silence_s:.3g} s + last call {sc.rendezvous.last_call_s:g} s "
             f"+ state copy {copy_s:.3g} s")
 
 

@@ -195,11 +195,15 @@ def _worker_id(value: Any) -> int:
 # the failure domains, each with the cluster key of its size (workers per domain)
 _DOMAINS = {"rack": "rack_size", "host": "workers_per_host"}
 _ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "delay", "loss",
-            "pause", "join")
+            "pause", "slow", "late_heartbeats", "join")
 # the actions that last for_s
-_TIMED = ("pause", "partition", "isolate_keeper", "delay", "loss")
-# the link faults' own parameter: action -> key (required with it, allowed only with it)
-_LINK_KEYS = {"delay": "latency_s", "loss": "rate"}
+_TIMED = ("pause", "partition", "isolate_keeper", "delay", "loss", "slow", "late_heartbeats")
+# the faults' own parameter: action -> key (required with it, allowed only with it)
+_LINK_KEYS = {"delay": "latency_s", "loss": "rate", "slow": "factor", "late_heartbeats": "delay_s"}
+_PARAM_WHAT = {"latency_s": "extra one-way seconds (> 0)",
+               "rate": "the fraction of packets dropped, 0 <= rate < 1",
+               "factor": "how many times slower the worker computes (> 1)",
+               "delay_s": "seconds late each heartbeat reaches the keeper (> 0)"}
 #: the most extra one-way latency a ``delay`` fault may add, on both targets: the
 #: real host agent's relay holds what it delays (``real/wire.py`` refuses more), and
 #: a scenario must mean the same on the sim, so it is refused before either runs
@@ -228,8 +232,13 @@ class Fault(_Section):
     fraction of packets for ``for_s`` seconds; every transport is TCP, so
     a drop is a retransmission, a delay, never a lost message: see
     :mod:`sim.network`; on real, nftables rules), ``pause``
-    (one id or "random", for ``for_s`` seconds), ``join`` (count of
-    newcomers, which take the next unused ids).
+    (one id or "random", for ``for_s`` seconds), ``slow`` (one id or
+    "random", with ``factor`` > 1: the worker computes ``factor`` times
+    slower for ``for_s`` seconds, a straggler; its heartbeats stay on time),
+    ``late_heartbeats`` (one id or "random", with ``delay_s``: the worker's
+    heartbeats reach the keeper ``delay_s`` late, in order, for ``for_s``
+    seconds; its work and its other messages are on time), ``join`` (count
+    of newcomers, which take the next unused ids).
     """
 
     at_s: NonNegFloat | None = None
@@ -244,6 +253,10 @@ class Fault(_Section):
     loss: Union[int, Literal["random"], None] = None
     rate: NonNegFloat | None = None
     pause: Union[int, Literal["random"], None] = None
+    slow: Union[int, Literal["random"], None] = None
+    factor: PosFloat | None = None
+    late_heartbeats: Union[int, Literal["random"], None] = None
+    delay_s: PosFloat | None = None
     for_s: PosFloat | None = None
     join: PosInt | None = None
 
@@ -287,7 +300,7 @@ class Fault(_Section):
             {"what": what, "got": _show(value)},
         )
 
-    @field_validator("pause", mode="before")
+    @field_validator("pause", "slow", "late_heartbeats", mode="before")
     @classmethod
     def _check_pause(cls, value: Any) -> Any:
         if value is None or value == "random":
@@ -326,19 +339,23 @@ class Fault(_Section):
         return self
 
     def _check_link_keys(self, action: str) -> None:
-        """``delay`` takes ``latency_s`` and ``loss`` takes ``rate`` (0 <= rate < 1:
-        a link that drops every packet is a partition), each with its own action only."""
+        """``delay`` takes ``latency_s``, ``loss`` ``rate`` (0 <= rate < 1: a link
+        that drops every packet is a partition), ``slow`` ``factor`` and
+        ``late_heartbeats`` ``delay_s``, each with its own action only."""
         for act, key in _LINK_KEYS.items():
             value = getattr(self, key)
             if action == act and value is None:
-                what = "extra one-way seconds (> 0)" if key == "latency_s" else \
-                    "the fraction of packets dropped, 0 <= rate < 1"
-                raise _Problem((key,), f"required with {act}: {what}")
+                raise _Problem((key,), f"required with {act}: {_PARAM_WHAT[key]}")
             if action != act and value is not None:
                 raise _Problem((key,), f"only allowed with {act}, not with {action}")
-        if self.latency_s is not None and not self.latency_s <= MAX_LATENCY_S:
-            raise _Problem(("latency_s",), f"must be <= {_num(MAX_LATENCY_S)} (the real host "
-                                           f"agent holds what it delays), got {_num(self.latency_s)}")
+        for key in ("latency_s", "delay_s"):
+            value = getattr(self, key)
+            if value is not None and not value <= MAX_LATENCY_S:
+                raise _Problem((key,), f"must be <= {_num(MAX_LATENCY_S)} (the real target holds "
+                                       f"what it delays), got {_num(value)}")
+        if self.factor is not None and not 1 < self.factor <= 1000:
+            raise _Problem(("factor",), f"must be > 1 and <= 1000 (times slower), got "
+                                        f"{_num(self.factor)}")
         if self.rate is not None and not self.rate < 1:
             raise _Problem(("rate",), f"must be < 1 (a link that drops every packet is a "
                                       f"partition: use partition), got {_num(self.rate)}")
@@ -359,7 +376,7 @@ class Fault(_Section):
 
     @property
     def action(self) -> Literal["kill", "kill_rack", "lose_host", "partition", "isolate_keeper",
-                                "delay", "loss", "pause", "join"]:
+                                "delay", "loss", "pause", "slow", "late_heartbeats", "join"]:
         if self.kill is not None:
             return "kill"
         if self.kill_rack is not None:
@@ -374,18 +391,24 @@ class Fault(_Section):
             return "delay"
         if self.loss is not None:
             return "loss"
+        if self.slow is not None:
+            return "slow"
+        if self.late_heartbeats is not None:
+            return "late_heartbeats"
         return "pause" if self.pause is not None else "join"
 
     @property
     def targets(self) -> tuple[int, ...] | Literal["random"]:
-        """Worker ids hit by a kill/pause (``"random"`` stays a string); () for join.
+        """Worker ids hit by a kill, pause, slow or late_heartbeats (``"random"``
+        stays a string); () for join.
 
         For ``kill_rack`` the rack index or ``"random"`` is :attr:`rack`; the
         workers it hits are those of the rack alive when it fires
         (:meth:`Scenario.rack_workers` lists the rack's ids), so ``targets``
         is ``()`` there, as for a join.
         """
-        value = self.kill if self.kill is not None else self.pause
+        value = next((v for v in (self.kill, self.pause, self.slow, self.late_heartbeats)
+                      if v is not None), None)
         if value is None:
             return ()
         if value == "random":
@@ -427,29 +450,76 @@ class Fault(_Section):
             return len(self.partition)
         if self.isolate_keeper is not None or self.link is not None:
             return 1
+        # (slow and late_heartbeats: one worker, as pause)
         targets = self.targets
         return 1 if targets == "random" else len(targets)
 
 
+class SlowFactor(_Section):
+    """A distribution of slowdown factors: ``1 + (median - 1) * exp(spread * z)``,
+    ``z`` standard logistic (the slowness beyond 1 is log-logistic; capped at 1000)."""
+
+    median: float
+    spread: NonNegFloat = 0.5
+
+    @model_validator(mode="after")
+    def _above_one(self) -> "SlowFactor":
+        if not 1 < self.median <= 1000:
+            raise _Problem(("median",), f"must be > 1 and <= 1000 (times slower), got "
+                                        f"{_num(self.median)}")
+        return self
+
+
 class Failures(_Section):
-    """Random failures (per-worker MTBF) plus a deterministic schedule."""
+    """Random failures (per-worker MTBF) plus a deterministic schedule.
+
+    Random slowdowns (``slow_mtbf_s``): each worker is slowed now and then,
+    a gray failure (``slow`` faults drawn from the seed: see
+    :class:`rollcall.core.failures.SlowdownModel`), ``slow_factor`` times (a
+    number, or ``{median, spread}``) for ``slow_for_s`` seconds.
+    """
 
     worker_mtbf_s: PosFloat | None = None
     distribution: Literal["exponential", "weibull"] = "exponential"
     weibull_shape: PosFloat = 0.7
+    slow_mtbf_s: PosFloat | None = None
+    slow_factor: Union[float, SlowFactor] = 2.0
+    slow_for_s: PosFloat = 60.0
     schedule: tuple[Fault, ...] = ()
+
+    @model_validator(mode="after")
+    def _slow_factor_above_one(self) -> "Failures":
+        if isinstance(self.slow_factor, float) and not 1 < self.slow_factor <= 1000:
+            raise _Problem(("slow_factor",), f"must be > 1 and <= 1000 (times slower), got "
+                                             f"{_num(self.slow_factor)}")
+        return self
 
 
 class Detector(_Section):
-    """Failure-detector policy knobs (timeout-based), and how soon a killed
-    process's exit reaches the keeper on the sim (``exit_notice_s``; None:
-    one ``network.latency_s``, the host's message; the real target's is
-    whatever its host takes, measured by ``rollcall calibrate``)."""
+    """Failure-detector policy knobs, and how soon a killed process's exit
+    reaches the keeper on the sim (``exit_notice_s``; None: one
+    ``network.latency_s``, the host's message; the real target's is whatever
+    its host takes, measured by ``rollcall calibrate``).
 
-    kind: Literal["timeout"] = "timeout"
+    ``kind: timeout``: dead after ``timeout_s`` without a beat. ``kind: phi``:
+    phi accrual (:class:`rollcall.core.detector.PhiDetector`): dead once the
+    suspicion reaches ``phi_threshold``, a silence of ``phi_threshold * ln 10``
+    of the worker's own observed mean intervals (8: 18.4; ``timeout_s`` is
+    not used)."""
+
+    kind: Literal["timeout", "phi"] = "timeout"
     heartbeat_s: PosFloat = 0.5
     timeout_s: PosFloat = 3.0
+    phi_threshold: PosFloat = 8.0
     exit_notice_s: NonNegFloat | None = None
+
+    @property
+    def silence_s(self) -> float:
+        """The longest silence tolerated at the nominal cadence (the core's rule)."""
+        from rollcall.core.detector import make_detector
+
+        return make_detector(self.kind, self.heartbeat_s, self.timeout_s,
+                             self.phi_threshold).silence_s()
 
     @model_validator(mode="after")
     def _timeout_above_heartbeat(self) -> "Detector":

@@ -82,7 +82,7 @@ What is simulated, and where the core decides
   (one ``JoinBatch`` of new lives), the keeper resumes from the checkpoint
   it was told of (``Checkpointed``), the job pays ``checkpoint_read_s`` and
   redoes the lost steps. The keeper waits for an expected relaunched worker
-  ``restart_s + detector.timeout_s`` (``KeeperConfig.relaunch_timeout_s``). Both
+  ``restart_s`` plus the detector's silence (``KeeperConfig.relaunch_timeout_s``). Both
   strategies write a checkpoint every ``checkpoint_interval_steps``
   (``checkpoint_write_s``); a checkpoint is durable only if no member failed
   while it was written.
@@ -135,6 +135,7 @@ from rollcall.core import (
 from rollcall.results import check_summary_keys, goodput, write_summary
 from rollcall.scenario import Scenario
 
+from sim.gray import GrayFaults
 from sim.network import NetFaults
 from sim.sharded import copy_time
 from sim.state import Nodes, Recorder, Tally
@@ -231,6 +232,7 @@ class Simulation:
         self._fail_proc: Optional[simpy.Process] = None
         self._fail_wait: Optional[float] = None
         self.net = NetFaults(self)  # per-host links: delay, loss (sim.network)
+        self.gray = GrayFaults(self)  # slow workers, late heartbeats (sim.gray)
 
     def _init_job(self, ledger: Optional[bool]) -> None:
         """The job's state: where it stands, its running segment, its votes."""
@@ -465,6 +467,8 @@ class Simulation:
         self.nodes.life[w] += 1
         if lifetime is not None:
             self._push_failure(now + lifetime, w)
+        if self.draws.slow is not None:
+            self.gray.arrive(now, w)
 
     def _push_failure(self, t: float, w: int) -> None:
         heapq.heappush(self.fail_heap, (t, w, int(self.nodes.life[w])))
@@ -478,7 +482,7 @@ class Simulation:
         the verdict; a member stalls the job (its collective hangs) unless
         its peers still reach it (``stall`` false: only the keeper lost it)."""
         t_d = self.detector.detection_time(now, float(self.nodes.started_at[w]), self.lat)
-        self.keeper.observe_alive(t_d - self.detector.timeout_s, (w,))
+        self.keeper.observe_alive(t_d - self.detector.silence_s(), (w,))
         self._alarm(t_d)
         if stall:
             self._member_silent(now, w)
@@ -689,6 +693,10 @@ class Simulation:
         elif action == "pause":
             for w in self._pick(f.targets):
                 self._pause(now, w, float(f.for_s))
+        elif action == "late_heartbeats":
+            self.gray.late_heartbeats(now, f)
+        elif action == "slow":
+            self.gray.slow(now, f)
         elif action == "join":
             joins = []
             for _ in range(f.join):
@@ -782,7 +790,7 @@ class Simulation:
         for s in self.step_faults:
             if self.cursor.step < s < stop:
                 stop = s
-        if self.net.touched:  # a link fault started once: price through the links
+        if self.net.touched or self.gray.touched:  # a link or member degraded once: reprice
             stop = self.net.segment(now, stop)
         self.seg_stop = stop
         c = self.cursor
@@ -1295,7 +1303,7 @@ class Simulation:
         self._fail_proc = env.process(self._failure_process())
         env.process(self._schedule_process())
         ideal_total = sc.workload.steps * sc.ideal_step_s
-        horizon = 1000.0 * ideal_total + 100.0 * (sc.strategy.restart_s + sc.detector.timeout_s) + 3600.0
+        horizon = 1000.0 * ideal_total + 100.0 * (sc.strategy.restart_s + sc.detector.silence_s) + 3600.0
         self._at(horizon, self._horizon)
         try:
             if self._max_wall_s is None and self._stop is None:

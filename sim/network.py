@@ -44,7 +44,8 @@ Where the links are priced (:class:`NetFaults`, the driver's hooks)
   the fault lasts and until its backlog drains: a beat sent at ``s`` arrives
   at ``max(s + latency + extra + retransmissions, previous arrival)`` (TCP
   delivers in order). A gap between two arrivals longer than
-  ``detector.timeout_s`` is exactly what the keeper's detector sees on
+  the detector's silence (``detector.timeout_s`` for a timeout; phi's at the
+  nominal cadence: the sim's beats are on time) is what the keeper sees on
   real: from the earlier arrival the worker is silent to the keeper (the
   driver's cut, as ``isolate_keeper``: its peers still reach it, the job
   does not stall) until the late beat arrives, and the core's detector
@@ -75,7 +76,7 @@ fault starts).
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from rollcall.core import NEMESIS, rec
 
@@ -204,23 +205,33 @@ class Links:
         beats when its link is as now from ``t0`` to ``t1``: (last arrival, next
         arrival) pairs. Beats leave at ``phase_s + k * heartbeat_s``; those sent
         from ``t0`` on pay the link, in order (TCP), until the backlog drains."""
-        assert heartbeat_s > 0 and t1 >= t0, (heartbeat_s, t0, t1)
-        lat = self.latency_s
-        k = max(0, int((t0 - phase_s) // heartbeat_s))
-        while phase_s + k * heartbeat_s < t0:
-            k += 1  # the first beat sent inside the fault
-        prev = phase_s + (k - 1) * heartbeat_s + lat if k > 0 else t0  # its predecessor's arrival
-        gaps = []
-        while True:
-            sent = phase_s + k * heartbeat_s
-            if sent >= t1 and sent + lat >= prev:
-                return gaps  # healthy again and nothing held back
-            cost = self.one_way_s(host, f"beat/{worker}") if sent < t1 else lat
-            arrival = max(sent + cost, prev)
-            if arrival - prev > timeout_s:
-                gaps.append((prev, arrival))
-            prev = arrival
-            k += 1
+        return held_beat_gaps(phase_s, heartbeat_s, self.latency_s, t0, t1, timeout_s,
+                              lambda: self.one_way_s(host, f"beat/{worker}"))
+
+
+def held_beat_gaps(phase_s: float, heartbeat_s: float, latency_s: float, t0: float, t1: float,
+                   silence_s: float, cost: Callable[[], float]) -> list[tuple[float, float]]:
+    """The silences longer than ``silence_s`` the keeper sees in one worker's
+    beats, (last arrival, next arrival) pairs, when each beat it sends from
+    ``t0`` to ``t1`` takes ``cost()`` one way (asked once per beat, in order)
+    instead of ``latency_s``: they leave at ``phase_s + k * heartbeat_s`` and
+    arrive in order (TCP, or the worker holding them), until the backlog drains."""
+    assert heartbeat_s > 0 and t1 >= t0, (heartbeat_s, t0, t1)
+    lat = latency_s
+    k = max(0, int((t0 - phase_s) // heartbeat_s))
+    while phase_s + k * heartbeat_s < t0:
+        k += 1  # the first beat sent inside the fault
+    prev = phase_s + (k - 1) * heartbeat_s + lat if k > 0 else t0  # its predecessor's arrival
+    gaps = []
+    while True:
+        sent = phase_s + k * heartbeat_s
+        if sent >= t1 and sent + lat >= prev:
+            return gaps  # healthy again and nothing held back
+        arrival = max(sent + (cost() if sent < t1 else lat), prev)
+        if arrival - prev > silence_s:
+            gaps.append((prev, arrival))
+        prev = arrival
+        k += 1
 
 
 class NetFaults:
@@ -250,7 +261,7 @@ class NetFaults:
         own draw. A partial step carried in keeps its fraction, not its
         seconds, when the price changed."""
         sim = self.sim
-        base = sim._plans[len(sim.members)][1]
+        base = sim.gray.step_s(sim._plans[len(sim.members)][1])  # slow members stretch it
         hosts = [h for h in self.links.degraded_hosts()
                  if any(w in sim.members for w in sim.sc.host_workers(h))]
         old, carry = sim.step_s, now - sim.seg_t0
@@ -292,9 +303,15 @@ class NetFaults:
         """Schedule the silences the link's beats from ``t0`` to ``t1`` leave at the keeper."""
         sim = self.sim
         phase = float(sim.nodes.started_at[w])
-        hb, timeout = sim.detector.heartbeat_s, sim.detector.timeout_s
-        for last, arrival in self.links.beat_gaps(w, host, phase, hb, t0, t1, timeout):
-            sim._at(last, self._silent, w, phase, last, arrival)
+        hb, silence = sim.detector.heartbeat_s, sim.detector.silence_s()
+        self.silences(w, phase, self.links.beat_gaps(w, host, phase, hb, t0, t1, silence))
+
+    def silences(self, w: int, phase: float, gaps: Iterable[tuple[float, float]]) -> None:
+        """Worker ``w`` (its process started at ``phase``) is silent to the keeper
+        from each gap's last beat to the next one's arrival (its peers still
+        reach it): a degraded link's, or late heartbeats' (:mod:`sim.gray`)."""
+        for last, arrival in gaps:
+            self.sim._at(last, self._silent, w, phase, last, arrival)
 
     # -- effects -------------------------------------------------------------
 
@@ -308,7 +325,7 @@ class NetFaults:
         if not sim._cut_off(now, w, peers=True):
             return  # no live process (or already silent: its own verdict runs)
         sim.keeper.observe_alive(last, (w,))  # the keeper's clock: when it saw the beat
-        sim._alarm(last + sim.detector.timeout_s)
+        sim._alarm(sim.detector.expiry(last))
         epoch = int(sim.nodes.pause_epoch[w])
         sim._at(arrival - self.links.latency_s, self._release, w, epoch)
 
@@ -326,6 +343,10 @@ class NetFaults:
         sim._write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal", hosts=[host],
                        workers=workers))
         self._relink(sim.env.now)
+
+    def reprice(self, now: float) -> None:
+        """A price changed elsewhere (a member slowed or sped up: :mod:`sim.gray`)."""
+        self._relink(now)
 
     def _relink(self, now: float) -> None:
         """The links changed: a running segment is closed where it stands and

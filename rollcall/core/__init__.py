@@ -31,8 +31,8 @@ from rollcall.core.codec import (
     check_nat, check_text, message_from_data, message_to_data,
 )
 from rollcall.core.checkers import CheckReport, DataSpec, check, summarize_report
-from rollcall.core.detector import TimeoutDetector, make_detector
-from rollcall.core.failures import Draws, FailureModel
+from rollcall.core.detector import Detector, PhiDetector, TimeoutDetector, make_detector
+from rollcall.core.failures import Draws, FailureModel, SlowdownModel
 from rollcall.core.history import (
     DRIVER, JOB, KEEPER, NEMESIS, FailureTally, commit, members_field, rec,
 )
@@ -61,8 +61,10 @@ __all__ = [
     "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
     "Keeper", "KeeperConfig", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
     "Output", "Phase", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload", "RestartJob",
-    "RollCall", "Send", "SendToKeeper", "ShardSpec", "StepFailed", "Stop", "TO_KEEPER_TYPES",
-    "TO_WORKER_TYPES", "TimeoutDetector", "ToKeeper", "ToWorker", "WIRE_MESSAGE_TYPES",
+    "RollCall", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepFailed", "Stop",
+    "TO_KEEPER_TYPES",
+    "TO_WORKER_TYPES", "Detector", "PhiDetector", "TimeoutDetector", "ToKeeper", "ToWorker",
+    "WIRE_MESSAGE_TYPES",
     "WorkerId", "check", "check_cursor", "check_flag", "check_nat", "check_text", "commit",
     "describe_assignment", "from_ranges", "lr_scale", "make_detector", "members_field",
     "message_from_data", "message_to_data", "plan_step", "rank_range", "rec", "sample_ids",

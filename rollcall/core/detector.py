@@ -8,8 +8,10 @@ lives entirely in these knobs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
+from typing import Optional, Sequence, Union
 
 
 class Verdict(str, Enum):
@@ -28,6 +30,15 @@ class TimeoutDetector:
     def __post_init__(self) -> None:
         if not 0 < self.heartbeat_s < self.timeout_s:
             raise ValueError("need 0 < heartbeat_s < timeout_s")
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the tolerance follows each worker's cadence (no: one for all)."""
+        return False
+
+    def silence_s(self, mean_s: Optional[float] = None) -> float:
+        """The longest silence tolerated, whatever the cadence."""
+        return self.timeout_s
 
     def expiry(self, advanced_at: float) -> float:
         """The keeper-clock instant at which a silent worker is declared dead."""
@@ -54,7 +65,93 @@ class TimeoutDetector:
         return self.expiry(last_sent + latency_s)
 
 
-def make_detector(kind: str, heartbeat_s: float, timeout_s: float) -> TimeoutDetector:
+LN10 = math.log(10.0)
+
+
+@dataclass(frozen=True)
+class PhiDetector:
+    """Phi accrual (Hayashibara et al., 2004): suspicion that grows with the
+    silence, measured against the worker's own observed heartbeat cadence.
+
+    ``phi(silent_s) = -log10(P(an interval longer than silent_s))`` under the
+    observed inter-arrival distribution, modelled as exponential with the
+    mean of the worker's last ``window`` intervals (as Cassandra's
+    FailureDetector does): ``phi = silent_s / (mean_s * ln 10)``. Why not the
+    paper's normal model: heartbeats on time have a near-zero spread, so a
+    normal's tail vanishes and one late beat reads as death unless a floor
+    and a pause allowance are added (as Akka does): two more knobs. The
+    exponential tolerates a silence of ``threshold * ln 10`` mean intervals
+    (8: 18.4), so a worker whose beats come slower (a busy host) is given
+    more rope, one whose beats come on time less, and a fixed timeout
+    gives every worker the same.
+
+    The mean has a prior: a life starts with ``window`` intervals of
+    ``heartbeat_s`` and each observed interval replaces one, so a new life
+    is judged at the nominal cadence, and a simulator's bulk observations
+    (which stand for on-time beats) are that nominal cadence exactly. And a
+    floor: the worker sends every ``heartbeat_s``, so a mean below it is
+    beats held back and delivered together (after a delay), not a faster
+    sender; it is taken as ``heartbeat_s``. The tolerance is never below
+    the nominal one.
+    """
+
+    heartbeat_s: float
+    threshold: float = 8.0
+    window: int = 64
+
+    def __post_init__(self) -> None:
+        if not (self.heartbeat_s > 0 and self.threshold > 0 and self.window >= 1):
+            raise ValueError("need heartbeat_s > 0, threshold > 0, window >= 1")
+
+    @property
+    def adaptive(self) -> bool:
+        return True
+
+    def phi(self, silent_s: float, mean_s: Optional[float] = None) -> float:
+        """The suspicion after ``silent_s`` without an advance."""
+        mean = self.heartbeat_s if mean_s is None else mean_s
+        return max(0.0, silent_s) / (mean * LN10)
+
+    def silence_s(self, mean_s: Optional[float] = None) -> float:
+        """The longest silence tolerated: phi reaches the threshold there."""
+        return self.threshold * LN10 * (self.heartbeat_s if mean_s is None else mean_s)
+
+    def mean_s(self, intervals: Sequence[float]) -> float:
+        """The observed mean interval: the last ``window`` intervals, the
+        prior's nominal ones filling what has not been observed yet."""
+        recent = intervals[-self.window:]
+        mean = (math.fsum(recent) + (self.window - len(recent)) * self.heartbeat_s) / self.window
+        return max(mean, self.heartbeat_s)
+
+    def extra_s(self, intervals: Sequence[float]) -> float:
+        """The tolerance beyond the nominal one, for a worker with these intervals."""
+        return self.silence_s(self.mean_s(intervals)) - self.silence_s()
+
+    def expiry(self, advanced_at: float) -> float:
+        """When a worker last seen at ``advanced_at``, at the nominal cadence, is declared dead."""
+        return advanced_at + self.silence_s()
+
+    def verdict(self, now: float, advanced_at: float, mean_s: Optional[float] = None) -> Verdict:
+        phi = self.phi(now - advanced_at, mean_s)
+        if phi >= self.threshold:
+            return Verdict.DEAD
+        if phi >= self.threshold / 2:
+            return Verdict.SUSPECT
+        return Verdict.ALIVE
+
+    def detection_time(self, failed_at: float, phase_s: float, latency_s: float) -> float:
+        """As :meth:`TimeoutDetector.detection_time`, at the nominal cadence."""
+        beats = max(0, int((failed_at - phase_s) // self.heartbeat_s))
+        return self.expiry(phase_s + beats * self.heartbeat_s + latency_s)
+
+
+Detector = Union[TimeoutDetector, PhiDetector]
+
+
+def make_detector(kind: str, heartbeat_s: float, timeout_s: float,
+                  phi_threshold: float = 8.0) -> Detector:
+    if kind == "phi":
+        return PhiDetector(heartbeat_s, phi_threshold)
     if kind != "timeout":
         raise ValueError(f"unknown detector kind {kind!r}")
     return TimeoutDetector(heartbeat_s, timeout_s)

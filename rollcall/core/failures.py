@@ -7,6 +7,10 @@ draws, so the failure trace depends only on the seed (never on the strategy,
 on the order in which a driver asks, or on the target), and a 10^5-node job
 pays one hash per life instead of seeding a generator per repaired node.
 
+Random slowdowns (:class:`SlowdownModel`) are drawn the same way from
+``slow/<node>``: a gray failure, so a separate stream, and the lifetimes
+do not move when slowdowns are added.
+
 A ``random`` target of a scripted fault is the k-th draw of the run's
 ``schedule`` name (:func:`pick`), made over the candidates sorted by id.
 :class:`Draws` counts both k's for a driver, so the sim and the real target
@@ -20,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-__all__ = ["Draws", "FailureModel", "nth_uniform", "pick", "weibull_scale"]
+__all__ = ["Draws", "FailureModel", "SlowdownModel", "nth_uniform", "pick", "weibull_scale"]
 
 DISTRIBUTIONS = ("exponential", "weibull")
 
@@ -62,6 +66,45 @@ class FailureModel:
         return weibull_scale(self.mean_s, shape) * e ** (1.0 / shape)
 
 
+@dataclass(frozen=True)
+class SlowdownModel:
+    """Random slowdowns (gray failures, not deaths): each node is slowed now
+    and then, for ``for_s`` seconds, ``factor`` times.
+
+    A node's k-th slowdown starts an exponential gap of mean ``mtbf_s``
+    after its hardware life began (k = 0) or after its previous slowdown
+    ended: draw ``2k`` of the stream ``slow/<node>``. Its factor is
+    ``factor`` when ``spread`` is 0, else ``1 + (factor - 1) * exp(spread *
+    z)`` with ``z`` standard logistic (``ln(u / (1 - u))``, draw ``2k + 1``):
+    the slowness beyond 1 is log-logistic with median ``factor - 1`` (so a
+    factor is always above 1), capped at :data:`MAX_FACTOR`.
+    """
+
+    seed: int
+    mtbf_s: float
+    factor: float
+    for_s: float
+    spread: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.mtbf_s > 0 and 1 < self.factor <= MAX_FACTOR and self.for_s > 0
+                and self.spread >= 0):
+            raise ValueError(f"bad slowdown model {self}")
+
+    def slowdown(self, node: int, k: int) -> tuple[float, float]:
+        """(gap before it, its factor) of node ``node``'s k-th slowdown."""
+        assert node >= 0 and k >= 0, (node, k)
+        gap = -self.mtbf_s * math.log(nth_uniform(self.seed, f"slow/{node}", 2 * k))
+        if not self.spread:
+            return gap, self.factor
+        u = nth_uniform(self.seed, f"slow/{node}", 2 * k + 1) * (1 - 2.0 ** -53)  # (0, 1)
+        z = math.log(u / (1.0 - u))  # standard logistic
+        return gap, min(MAX_FACTOR, 1.0 + (self.factor - 1.0) * math.exp(min(self.spread * z, 700.0)))
+
+
+MAX_FACTOR = 1000.0  # the most a worker is slowed (the schema's bound too)
+
+
 def pick(seed: int, k: int, candidates: Sequence[int]) -> Optional[int]:
     """The run's k-th random choice among ``candidates`` (None when empty)."""
     if not candidates:
@@ -79,11 +122,22 @@ class Draws:
     draws nothing). None: no random failures, or nothing to pick from.
     """
 
-    def __init__(self, seed: int, model: Optional[FailureModel]) -> None:
+    def __init__(self, seed: int, model: Optional[FailureModel],
+                 slow: Optional[SlowdownModel] = None) -> None:
         self.seed = seed
         self.model = model
+        self.slow = slow
         self._lives: dict[int, int] = {}  # node -> hardware lives drawn so far
+        self._slowdowns: dict[int, int] = {}  # node -> slowdowns drawn so far
         self._picks = 0
+
+    def next_slowdown(self, node: int) -> Optional[tuple[float, float]]:
+        """(gap, factor) of the node's next random slowdown (None: no model)."""
+        if self.slow is None:
+            return None
+        k = self._slowdowns.get(node, 0)
+        self._slowdowns[node] = k + 1
+        return self.slow.slowdown(node, k)
 
     def next_lifetime(self, node: int) -> Optional[float]:
         if self.model is None:

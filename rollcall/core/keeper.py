@@ -55,7 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from rollcall.core.detector import TimeoutDetector
+from rollcall.core.detector import Detector
 from rollcall.core.history import KEEPER, rec
 from rollcall.core.idset import EMPTY, IdRuns
 from rollcall.core.job import JobPolicy
@@ -82,7 +82,7 @@ class KeeperConfig:
     min_workers: int
     max_workers: int
     last_call_s: float
-    detector: TimeoutDetector
+    detector: Detector
     join_timeout_s: Optional[float] = None
     strategy: str = ELASTIC
     # How long a restart round waits for a relaunched worker that never
@@ -292,6 +292,8 @@ class Keeper:
         self.standby_gen: dict[WorkerId, int] = {}
         self.resumes: list[tuple[int, int]] = []  # (generation, resume step)
         self.counter: dict[WorkerId, int] = {}  # heartbeat counters; absent: -1
+        # an adaptive detector's: each life's recent heartbeat intervals (phi's cadence)
+        self.intervals: dict[WorkerId, list[float]] = {}
         # worker -> (life, the latest generation that life stamped on a message):
         # a Join stamped with an older one is a late copy (it entered a newer since)
         self._stamped: dict[WorkerId, tuple[int, int]] = {}
@@ -515,7 +517,7 @@ class Keeper:
             return
         if hb.counter > self.counter.get(w, -1):
             self.counter[w] = hb.counter
-            self.liveness.set(now, w)
+            self._beat(now, w)
         self._stamp(w, hb.incarnation, hb.generation)
         # Heal lost messages: a member behind the record learns the answer
         # again, an expected member that missed the roll call hears it again.
@@ -524,6 +526,21 @@ class Keeper:
             self._out.append(Send(w, RollCall(r.generation, r.reason)))
         elif hb.generation < self.generation and w in self.members:
             self._out.append(Send(w, self._membership()))
+
+    def _beat(self, now: float, w: WorkerId) -> None:
+        """A heartbeat advanced: on the keeper's clock, and for an adaptive
+        detector one more interval of the worker's cadence (its tolerance)."""
+        det = self.config.detector
+        if not det.adaptive:
+            self.liveness.set(now, w)
+            return
+        seen = self.liveness.at(w)
+        assert seen is not None and now >= seen, (w, seen, now)
+        gaps = self.intervals.setdefault(w, [])
+        gaps.append(now - seen)
+        if len(gaps) > det.window:
+            del gaps[0]
+        self.liveness.set(now, w, det.extra_s(gaps))
 
     def _join(self, now: float, join: Join) -> None:
         w, inc = join.worker, join.incarnation
@@ -549,6 +566,7 @@ class Keeper:
             self.awaiting_relaunch = self.awaiting_relaunch - (w,)
         if new_life:
             self.counter.pop(w, None)
+            self.intervals.pop(w, None)
         self.liveness.set(now, w)
         one = IdRuns.span(w, w)
         r = self.round
@@ -620,9 +638,7 @@ class Keeper:
                 new = workers - fast - self.liveness.tracked - self.members - self.awaiting_relaunch \
                     - gone
                 if new:
-                    counter = self.counter
-                    for w in [w for w in counter if w in new]:
-                        del counter[w]
+                    self._forget_beats(new)
                     fast = fast | new
         else:
             lives = batch.incarnations
@@ -674,9 +690,7 @@ class Keeper:
         self.awaiting_relaunch = self.awaiting_relaunch - fresh
         for w in [w for w in self.left if w in fresh]:  # newer lives of workers that left
             del self.left[w]
-        counter = self.counter
-        for w in [w for w in counter if w in fresh]:
-            del counter[w]
+        self._forget_beats(fresh)
         return fresh
 
     def _step_failed(self, now: float, msg: StepFailed) -> None:
@@ -709,9 +723,17 @@ class Keeper:
             elif rest is not group:
                 self._standby[c] = rest
 
+    def _forget_beats(self, ws: IdRuns) -> None:
+        """The heartbeat counters and intervals of ``ws``'s lives are over."""
+        for beats in (self.counter, self.intervals):
+            if beats:
+                for w in [w for w in beats if w in ws]:
+                    del beats[w]
+
     def _declare_dead(self, now: float, worker: WorkerId, reason: str) -> None:
         self.liveness.drop(worker)
         self.counter.pop(worker, None)
+        self.intervals.pop(worker, None)
         self._standby_drop(IdRuns.span(worker, worker))
         self.standby_gen.pop(worker, None)
         self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=worker,
@@ -738,9 +760,7 @@ class Keeper:
                     self.life_table.set(w, promised + 1)
             self.awaiting_relaunch = self.awaiting_relaunch | members
             self.liveness.drop_many(members)
-            counter = self.counter
-            for w in [w for w in counter if w in members]:
-                del counter[w]
+            self._forget_beats(members)
             self._out.append(Record(rec(now, "info", "restart", KEEPER,
                                         gen=self.generation, reason=reason)))
             self._out.append(RestartJob(self.generation, reason, members))

@@ -23,7 +23,7 @@ from rollcall.core.idset import EMPTY, IdRuns
 class Liveness:
     """The tracked workers (the lives the keeper watches) and when each advanced."""
 
-    __slots__ = ("tracked", "_groups", "_own", "_heap")
+    __slots__ = ("tracked", "_groups", "_own", "_heap", "_seen")
 
     # A batch this small is recorded worker by worker: a group per instant is
     # worth it for the bulk, not for a handful (the count of groups stays low).
@@ -32,7 +32,11 @@ class Liveness:
     def __init__(self) -> None:
         self.tracked: IdRuns = EMPTY
         self._groups: dict[float, IdRuns] = {}  # instant -> workers that advanced then, in bulk
-        self._own: dict[int, float] = {}  # worker -> instant, for the ones that advanced alone
+        # worker -> its instant, for the ones that advanced alone, shifted by
+        # the worker's own extra tolerance where it has one (an adaptive
+        # detector's: see set); the instant itself is then in _seen
+        self._own: dict[int, float] = {}
+        self._seen: dict[int, float] = {}
         self._heap: list[tuple[float, int]] = []  # (instant, worker) of _own, lazily pruned
 
     def __contains__(self, w: object) -> bool:
@@ -46,7 +50,7 @@ class Liveness:
             return None
         t = self._own.get(w)
         if t is not None:
-            return t
+            return self._seen.get(w, t)
         for t, g in self._groups.items():
             if w in g:
                 return t
@@ -54,14 +58,22 @@ class Liveness:
 
     # --- updates --------------------------------------------------------------
 
-    def set(self, now: float, w: int) -> None:
-        """Track ``w`` (if not yet) as advanced at ``now``."""
+    def set(self, now: float, w: int, extra_s: float = 0.0) -> None:
+        """Track ``w`` (if not yet) as advanced at ``now``, with ``extra_s`` more
+        tolerance than the detector's nominal one (an adaptive detector's, from
+        the worker's cadence): the queries below see the instant ``now +
+        extra_s``, so the keeper asks one question of every worker."""
         if w not in self.tracked:
             self.tracked = self.tracked | (w,)
         elif w not in self._own:
             self._ungroup(IdRuns.span(w, w))
-        self._own[w] = now
-        heappush(self._heap, (now, w))
+        key = now + extra_s
+        self._own[w] = key
+        if extra_s:
+            self._seen[w] = now
+        elif self._seen:
+            self._seen.pop(w, None)
+        heappush(self._heap, (key, w))
         if len(self._heap) > 2 * len(self._own) + 64:
             self._reheap()
 
@@ -95,6 +107,8 @@ class Liveness:
             self.tracked = self.tracked - (w,)
             if self._own.pop(w, None) is None:
                 self._ungroup(IdRuns.span(w, w))
+            elif self._seen:
+                self._seen.pop(w, None)
 
     def drop_many(self, ws: IdRuns) -> None:
         gone = ws & self.tracked
@@ -126,6 +140,9 @@ class Liveness:
         else:
             for w in ws:
                 own.pop(w, None)
+        seen = self._seen
+        for w in [w for w in seen if w not in own]:
+            del seen[w]
 
     def _reheap(self) -> None:
         self._heap = [(t, w) for w, t in self._own.items()]
@@ -140,7 +157,8 @@ class Liveness:
         return h[0][0] if h else None
 
     def earliest(self) -> Optional[float]:
-        """The oldest advance among the tracked workers (None if none)."""
+        """The oldest advance among the tracked workers (None if none), each
+        shifted by its extra tolerance (see :meth:`set`)."""
         t = self._top()
         if self._groups:
             g = min(self._groups)
@@ -148,7 +166,7 @@ class Liveness:
         return t
 
     def expired(self, due: Callable[[float], bool]) -> list[int]:
-        """The tracked workers whose advance instant is ``due``, sorted."""
+        """The tracked workers whose (shifted) advance instant is ``due``, sorted."""
         dead = EMPTY
         for t, g in self._groups.items():
             if due(t):

@@ -1,0 +1,146 @@
+"""The sim's gray failures: a worker that is slow, or whose heartbeats are late.
+
+Neither stops the worker, and neither is death; the detector (and, for a
+straggler, the keeper's straggler policy) must tell them from it.
+
+* ``late_heartbeats: W, delay_s: D, for_s: S``: every beat W sends from the
+  fault for S seconds reaches the keeper D late, in order (the worker holds
+  them: a busy host, a loaded control link), and the backlog drains after
+  S; its work and its other messages are on time. What the keeper sees is
+  one silence of about D at the start (more than one if the beats come in
+  bursts), then the usual cadence: :func:`sim.network.held_beat_gaps` with
+  a constant cost. A silence past the detector's tolerance (its nominal
+  ``silence_s``: the sim's beats are on time) is handed to
+  :meth:`sim.network.NetFaults.silences`, the same path a delayed link's
+  beats take: the worker is silent to the keeper while its peers still
+  reach it, so the keeper decides; if it evicts, the worker learns so when
+  its late beat arrives and comes back as a newcomer, as on real.
+* ``slow: W, factor: F, for_s: S``: W computes its share of each step F
+  times slower for S seconds (a straggler: thermal throttling, a noisy
+  neighbour); its heartbeats stay on time. In synchronous data parallelism
+  the step waits for it: the step time becomes ``max(the plan's,
+  exchange + W's micro-batches * per-micro-batch compute * F)``, the
+  per-micro-batch compute being the plan's compute over the busiest
+  rank's micro-batches (:meth:`GrayFaults.step_s`). A running segment is
+  repriced where it stands when the slowness starts and ends
+  (:meth:`sim.network.NetFaults.reprice`), and again at every generation
+  (W's rank and load change with the members).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rollcall.core import NEMESIS, rank_range, rec
+
+from sim.network import held_beat_gaps
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sim.driver import Simulation
+
+
+class GrayFaults:
+    """The ``late_heartbeats`` (and ``slow``) faults of one simulation."""
+
+    def __init__(self, sim: "Simulation") -> None:
+        self.sim = sim
+        self.factor: dict[tuple[int, float], float] = {}  # (worker, its process's start) -> F
+        self.touched = False  # a member was ever slowed: segments are priced here too
+
+    # -- slow ----------------------------------------------------------------
+
+    def slow(self, now: float, f: Any) -> None:
+        """A scripted ``slow`` fault."""
+        for w in self.sim._pick(f.targets):
+            self._slow(now, w, float(f.factor), float(f.for_s))
+
+    def arrive(self, now: float, w: int) -> None:
+        """Node ``w``'s hardware life began: its first random slowdown is due a
+        drawn gap later (``failures.slow_mtbf_s``; the same draws as real's)."""
+        drawn = self.sim.draws.next_slowdown(w)
+        if drawn is not None:
+            self.sim._at(now + drawn[0], self._random_slow, w, int(self.sim.nodes.life[w]),
+                         drawn[1])
+
+    def _random_slow(self, w: int, life: int, factor: float) -> None:
+        sim = self.sim
+        if sim.state == "done" or int(sim.nodes.life[w]) != life or not sim.nodes.hw[w]:
+            return  # the node went down meanwhile: its repair draws the next
+        model = sim.draws.slow
+        assert model is not None
+        now = sim.env.now
+        self._slow(now, w, factor, model.for_s, origin="mtbf")
+        drawn = sim.draws.next_slowdown(w)
+        assert drawn is not None
+        sim._at(now + model.for_s + drawn[0], self._random_slow, w, life, drawn[1])
+
+    def _slow(self, now: float, w: int, factor: float, for_s: float, **extra: Any) -> None:
+        sim = self.sim
+        alive = sim._alive(w)
+        sim._write(rec(now, "info", "fault", NEMESIS, kind="slow", workers=[w] if alive else [],
+                       factor=factor, for_s=for_s, **extra))
+        if not alive:
+            return
+        life = (w, float(sim.nodes.started_at[w]))
+        self.factor[life] = self.factor.get(life, 1.0) * factor
+        self.touched = True
+        sim.net.reprice(now)
+        sim._at(now + for_s, self._fast_again, life, factor)
+
+    def _fast_again(self, life: tuple[int, float], factor: float) -> None:
+        sim = self.sim
+        if sim.state == "done":
+            return
+        left = self.factor.pop(life, 1.0) / factor
+        if left > 1.0 + 1e-12:  # another slowdown of it still runs
+            self.factor[life] = left
+        w = life[0]
+        alive = sim._alive(w) and float(sim.nodes.started_at[w]) == life[1]
+        sim._write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal",
+                       workers=[w] if alive else []))
+        sim.net.reprice(sim.env.now)
+
+    def step_s(self, base_s: float) -> float:
+        """The step time of the current generation with its slow members: the
+        plan's ``base_s``, or a slow member's compute (its micro-batches,
+        each the plan's per-micro-batch compute times its factor) plus the
+        exchange, whichever is longer."""
+        sim = self.sim
+        if not self.factor:
+            return base_s
+        members, n = sim.members, len(sim.members)
+        shards = sim.batch // sim.sc.workload.micro_batch
+        busiest = rank_range(shards, n, 0)
+        exchange = sim.sc.exchange_s(n)
+        per_batch = max(0.0, base_s - exchange) / max(1, busiest[1] - busiest[0])
+        step = base_s
+        for (w, start), factor in self.factor.items():
+            if w in members and float(sim.nodes.started_at[w]) == start:
+                lo, hi = rank_range(shards, n, members.index(w))
+                step = max(step, exchange + (hi - lo) * per_batch * factor)
+        return step
+
+    # -- late heartbeats -----------------------------------------------------
+
+    def late_heartbeats(self, now: float, f: Any) -> None:
+        sim = self.sim
+        delay_s, for_s = float(f.delay_s), float(f.for_s)
+        for w in sim._pick(f.targets):
+            if not sim._alive(w):
+                continue
+            sim._write(rec(now, "info", "fault", NEMESIS, kind="late_heartbeats", workers=[w],
+                           delay_s=delay_s, for_s=for_s))
+            phase = float(sim.nodes.started_at[w])
+            gaps = held_beat_gaps(phase, sim.detector.heartbeat_s, sim.lat, now, now + for_s,
+                                  sim.detector.silence_s(), lambda: sim.lat + delay_s)
+            sim.net.silences(w, phase, gaps)
+            sim._at(now + for_s, self._on_time, w, phase)
+
+    def _on_time(self, w: int, phase: float) -> None:
+        """The beats W sends from now on leave on time (the backlog drains)."""
+        sim = self.sim
+        if sim.state == "done":
+            return
+        alive = sim._alive(w) and float(sim.nodes.started_at[w]) == phase
+        sim._write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal",
+                       workers=[w] if alive else []))

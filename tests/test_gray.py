@@ -1,0 +1,201 @@
+"""Gray failures (issue 16): late heartbeats, on the sim and on real.
+
+A worker whose heartbeats reach the keeper late while its work is on time
+is not dead. A fixed timeout shorter than the delay evicts it anyway (a
+false eviction: it comes back as a newcomer); phi accrual at its default
+threshold tolerates 18.4 of the worker's own intervals and keeps it. Both
+targets run the same fault (sim/gray.py; real: the worker holds its beats,
+``HeldBeats`` in real/worker.py) and decide the same generations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rollcall.results import read_history
+from rollcall.scenario import ScenarioError, load_scenario
+from real_processes import REAL_PROCESSES
+from test_real_hosts import member_ids
+
+ROOT = Path(__file__).resolve().parent.parent
+LATE = ROOT / "scenarios" / "real-late-heartbeats.yaml"
+
+
+def generations(history: list[dict]) -> list[tuple[int, list[int], str]]:
+    return [(r["gen"], member_ids(r), r["reason"]) for r in history if r["f"] == "generation"]
+
+
+def evictions(history: list[dict]) -> list[tuple[int, str]]:
+    return [(r["worker"], r["reason"]) for r in history if r["f"] == "evict"]
+
+
+def sim_run(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:
+    from sim import driver as sim_driver
+
+    sc = load_scenario(LATE, list(overrides), target="sim")
+    summary = sim_driver.run(sc, tmp_path)
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    return summary, list(read_history(tmp_path))
+
+
+def test_a_fixed_timeout_evicts_a_worker_whose_beats_are_late(tmp_path: Path) -> None:
+    _, history = sim_run(tmp_path)
+    (fault,) = [r for r in history if r["f"] == "fault" and r["kind"] == "late_heartbeats"]
+    assert fault["workers"] == [2] and fault["delay_s"] == 1.5 and fault["for_s"] == 2.0
+    (evict,) = [r for r in history if r["f"] == "evict"]
+    assert (evict["worker"], evict["reason"]) == (2, "timeout")
+    # its last on-time beat arrived no later than the fault: evicted one timeout after
+    assert 0 < evict["t"] - fault["t"] <= 1.0 + 1e-6
+    assert generations(history) == [(1, [0, 1, 2, 3], "start"), (2, [0, 1, 3], "failure"),
+                                    (3, [0, 1, 2, 3], "growth")]
+    heal = [r for r in history if r["f"] == "fault" and r["kind"] == "heal"]
+    assert [r["t"] - fault["t"] for r in heal] == pytest.approx([2.0])
+
+
+def test_phi_keeps_a_worker_whose_beats_are_late_and_still_evicts_the_dead(tmp_path: Path) -> None:
+    _, history = sim_run(tmp_path / "late", "detector.kind=phi")
+    assert evictions(history) == []
+    assert generations(history) == [(1, [0, 1, 2, 3], "start")]
+    # a worker that stops is declared dead after phi's tolerance, 18.4 beats
+    _, paused = sim_run(tmp_path / "pause", "detector.kind=phi",
+                        "failures.schedule=[{at_step: 10, pause: 2, for_s: 3.0}]")
+    (fault,) = [r for r in paused if r["f"] == "fault" and r["kind"] == "pause"]
+    (evict,) = [r for r in paused if r["f"] == "evict"]
+    assert 1.84 - 0.1 - 1e-6 <= evict["t"] - fault["t"] <= 1.84 + 1e-3
+
+
+def test_late_heartbeats_need_their_delay_and_a_worker(tmp_path: Path) -> None:
+    for fault, words in [("{at_step: 1, late_heartbeats: 2, for_s: 1.0}", "required with late_"),
+                         ("{at_step: 1, late_heartbeats: 2, delay_s: 1.0}", "required with late"),
+                         ("{at_step: 1, late_heartbeats: 9, delay_s: 1.0, for_s: 1.0}",
+                          "worker 9 does not exist"),
+                         ("{at_step: 1, pause: 2, delay_s: 1.0, for_s: 1.0}", "only allowed with"),
+                         ("{at_step: 1, late_heartbeats: 2, delay_s: 4000, for_s: 1.0}",
+                          "must be <= 3600")]:
+        with pytest.raises(ScenarioError, match=words):
+            load_scenario(LATE, [f"failures.schedule=[{fault}]"])
+
+
+@pytest.mark.timeout(200)
+def test_both_targets_keep_a_late_worker_under_phi(tmp_path: Path) -> None:
+    """The shipped scenario with phi: nobody evicted on either target, and
+    the run valid on both (the timeout variant is in tests/test_conformance.py)."""
+    from real import driver as real_driver
+
+    _, sim = sim_run(tmp_path / "sim", "detector.kind=phi")
+    sc = load_scenario(LATE, ["detector.kind=phi"])
+    summary = real_driver.run(sc, tmp_path / "real")
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    real = list(read_history(tmp_path / "real"))
+    assert [r["workers"] for r in real if r["f"] == "fault" and r["kind"] == "late_heartbeats"] \
+        == [[2]]
+    assert evictions(real) == evictions(sim) == []
+    assert generations(real) == generations(sim) == [(1, [0, 1, 2, 3], "start")]
+
+
+
+# -- slow ------------------------------------------------------------------------
+
+SLOW = ["failures.schedule=[{at_step: 10, slow: 2, factor: 4, for_s: 2.0}]",
+        "workload.micro_batch_s=0.01", "workload.allreduce_s=0.002",
+        "strategy.checkpoint_interval_steps=1000"]
+
+
+def test_a_slow_member_stretches_every_step_to_its_pace(tmp_path: Path) -> None:
+    """Worker 2 computes 4x slower for 2 s: each step waits for it (2
+    micro-batches of 10 ms at 4x, then the 2 ms exchange: 82 ms instead of
+    22), so the run takes the 2 s minus what 2 s of slow steps did at the
+    usual pace longer; nobody is evicted (its heartbeats are on time)."""
+    base, _ = sim_run(tmp_path / "base", "failures.schedule=[]", *SLOW[1:])
+    slow, history = sim_run(tmp_path / "slow", *SLOW)
+    (fault,) = [r for r in history if r["f"] == "fault" and r["kind"] == "slow"]
+    assert fault["workers"] == [2] and fault["factor"] == 4.0
+    assert evictions(history) == []
+    steps_slow = 2.0 / 0.082  # steps done while slow, at 82 ms
+    assert slow["elapsed_s"] - base["elapsed_s"] == pytest.approx(
+        steps_slow * (0.082 - 0.022), abs=0.1)
+
+
+def test_slow_needs_a_factor_above_one(tmp_path: Path) -> None:
+    for fault, words in [("{at_step: 1, slow: 2, for_s: 1.0}", "required with slow"),
+                         ("{at_step: 1, slow: 2, factor: 1.0, for_s: 1.0}", "must be > 1"),
+                         ("{at_step: 1, slow: 2, factor: 2000, for_s: 1.0}", "<= 1000"),
+                         ("{at_step: 1, slow: 2, factor: 2}", "required with slow")]:
+        with pytest.raises(ScenarioError, match=words):
+            load_scenario(LATE, [f"failures.schedule=[{fault}]"])
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("hosts", [False, True], ids=["launcher", "host-agent"])
+def test_both_targets_wait_for_a_slow_worker(tmp_path: Path, hosts: bool) -> None:
+    """``slow`` on real: the launcher (or, in hosts mode, the worker's host
+    agent) duty-cycles the process (real/duty.py). The steps it takes part in
+    get slower, nobody is evicted (its heartbeats are on time), and both
+    targets decide the same generations; the run is valid on both."""
+    from real import driver as real_driver
+    from real.netns import netns_available
+
+    overrides = ["failures.schedule=[{at_step: 10, slow: 2, factor: 4, for_s: 2.0}]"]
+    if hosts:
+        if (why := netns_available()) is not None:
+            pytest.skip(why)
+        overrides.append("cluster.workers_per_host=2")
+    _, sim = sim_run(tmp_path / "sim", *overrides)
+    summary = real_driver.run(load_scenario(LATE, overrides), tmp_path / "real")
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    real = list(read_history(tmp_path / "real"))
+    (fault,) = [r for r in real if r["f"] == "fault" and r["kind"] == "slow"]
+    (heal,) = [r for r in real if r["f"] == "fault" and r["kind"] == "heal"]
+    assert fault["workers"] == [2] and heal["workers"] == [2]
+    assert evictions(real) == evictions(sim) == []
+    assert generations(real) == generations(sim) == [(1, [0, 1, 2, 3], "start")]
+    # the steps it took part in waited for it (the step time is the
+    # benchmark's to measure: benchmarks/slow_worker.py; here only "slower")
+    during = [c["t"] - c["t0"] for c in real if c["f"] == "commit"
+              and fault["t"] + 0.2 < c["t"] < heal["t"]]
+    before = [c["t"] - c["t0"] for c in real if c["f"] == "commit" and c["t"] < fault["t"]]
+    assert during and sorted(during)[len(during) // 2] > sorted(before)[len(before) // 2]
+
+
+for _mark in REAL_PROCESSES:  # one real run at a time, pidfds needed
+    test_both_targets_keep_a_late_worker_under_phi = _mark(
+        test_both_targets_keep_a_late_worker_under_phi)
+    test_both_targets_wait_for_a_slow_worker = _mark(test_both_targets_wait_for_a_slow_worker)
+
+
+def test_random_slowdowns_are_the_seeds_on_both_targets(tmp_path: Path) -> None:
+    """``failures.slow_mtbf_s``: each worker is slowed now and then, drawn from
+    the seed (``slow/<node>``), the same on both targets: the sim's slow
+    records are the real fault plan's, worker for worker and time for time
+    (the real plan counts from training's start, the sim from 0)."""
+    from real.faults import FaultPlan
+
+    overrides = ["failures.schedule=[]", "failures.slow_mtbf_s=3",
+                 "failures.slow_factor={median: 3, spread: 0.5}", "failures.slow_for_s=1",
+                 "workload.steps=400"]
+    summary, history = sim_run(tmp_path, *overrides)
+    sim = [(round(r["t"], 6), r["workers"], r["factor"]) for r in history
+           if r["f"] == "fault" and r["kind"] == "slow"]
+    assert len(sim) >= 4 and all(r.get("origin") == "mtbf" for r in history
+                                 if r["f"] == "fault" and r["kind"] == "slow")
+    assert all(f > 1 for _, _, f in sim) and len({f for _, _, f in sim}) > 1  # spread
+    plan = FaultPlan(load_scenario(LATE, overrides))
+    for w in range(4):
+        plan.node_up(w, 0.0)
+    real = []
+    t = 0.0
+    while (t := plan.next_time()) is not None and t <= summary["elapsed_s"]:
+        real += [(round(t, 6), list(d.targets), d.rate) for d in plan.due_by_time(t)]
+    assert real == sim
+
+
+def test_a_slowdown_model_factor_is_above_one_and_capped() -> None:
+    from rollcall.core import SlowdownModel
+
+    m = SlowdownModel(seed=1, mtbf_s=10.0, factor=1.5, for_s=1.0, spread=3.0)
+    draws = [m.slowdown(n, k) for n in range(20) for k in range(20)]
+    assert all(gap > 0 and 1 < f <= 1000 for gap, f in draws)
+    assert max(f for _, f in draws) == 1000  # the cap reached at this spread
+    assert SlowdownModel(1, 10.0, 4.0, 1.0).slowdown(3, 2)[1] == 4.0
