@@ -1,9 +1,10 @@
 """A slow worker on the real target: does its compute follow ``factor``? (not a test)
 
 Runs ``scenarios/real-late-heartbeats.yaml``'s job (4 workers) with worker 2
-slowed ``factor`` times (``slow: 2``, real: its process duty-cycled with
-SIGSTOP/SIGCONT, 20 ms periods, ``real/duty.py``) for ``--for-s`` seconds
-from step 20, once per ``--factor``, and prints, from the history:
+slowed ``factor`` times (``slow: 2``; real: the worker waits ``factor - 1``
+times its compute after each step's gradients, ``Worker.stretch``) for
+``--for-s`` seconds from step 20, once per ``--factor``, and prints, from
+the history:
 
 * worker 2's gradient compute per step (its ``contribute`` records'
   ``compute_s``) while slowed, over the same before: the measured slowdown,

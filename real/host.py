@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Optional
 
 from real import wire
-from real.duty import DutyCycle
 from real.relay import Relay
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -81,7 +80,6 @@ class HostAgent:
         self.sock = self.connect()
         self.address = self.sock.getsockname()[0]  # this host's address, as the keeper sees it
         self.relay = Relay(self.sel, keeper)  # the workers' keeper link (``delay``)
-        self.duty = DutyCycle(self.kill)  # slow workers (``slow``)
         self.run_dir: Optional[str] = None
         self.t0: Optional[float] = None
         self.pending: list[tuple] = []  # orders that came before the setup (none should)
@@ -141,16 +139,7 @@ class HostAgent:
         elif kind == "start":
             self.start(*frame[1:])
         elif kind == "signal":
-            key = (frame[1], frame[2])
-            if frame[3] == signal.SIGSTOP:  # a pause: a slow worker stays stopped
-                self.duty.hold(key)
-            self.kill(key, frame[3])
-            if frame[3] == signal.SIGCONT:
-                self.duty.release(time.monotonic(), key)
-        elif kind == "slow":
-            self.duty.start(time.monotonic(), (frame[1], frame[2]), frame[3])
-        elif kind == "fast":
-            self.duty.end((frame[1], frame[2]), frame[3])
+            self.kill((frame[1], frame[2]), frame[3])
         elif kind == "lose":
             self.lose()
         elif kind == "delay":
@@ -196,7 +185,6 @@ class HostAgent:
         os.close(child.pidfd)
         child.log.close()
         del self.children[(child.worker, child.incarnation)]
-        self.duty.forget((child.worker, child.incarnation))
         if report:
             self.send(("exited", child.worker, child.incarnation, code))
 
@@ -229,8 +217,8 @@ class HostAgent:
         self.sel.register(self.sock, selectors.EVENT_READ, None)
         try:
             while True:
-                dues = [d for d in (self.relay.next_due(), self.duty.next_due()) if d is not None]
-                wait = max(0.0, min(dues) - time.monotonic()) if dues else None
+                due = self.relay.next_due()
+                wait = None if due is None else max(0.0, due - time.monotonic())
                 for key, mask in self.sel.select(wait):
                     if isinstance(key.data, Child):
                         self.reap(key.data)
@@ -239,7 +227,6 @@ class HostAgent:
                     elif not self.readable():
                         return 0 if self.run_dir is not None else 1
                 self.relay.flush(time.monotonic())
-                self.duty.fire(time.monotonic())
         finally:
             self.kill_all()
             self.relay.close()

@@ -49,7 +49,6 @@ from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
 
 from real import wire
-from real.duty import DutyCycle
 from real.faults import Due, FaultPlan
 from real.fleet import Fleet, host_signal
 from real.netns import Network
@@ -192,8 +191,7 @@ class Launcher:
         # link faults in force: (heal at, the Network's fault, hosts, cut-off lives)
         self.heals: list[tuple[float, Any, list[int], list[tuple[int, int]]]] = []
         self.delays: list[tuple[float, float]] = []  # each delay ordered: (heal at, latency_s)
-        # slow workers (no hosts: this launcher started them and duty-cycles them)
-        self.duty = DutyCycle(self._duty_signal)
+        self.slowed: dict[tuple[int, int], float] = {}  # a slow life -> its factor (compounded)
         # the nodes whose hardware is up (the sim's Nodes.hw): arrived (a
         # worker, a spare, a join that fired) and not lost since, or repaired
         self.nodes_up: set[int] = set()
@@ -693,7 +691,6 @@ class Launcher:
                     hit.append(w)
                     p.fault = p.fault or "pause"
                     p.paused = True
-                    self.duty.hold((w, p.incarnation))  # a slow worker stays stopped
                     self.signal(p, signal.SIGSTOP)
                     self.sigconts.append((now + due.for_s, p))
             fields["for_s"] = due.for_s
@@ -721,38 +718,34 @@ class Launcher:
         self.faults_log.append(rec_)
 
     def slow(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
-        """A ``slow`` fault: the worker's process is duty-cycled (real/duty.py),
-        by this launcher or by its host agent, whoever started it, for
-        ``for_s``; its heartbeats stay on time. Only the effect is here:
-        whether to wait for it or evict it is the keeper's."""
+        """A ``slow`` fault: the worker is told to compute ``factor`` times
+        slower for ``for_s`` (it stretches each step's compute: see
+        ``Worker.stretch``); its heartbeats stay on time. Only the effect is
+        here: whether to wait for it or evict it is the keeper's."""
         hit = []
         factor = float(due.rate)
         for w in self.targets(due, fields):
-            p = self.live_proc(w)
-            if p is not None and p.activated:
+            p, conn = self.live_proc(w), self.latest_conn.get(w)
+            if p is not None and p.activated and conn is not None:
                 hit.append(w)
-                self.order_slow(now, p, "slow", factor)
+                self.order_slow((w, p.incarnation), factor)
                 self.heals.append((now + float(due.for_s), ("slow", w, p.incarnation, factor),
                                    [], [(w, p.incarnation)]))
         fields.update(factor=factor, for_s=due.for_s)
         return hit
 
-    def order_slow(self, now: float, p: Proc, kind: str, factor: float) -> None:
-        """Start (``slow``) or end (``fast``) one slowdown of ``p``'s process."""
-        if self.fleet is not None:
-            assert p.host is not None
-            self.fleet.order(p.host, (kind, p.worker, p.incarnation, factor))
-        elif kind == "slow":
-            self.duty.start(now, (p.worker, p.incarnation), factor)
-            if p.paused:
-                self.duty.hold((p.worker, p.incarnation))
+    def order_slow(self, life: tuple[int, int], factor: float) -> None:
+        """One slowdown of ``life`` starts (``factor`` > 1) or ends (``1 / factor``):
+        the worker hears the compounded factor of those still on."""
+        total = self.slowed.get(life, 1.0) * factor
+        if total <= 1.0 + 1e-9:
+            self.slowed.pop(life, None)
+            total = 1.0
         else:
-            self.duty.end((p.worker, p.incarnation), factor)
-
-    def _duty_signal(self, key: Any, sig: int) -> None:
-        p = self.live_proc(key[0])
-        if p is not None and p.incarnation == key[1]:
-            self.signal(p, sig)
+            self.slowed[life] = total
+        conn = self.conn_of.get(life)
+        if conn is not None and conn.sock in self.conns:
+            self.queue(conn, ("slow", min(total, 1000.0)))
 
     def late_beats(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
         """A ``late_heartbeats`` fault: the worker is told to hold each heartbeat
@@ -846,9 +839,7 @@ class Launcher:
             _, fault, hosts, lives = item
             extra: dict[str, Any] = {}
             if isinstance(fault, tuple) and fault[0] == "slow":  # one slowdown ends
-                p = self.live_proc(fault[1])
-                if p is not None and p.incarnation == fault[2]:
-                    self.order_slow(now, p, "fast", fault[3])
+                self.order_slow(fault[1:3], 1.0 / fault[3])
             elif isinstance(fault, tuple) and fault[0] == "late_beats":  # on time from now
                 conn = self.conn_of.get(fault[1:])
                 if conn is not None and conn.sock in self.conns:
@@ -942,9 +933,6 @@ class Launcher:
                 times.append(self.train_start + ft)
         times += [t for t, _ in self.sigconts] + [t for t, _ in self.repairs]
         times += [x[0] for x in self.heals]
-        duty = self.duty.next_due()
-        if duty is not None:
-            times.append(duty)
         if self.done_at is not None:
             times.append(self.done_at)
         if any(p.alive and p.want and not p.activated for p in self.procs):
@@ -968,11 +956,9 @@ class Launcher:
                 if p.alive:
                     self.signal(p, signal.SIGCONT)
                     p.paused = False
-                    self.duty.release(now, (p.worker, p.incarnation))
                     self.write(rec(now, "info", "fault", NEMESIS, kind="resume",
                                    workers=[p.worker]))
         self.heal_due(now)
-        self.duty.fire(now)
         for t, w in list(self.repairs):
             if now >= t:
                 self.repairs.remove((t, w))
@@ -996,7 +982,7 @@ class Launcher:
     def on_exit(self, p: Proc) -> None:
         """A process ended (its pidfd, or its host agent's ``exited``)."""
         self.reap(p)
-        self.duty.forget((p.worker, p.incarnation))
+        self.slowed.pop((p.worker, p.incarnation), None)
         self.maybe_activate()
         self.release_joins()
         now = self.now()

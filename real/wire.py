@@ -109,10 +109,10 @@ def _delay_s(v: Any, where: str) -> float:
 
 
 def _factor(v: Any, where: str) -> float:
-    """A slowdown: 1 < times slower <= 1000 (the schema's bounds)."""
+    """A slowdown: 1 <= times slower <= 1000 (1: none; the schema's bounds)."""
     x = _number(v, where)
-    if not 1.0 < x <= 1000.0:
-        raise CodecError(f"{where}: expected a factor in (1, 1000], got {v!r:.40}")
+    if not 1.0 <= x <= 1000.0:
+        raise CodecError(f"{where}: expected a factor in [1, 1000], got {v!r:.40}")
     return x
 
 
@@ -151,8 +151,6 @@ TO_HOST: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "signal": (nat, nat, _signum),
     "lose": (),
     "delay": (_delay_s,),
-    "slow": (nat, nat, _factor),  # duty-cycle a worker's process (real/duty.py)
-    "fast": (nat, nat, _factor),  # ... one slowdown of it ends
 }
 TO_WORKER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "challenge": (_hexdigest, _hexdigest),
@@ -161,6 +159,7 @@ TO_WORKER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "ack": (nat, nat, flag),
     "activate": (),
     "late_beats": (_delay_s,),  # a late_heartbeats fault: hold each heartbeat this long (0: on time)
+    "slow": (_factor,),  # a slow fault: compute this many times slower (1: full speed)
 }
 
 

@@ -88,6 +88,7 @@ class Worker:
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.send_lock = threading.Lock()
         self.late = HeldBeats()  # a late_heartbeats fault's held heartbeats
+        self.slow_factor = 1.0  # a slow fault's: each step's compute takes this many times as long
         self.closed = False  # our side of the launcher's link is shut: nothing more is sent
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
@@ -255,6 +256,8 @@ class Worker:
                 self.activate = True
             elif kind == "late_beats":  # a late_heartbeats fault (0: on time again)
                 self.late.delay_s = frame[1]
+            elif kind == "slow":  # a slow fault (1: full speed again)
+                self.slow_factor = frame[1]
         if kind == "activate":
             self.maybe_start()
 
@@ -579,12 +582,26 @@ class Worker:
             else:  # each shard's gradient on its own, never float-added to another
                 grads, loss = self.wl.shard_gradient(ids)
                 part.add(j, grads, loss)
+        if self.slow_factor > 1:
+            self.stretch(gen, (self.slow_factor - 1) * (time.monotonic() - began))
         if ids_all:
             # compute_s: this step's gradients took this long here (a straggler's is long)
             self.record(rec(self.now(), "ok", "contribute", self.worker, gen=gen,
                             step=cursor.step, samples=ids_all,
                             compute_s=round(time.monotonic() - began, 6)))
         return part, losses, mine
+
+    def stretch(self, gen: int, wait_s: float) -> None:
+        """A ``slow`` fault: the compute just done takes ``slow_factor`` times as
+        long, as on a throttled machine, before the exchange; a wait, not a
+        spin (a spin would slow the workers sharing this machine's cores
+        too), that an abort still cuts short."""
+        until = time.monotonic() + wait_s
+        while (left := until - time.monotonic()) > 0:
+            self.check(gen)
+            self.wake.wait(min(left, 0.05))
+            self.wake.clear()
+        self.check(gen)
 
     def exchange(self, pg, plan, part, losses: list[float], mine, cursor: Cursor, gen: int):
         """The step's mean gradient and loss over the generation."""
