@@ -1,0 +1,128 @@
+"""Slow is not dead: a fixed timeout against phi accrual, on the sim (not a test).
+
+One job of ``--workers`` (1,000 and 10,000 by default) with a mix of gray and
+hard failures, run once per detector setting on the same seed:
+
+* machines that die (``failures.worker_mtbf_s``: ``--crashes`` expected in
+  the run, each a ``crash``: no exit notice, only the detector can tell);
+* workers whose heartbeats arrive ``--late-s`` late for 10 s while their
+  work is on time (``late_heartbeats: random``, ``--late`` of them);
+* workers that stop for ``--pause-s`` (``pause: random``, ``--pauses``);
+
+and for each detector (``timeout`` at several ``timeout_s``, ``phi`` at
+several thresholds) prints goodput, false evictions (a worker evicted for
+silence while its beats were merely late: it comes back as a newcomer, the
+job pays a roll call and a state copy), true evictions and how long a dead
+machine took to be declared dead on average (the job stalls that long: its
+collective waits for the dead member), and the time the job stalled.
+
+The expectation where one exists: a dead member is declared after the
+detector's silence (``timeout_s``; phi: ``threshold * ln 10 *
+heartbeat_s``) less, on average, half a heartbeat (its last beat came that
+long before it died); a late-beat worker is evicted iff ``late_s +
+heartbeat_s`` exceeds that silence.
+
+    .venv/bin/python benchmarks/detectors.py
+    .venv/bin/python benchmarks/detectors.py --workers 1000 --late-s 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+TIMEOUTS = (1.5, 3.0, 6.0)
+THRESHOLDS = (2.0, 4.0, 8.0, 16.0)
+
+
+def scenario(workers: int, steps: int, args: argparse.Namespace, detector: list[str]):
+    from rollcall.scenario import load_scenario
+
+    step_s = 0.055
+    span = steps * step_s
+    faults = [f"{{at_s: {span * (i + 1) / (args.late + 1):.3f}, late_heartbeats: random, "
+              f"delay_s: {args.late_s}, for_s: 10.0}}" for i in range(args.late)]
+    faults += [f"{{at_s: {span * (i + 0.5) / (args.pauses + 1):.3f}, pause: random, "
+               f"for_s: {args.pause_s}}}" for i in range(args.pauses)]
+    mtbf = workers * span / max(args.crashes, 1e-9)
+    return load_scenario(ROOT / "scenarios" / "quickstart.yaml", [
+        f"cluster.workers={workers}", "cluster.spares=0", f"rendezvous.max_workers={workers}",
+        f"workload.global_batch={8 * workers}", f"workload.dataset_samples={64 * workers}",
+        f"workload.steps={steps}",
+        f"failures.worker_mtbf_s={mtbf:.1f}", "cluster.repair_s=120",
+        "strategy.checkpoint_interval_steps=2000",
+        f"failures.schedule=[{', '.join(faults)}]", f"seed={args.seed}", *detector])
+
+
+def measure(sc) -> dict:
+    from rollcall.results import read_history
+    from sim.driver import run
+
+    with tempfile.TemporaryDirectory() as d:
+        t0 = time.perf_counter()
+        summary = run(sc, Path(d))
+        wall = time.perf_counter() - t0
+        late: dict[int, tuple[float, float]] = {}  # worker -> (from, to) its beats were late
+        crashed: dict[int, float] = {}
+        false_ev = true_ev = 0
+        delays = []
+        for r in read_history(d):
+            if r["f"] == "fault" and r["kind"] == "late_heartbeats":
+                for w in r["workers"]:
+                    late[w] = (r["t"], r["t"] + r["for_s"] + r["delay_s"])
+            elif r["f"] == "fault" and r["kind"] == "crash":
+                for w in r["workers"]:
+                    crashed[w] = r["t"]
+            elif r["f"] == "evict" and r["reason"] == "timeout":
+                w, t = r["worker"], r["t"]
+                if w in crashed:
+                    true_ev += 1
+                    delays.append(t - crashed.pop(w))
+                elif w in late and late[w][0] <= t <= late[w][1]:
+                    false_ev += 1
+    assert summary["valid"], summary["violations"]
+    return {"goodput": summary["goodput"], "false": false_ev, "true": true_ev,
+            "detect_s": sum(delays) / len(delays) if delays else math.nan,
+            "stall_s": summary["stall_s"], "wall_s": wall}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--steps", type=int, default=20000)
+    ap.add_argument("--crashes", type=float, default=6.0, help="expected machine deaths")
+    ap.add_argument("--late", type=int, default=6, help="late_heartbeats faults")
+    ap.add_argument("--late-s", type=float, default=4.0)
+    ap.add_argument("--pauses", type=int, default=3)
+    ap.add_argument("--pause-s", type=float, default=20.0)
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    settings = [(f"timeout {t:g} s", ["detector.kind=timeout", f"detector.timeout_s={t}"])
+                for t in TIMEOUTS]
+    settings += [(f"phi {p:g}", ["detector.kind=phi", f"detector.phi_threshold={p}"])
+                 for p in THRESHOLDS]
+    for n in args.workers:
+        print(f"== {n} workers, {args.steps} steps, seed {args.seed}: {args.crashes:g} deaths "
+              f"expected, {args.late} late-beat workers (+{args.late_s:g} s), "
+              f"{args.pauses} pauses of {args.pause_s:g} s")
+        print(f"{'detector':>14} {'silence s':>9} {'goodput':>8} {'false ev':>8} {'true ev':>7} "
+              f"{'detect s':>8} {'stall s':>8} {'wall s':>6}")
+        for name, det in settings:
+            sc = scenario(n, args.steps, args, det)
+            m = measure(sc)
+            print(f"{name:>14} {sc.detector.silence_s:>9.2f} {m['goodput']:>8.4f} "
+                  f"{m['false']:>8} {m['true']:>7} {m['detect_s']:>8.2f} {m['stall_s']:>8.1f} "
+                  f"{m['wall_s']:>6.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
