@@ -24,6 +24,7 @@ heartbeat_s`` exceeds that silence.
 
     .venv/bin/python benchmarks/detectors.py
     .venv/bin/python benchmarks/detectors.py --workers 1000 --late-s 6
+    .venv/bin/python benchmarks/detectors.py --workers 1000 --real   # + 8 real runs
 """
 
 from __future__ import annotations
@@ -94,6 +95,32 @@ def measure(sc) -> dict:
             "stall_s": summary["stall_s"], "wall_s": wall}
 
 
+REAL_SETTINGS = (("timeout 1 s", ["detector.kind=timeout", "detector.timeout_s=1.0"]),
+                 ("timeout 2 s", ["detector.kind=timeout", "detector.timeout_s=2.0"]),
+                 ("phi 4", ["detector.kind=phi", "detector.phi_threshold=4"]),
+                 ("phi 8", ["detector.kind=phi", "detector.phi_threshold=8"]))
+
+
+def real_points() -> None:
+    """A few points on real processes: ``scenarios/real-late-heartbeats.yaml``
+    (worker 2's beats 1.5 s late for 2 s; 100 ms heartbeats) and the same job
+    with worker 2 paused for 4 s instead, per detector: whether the late
+    worker was evicted (false), and how long the keeper took to evict the
+    paused one (from the SIGSTOP)."""
+    from realrun import real_records
+
+    print("== real, 4 workers: late beats (+1.5 s) and a 4 s pause, heartbeat_s 0.1")
+    print(f"{'detector':>12} {'late: evicted':>13} {'pause: evicted after s':>22}")
+    pause = "failures.schedule=[{at_step: 10, pause: 2, for_s: 4.0}]"
+    for name, det in REAL_SETTINGS:
+        late, _ = real_records("real-late-heartbeats", det)
+        paused, _ = real_records("real-late-heartbeats", [*det, pause])
+        fault = next(r for r in paused if r["f"] == "fault" and r["kind"] == "pause")
+        ev = [r["t"] - fault["t"] for r in paused if r["f"] == "evict" and r["worker"] == 2]
+        print(f"{name:>12} {str(any(r['f'] == 'evict' for r in late)):>13} "
+              f"{(f'{ev[0]:.2f}' if ev else 'not evicted'):>22}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, nargs="+", default=[1000, 10000])
@@ -104,6 +131,7 @@ def main() -> int:
     ap.add_argument("--pauses", type=int, default=3)
     ap.add_argument("--pause-s", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--real", action="store_true", help="also a few points on real processes")
     args = ap.parse_args()
     settings = [(f"timeout {t:g} s", ["detector.kind=timeout", f"detector.timeout_s={t}"])
                 for t in TIMEOUTS]
@@ -121,6 +149,8 @@ def main() -> int:
             print(f"{name:>14} {sc.detector.silence_s:>9.2f} {m['goodput']:>8.4f} "
                   f"{m['false']:>8} {m['true']:>7} {m['detect_s']:>8.2f} {m['stall_s']:>8.1f} "
                   f"{m['wall_s']:>6.1f}")
+    if args.real:
+        real_points()
     return 0
 
 

@@ -36,7 +36,7 @@ from typing import Any, Optional
 
 from rollcall.core.agent import Abort, Agent, Enter, Log, Phase, SendToKeeper, Stop
 from rollcall.core.checkers import DataSpec
-from rollcall.core.detector import TimeoutDetector
+from rollcall.core.detector import LN10, PhiDetector, TimeoutDetector
 from rollcall.core.history import commit, rec
 from rollcall.core.keeper import (
     Broadcast, CommitVerdict, Formed, JobFailed, Keeper, KeeperConfig, Record, Relaunch,
@@ -161,7 +161,7 @@ class World:
                  heartbeat_s: float = 0.5, timeout_s: float = 3.0, last_call_s: float = 0.5,
                  latency_s: float = 0.01, strategy: str = "elastic",
                  sharding: Optional[ShardSpec] = None, batched: bool = False,
-                 bulk: bool = False) -> None:
+                 bulk: bool = False, phi: bool = False) -> None:
         self.now = 0.0
         self.latency_s = latency_s
         self.heartbeat_s = heartbeat_s
@@ -169,7 +169,10 @@ class World:
         self.bulk = bulk
         self.keeper = Keeper(KeeperConfig(
             min_workers=min_workers, max_workers=max_workers or n, last_call_s=last_call_s,
-            detector=TimeoutDetector(heartbeat_s, timeout_s), strategy=strategy,
+            # phi: the threshold whose nominal silence is timeout_s (a worker
+            # whose beats came late or in bursts gets more, never less)
+            detector=PhiDetector(heartbeat_s, timeout_s / (heartbeat_s * LN10)) if phi
+            else TimeoutDetector(heartbeat_s, timeout_s), strategy=strategy,
             relaunch_timeout_s=4 * timeout_s, sharding=sharding))
         if bulk:
             self.keeper.liveness = SmallBulkLiveness()

@@ -96,15 +96,17 @@ class Rendezvous(RuleBasedStateMachine):
     @initialize(n=st.integers(2, N_MAX), min_workers=st.integers(1, 3),
                 room=st.integers(0, 2), latency=st.sampled_from([0.0, 0.01, 0.2]),
                 strategy=st.sampled_from(["elastic", "checkpoint-restart"]),
-                batched=st.booleans(), bulk=st.booleans(), spec=st.none())
+                batched=st.booleans(), bulk=st.booleans(), spec=st.none(),
+                phi=st.booleans())
     def start(self, n: int, min_workers: int, room: int, latency: float, strategy: str,
-              batched: bool, bulk: bool, spec: ShardSpec | None) -> None:
-        """``room``: how many fewer members fit than the workers that start."""
+              batched: bool, bulk: bool, spec: ShardSpec | None, phi: bool = False) -> None:
+        """``room``: how many fewer members fit than the workers that start;
+        ``phi``: the keeper's detector is phi accrual (nominal silence TIMEOUT_S)."""
         max_workers = max(min(min_workers, n), n - room)
         self.world = World(n, min_workers=min(min_workers, n), max_workers=max_workers,
                            heartbeat_s=HEARTBEAT_S, timeout_s=TIMEOUT_S, last_call_s=0.1,
                            latency_s=latency, strategy=strategy, sharding=spec,
-                           batched=batched, bulk=bulk)
+                           batched=batched, bulk=bulk, phi=phi)
         self.keeper_gens = [0]
         self.life_gens: dict[tuple[int, int], int] = {}
 
@@ -459,10 +461,11 @@ class ShardedRendezvous(Rendezvous):
                 spec=st.builds(ShardSpec, n_shards=st.integers(1, 6),
                                replicas=st.integers(1, 3),
                                rack_size=st.sampled_from([None, 2]),
-                               shard_bytes=st.just(100)))
+                               shard_bytes=st.just(100)),
+                phi=st.booleans())
     def start(self, n: int, min_workers: int, room: int, latency: float, strategy: str,
-              batched: bool, bulk: bool, spec: ShardSpec | None) -> None:
-        super().start(n, min_workers, room, latency, strategy, batched, bulk, spec)
+              batched: bool, bulk: bool, spec: ShardSpec | None, phi: bool = False) -> None:
+        super().start(n, min_workers, room, latency, strategy, batched, bulk, spec, phi)
 
 
 def _replay_line(nodeid: str) -> str:
