@@ -200,3 +200,16 @@ def test_a_slowdown_model_factor_is_above_one_and_capped() -> None:
     assert all(gap > 0 and 1 < f <= 1000 for gap, f in draws)
     assert max(f for _, f in draws) == 1000  # the cap reached at this spread
     assert SlowdownModel(1, 10.0, 4.0, 1.0).slowdown(3, 2)[1] == 4.0
+
+
+def test_gray_failures_and_phi_replay_byte_for_byte(tmp_path: Path) -> None:
+    """Same scenario and seed, same sim history, with phi, random slowdowns,
+    a slow worker and late beats all in play (the determinism promise)."""
+    overrides = ["detector.kind=phi", "failures.slow_mtbf_s=2", "failures.slow_for_s=0.5",
+                 "failures.slow_factor={median: 3, spread: 1}", "workload.steps=300",
+                 "failures.schedule=[{at_step: 10, late_heartbeats: random, delay_s: 2.5, "
+                 "for_s: 1.0}, {at_step: 40, slow: random, factor: 3, for_s: 1.0}]"]
+    for name in ("a", "b"):
+        sim_run(tmp_path / name, *overrides)
+    assert (tmp_path / "a" / "history.jsonl").read_bytes() == \
+        (tmp_path / "b" / "history.jsonl").read_bytes()
