@@ -830,10 +830,10 @@ class Launcher:
                 self.queue(conn, ("welcome", self.store_port))
 
     def heal_due(self, now: float) -> None:
-        """Undo the link faults (and late heartbeats) whose ``for_s`` is over; a
-        ``heal`` record names the hosts and the cut-off lives still running (as
-        the sim's), and, a physical fact the sim has not, how many packets the
-        rules dropped."""
+        """Undo the link faults, slowdowns and late heartbeats whose ``for_s`` is
+        over; a ``heal`` record names the hosts (link faults) and the lives
+        still running (as the sim's), and, a physical fact the sim has not, how
+        many packets the rules dropped."""
         for item in [x for x in self.heals if now >= x[0]]:
             self.heals.remove(item)
             _, fault, hosts, lives = item
