@@ -1099,7 +1099,10 @@ class Launcher:
         held_s = max((x for heal, x in self.delays if heal + x > now), default=0.0)
         deadline = now + DRAIN_S + 2 * held_s
         sel = selectors.DefaultSelector()
-        for conn in [c for c in self.conns.values() if c.authed and c.worker is not None]:
+        # the links of live processes only: a lost machine's never end (no FIN
+        # comes from a host whose link went down with it)
+        for conn in [c for c in self.conns.values() if c.authed and c.worker is not None
+                     and (p := self.proc_of(c)) is not None and p.alive]:
             try:
                 conn.sock.shutdown(socket.SHUT_WR)
             except OSError:

@@ -9,6 +9,7 @@ import pytest
 needs_pidfd = pytest.mark.skipif(not hasattr(os, "pidfd_open"),
                                  reason="the real target's launcher needs Linux pidfds")
 # one real run at a time: two would put 8+ torch processes on 2 cores and
-# starve heartbeats into false evictions (make test uses --dist loadgroup)
+# starve heartbeats into false evictions (the group is a lock across xdist
+# workers: tests/conftest.py; --dist loadgroup alone does not hold it here)
 one_real_run_at_a_time = pytest.mark.xdist_group("real-processes")
 REAL_PROCESSES = [needs_pidfd, one_real_run_at_a_time]

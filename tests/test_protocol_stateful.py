@@ -638,3 +638,29 @@ def test_a_late_join_from_before_a_generation_its_life_entered_claims_nothing(ba
     assert not w.violations, w.violations
     report = check(w.records, DATA)
     assert report.valid, report.violations
+
+
+def test_a_lives_less_answer_from_before_a_life_was_born_claims_nothing() -> None:
+    """The example hypothesis found (a gap, fixed by Keeper._born_after):
+    worker 1's life 1 answers a roll call as a lives-less batch claiming
+    generation 3's state; the network holds it back a second, meanwhile the
+    worker's life 2 joins fresh (no state) once generation 4 had formed. The
+    late batch names the life the keeper knows, life 2, which never entered
+    generation 3: it must claim nothing, or life 2 is made the source of
+    state it does not hold."""
+    m = Rendezvous()
+    m.start(n=4, min_workers=1, room=1, latency=0.2, strategy="elastic", batched=True,
+            bulk=False, spec=None)
+    for name, kw in [("leave", dict(i=0)), ("delay", dict(extra=0.0, i=0)),
+                     ("advance", dict(dt=0.01)), ("pause", dict(i=20)),
+                     ("rack_loss", dict(i=0)), ("crash", dict(i=1, node_lost=False, noticed=True)),
+                     ("deliver_out_of_order", dict(i=7379)), ("lose", dict(i=0)),
+                     ("add_workers", dict(k=1)),
+                     ("crash", dict(i=511, node_lost=False, noticed=True)),
+                     ("delay", dict(extra=1.0, i=23)), ("advance", dict(dt=0.01)),
+                     ("add_workers", dict(k=1)), ("add_workers", dict(k=1)),
+                     ("add_workers", dict(k=1)), ("rack_loss", dict(i=7))]:
+        getattr(m, name)(**kw)
+        assert not m.world.violations, (name, m.world.violations)
+    m.teardown()
+    assert not m.world.violations, m.world.violations

@@ -297,6 +297,10 @@ class Keeper:
         # worker -> (life, the latest generation that life stamped on a message):
         # a Join stamped with an older one is a late copy (it entered a newer since)
         self._stamped: dict[WorkerId, tuple[int, int]] = {}
+        # worker -> (life, the generation current when that life's first Join
+        # arrived): a life enters only generations formed after it was heard,
+        # so a claim to hold an older one's state is an older life's message
+        self._born: dict[WorkerId, tuple[int, int]] = {}
         self.liveness = Liveness()  # the lives watched, and when each last advanced
         self._out: list[Output] = []
         # sharded state: the current generation's placement and recovery
@@ -567,13 +571,15 @@ class Keeper:
         if new_life:
             self.counter.pop(w, None)
             self.intervals.pop(w, None)
+            self._born[w] = (inc, self.generation)
         self.liveness.set(now, w)
         one = IdRuns.span(w, w)
         r = self.round
         # a late copy of a Join this life sent before it stamped a newer
         # generation on a message (a newer Join this round, a heartbeat from a
         # generation it entered since) claims nothing: its state has moved on
-        late = r is not None and not new_life and self._stamped_newer(w, inc, join.generation)
+        late = r is not None and not new_life and (self._stamped_newer(w, inc, join.generation)
+                                                   or self._born_after(w, inc, join.generation))
         self._stamp(w, inc, join.generation)
         if r is not None:
             if not late:
@@ -601,6 +607,14 @@ class Keeper:
         the lives stamped individually (a real heartbeat, a Join), not ``ws``."""
         return IdRuns.of(w for w in self._stamped
                          if w in ws and self._stamped_newer(w, claimed(w), generation))
+
+    def _born_after(self, w: WorkerId, life: int, generation: int) -> bool:
+        """Whether life ``life`` of ``w`` was first heard once ``generation`` had
+        formed (so it never entered it): a Join of it claiming that
+        generation's state is a late copy of an older life's (a lives-less
+        batch names the latest life it knows)."""
+        born = self._born.get(w)
+        return born is not None and born[0] == life and 0 < generation <= born[1]
 
     def _stamped_newer(self, w: WorkerId, life: int, generation: int) -> bool:
         """Whether life ``life`` of ``w`` stamped a generation newer than ``generation``."""
