@@ -722,21 +722,17 @@ class Launcher:
         slower for ``for_s`` (it stretches each step's compute: see
         ``Worker.stretch``); its heartbeats stay on time. Only the effect is
         here: whether to wait for it or evict it is the keeper's."""
+        hit = []
         factor = float(due.rate)
-        hit = self.ordered_lives(due, fields)
-        for w, inc in hit:
-            self.order_slow((w, inc), factor)
-            self.heals.append((now + float(due.for_s), ("slow", w, inc, factor), [], [(w, inc)]))
+        for w in self.targets(due, fields):
+            p, conn = self.live_proc(w), self.latest_conn.get(w)
+            if p is not None and p.activated and conn is not None:
+                hit.append(w)
+                self.order_slow((w, p.incarnation), factor)
+                self.heals.append((now + float(due.for_s), ("slow", w, p.incarnation, factor),
+                                   [], [(w, p.incarnation)]))
         fields.update(factor=factor, for_s=due.for_s)
-        return [w for w, _ in hit]
-
-    def ordered_lives(self, due: Due, fields: dict[str, Any]) -> list[tuple[int, int]]:
-        """The lives a fault the worker carries out itself (``slow``,
-        ``late_heartbeats``) reaches: its targets' running, activated
-        processes with a connection to tell."""
-        return [(w, p.incarnation) for w in self.targets(due, fields)
-                if (p := self.live_proc(w)) is not None and p.activated
-                and self.latest_conn.get(w) is not None]
+        return hit
 
     def order_slow(self, life: tuple[int, int], factor: float) -> None:
         """One slowdown of ``life`` starts (``factor`` > 1) or ends (``1 / factor``):
@@ -757,12 +753,16 @@ class Launcher:
         the keeper loaded), in order, and after ``for_s`` to send them on
         time again; everything else it sends goes at once. Only the effect is
         here: whether the silence is death is the keeper's detector's call."""
-        hit = self.ordered_lives(due, fields)
-        for w, inc in hit:
-            self.queue(self.latest_conn[w], ("late_beats", float(due.latency_s)))
-            self.heals.append((now + float(due.for_s), ("late_beats", w, inc), [], [(w, inc)]))
+        hit = []
+        for w in self.targets(due, fields):
+            p, conn = self.live_proc(w), self.latest_conn.get(w)
+            if p is not None and p.activated and conn is not None:
+                hit.append(w)
+                self.queue(conn, ("late_beats", float(due.latency_s)))
+                self.heals.append((now + float(due.for_s), ("late_beats", w, p.incarnation),
+                                   [], [(w, p.incarnation)]))
         fields.update(delay_s=due.latency_s, for_s=due.for_s)
-        return [w for w, _ in hit]
+        return hit
 
     def cut_links(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
         """Hosts mode: a ``partition`` (the hosts cut off from every other address

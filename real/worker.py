@@ -133,10 +133,7 @@ class Worker:
         self.send(("hello", self.worker, self.incarnation, pid, self.spare, mac))
 
     def send(self, obj) -> None:
-        self.send_bytes(wire.encode(obj))
-
-    def send_bytes(self, data: bytes) -> None:
-        """One encoded frame, whole (nothing once our side of the link is shut)."""
+        data = wire.encode(obj)
         with self.send_lock:
             if not self.closed:
                 self.sock.sendall(data)
@@ -212,7 +209,9 @@ class Worker:
                         if timer is not None and self.now() >= timer:
                             self.apply(self.agent.handle_timer(self.now()))
                     for data in self.late.due(self.now()):
-                        self.send_bytes(data)
+                        with self.send_lock:
+                            if not self.closed:
+                                self.sock.sendall(data)
         except (OSError, ValueError):
             pass  # the connection broke, or a peer sent a bad frame: stop
         except BaseException:

@@ -94,16 +94,11 @@ class GrayFaults:
         left = self.factor.pop(life, 1.0) / factor
         if left > 1.0 + 1e-12:  # another slowdown of it still runs
             self.factor[life] = left
-        self._healed(*life)
-        sim.net.reprice(sim.env.now)
-
-    def _healed(self, w: int, start: float) -> None:
-        """A gray fault of ``w``'s process (started at ``start``) is over: its
-        ``heal`` record names it if that process still runs."""
-        sim = self.sim
-        alive = sim._alive(w) and float(sim.nodes.started_at[w]) == start
+        w = life[0]
+        alive = sim._alive(w) and float(sim.nodes.started_at[w]) == life[1]
         sim._write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal",
                        workers=[w] if alive else []))
+        sim.net.reprice(sim.env.now)
 
     def step_s(self, base_s: float) -> float:
         """The step time of the current generation with its slow members: the
@@ -143,5 +138,9 @@ class GrayFaults:
 
     def _on_time(self, w: int, phase: float) -> None:
         """The beats W sends from now on leave on time (the backlog drains)."""
-        if self.sim.state != "done":
-            self._healed(w, phase)
+        sim = self.sim
+        if sim.state == "done":
+            return
+        alive = sim._alive(w) and float(sim.nodes.started_at[w]) == phase
+        sim._write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal",
+                       workers=[w] if alive else []))

@@ -20,15 +20,6 @@ class Verdict(str, Enum):
     DEAD = "dead"
 
 
-def last_beat_arrival(failed_at: float, phase_s: float, heartbeat_s: float,
-                      latency_s: float) -> float:
-    """When the last beat of a worker that stopped at ``failed_at`` reached the
-    keeper: it left at the latest beat ``phase_s + k*heartbeat_s`` not after
-    ``failed_at`` and took ``latency_s``."""
-    beats = max(0, int((failed_at - phase_s) // heartbeat_s))
-    return phase_s + beats * heartbeat_s + latency_s
-
-
 @dataclass(frozen=True)
 class TimeoutDetector:
     """Dead after ``timeout_s`` without an advance; suspect after two beats."""
@@ -69,7 +60,9 @@ class TimeoutDetector:
         this to schedule the verdict instead of simulating every heartbeat;
         the result equals what :meth:`expiry` gives on the live path.
         """
-        return self.expiry(last_beat_arrival(failed_at, phase_s, self.heartbeat_s, latency_s))
+        beats = max(0, int((failed_at - phase_s) // self.heartbeat_s))
+        last_sent = phase_s + beats * self.heartbeat_s
+        return self.expiry(last_sent + latency_s)
 
 
 LN10 = math.log(10.0)
@@ -148,7 +141,8 @@ class PhiDetector:
 
     def detection_time(self, failed_at: float, phase_s: float, latency_s: float) -> float:
         """As :meth:`TimeoutDetector.detection_time`, at the nominal cadence."""
-        return self.expiry(last_beat_arrival(failed_at, phase_s, self.heartbeat_s, latency_s))
+        beats = max(0, int((failed_at - phase_s) // self.heartbeat_s))
+        return self.expiry(phase_s + beats * self.heartbeat_s + latency_s)
 
 
 Detector = Union[TimeoutDetector, PhiDetector]
