@@ -627,7 +627,7 @@ class Launcher:
                 self.done_at = now + 2.0  # let the other members report their hash
 
     def commit_request(self, conn: Conn, now: float, w: int, inc: int, gen: int, step: int,
-                       record: dict) -> None:
+                       record: dict, compute_s: float, load: int) -> None:
         k = self.keeper
         verdict = k.commit(now, w, inc, gen, step)
         ok = verdict.ok and self.result is None
@@ -659,6 +659,8 @@ class Launcher:
         self.queue(conn, ("ack", gen, step, ok))
         for d in [d for d in due if d.kind not in before]:
             self.inject(d)
+        # the step's compute, for the keeper's straggler policy (it decides)
+        self.effects(k.report_compute(now, w, inc, gen, step, compute_s, load))
 
     # --- faults ------------------------------------------------------------------------
 
@@ -745,7 +747,9 @@ class Launcher:
             self.slowed[life] = total
         conn = self.conn_of.get(life)
         if conn is not None and conn.sock in self.conns:
-            self.queue(conn, ("slow", min(total, 1000.0)))
+            # from the step in flight: the sim's first slow step (the fault's
+            # at_step, or the one a timed fault lands in)
+            self.queue(conn, ("slow", min(total, 1000.0), self.committed))
 
     def late_beats(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
         """A ``late_heartbeats`` fault: the worker is told to hold each heartbeat

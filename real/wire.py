@@ -19,8 +19,10 @@ worker -> launcher
     ("ready",)                                   torch imported, model built
     ("msg", ToKeeper)                            a protocol message for the keeper
     ("rec", dict)                                a history record to append
-    ("commit", worker, incarnation, gen, step, record)
-                                                 may step ``step`` of ``gen`` commit?
+    ("commit", worker, incarnation, gen, step, record, compute_s, load)
+                                                 may step ``step`` of ``gen`` commit? (and
+                                                 its gradients took compute_s over load
+                                                 micro-batches: the straggler policy's input)
     ("fatal", worker, reason)                    no retry can help (diverged)
     ("final", worker, incarnation, [step, sample], sha256)
 host agent -> launcher (see real/host.py; the same connection kinds, the
@@ -108,6 +110,14 @@ def _delay_s(v: Any, where: str) -> float:
     return x
 
 
+def _compute_s(v: Any, where: str) -> float:
+    """A step's compute: 0 <= seconds <= a day (a longer one is not a step)."""
+    x = _number(v, where)
+    if not 0.0 <= x <= 86400.0:
+        raise CodecError(f"{where}: expected seconds in [0, 86400], got {v!r:.40}")
+    return x
+
+
 def _factor(v: Any, where: str) -> float:
     """A slowdown: 1 <= times slower <= 1000 (1: none; the schema's bounds)."""
     x = _number(v, where)
@@ -137,7 +147,7 @@ TO_LAUNCHER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "ready": (),
     "msg": (_message(TO_KEEPER_TYPES),),
     "rec": (_record,),
-    "commit": (nat, nat, nat, nat, _record),
+    "commit": (nat, nat, nat, nat, _record, _compute_s, nat),
     "fatal": (nat, text),
     "final": (nat, nat, lambda v, w: check_cursor(v, w).to_json(), _hexdigest),
     "host_hello": (nat, nat, _hexdigest),
@@ -159,7 +169,8 @@ TO_WORKER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "ack": (nat, nat, flag),
     "activate": (),
     "late_beats": (_delay_s,),  # a late_heartbeats fault: hold each heartbeat this long (0: on time)
-    "slow": (_factor,),  # a slow fault: compute this many times slower (1: full speed)
+    # a slow fault: compute this many times slower (1: full speed) from this step on
+    "slow": (_factor, nat),
 }
 
 

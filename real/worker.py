@@ -89,6 +89,8 @@ class Worker:
         self.send_lock = threading.Lock()
         self.late = HeldBeats()  # a late_heartbeats fault's held heartbeats
         self.slow_factor = 1.0  # a slow fault's: each step's compute takes this many times as long
+        self.slow_from = 0  # ... from this step on
+        self.stretched = -1  # the last step whose compute was stretched
         self.closed = False  # our side of the launcher's link is shut: nothing more is sent
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
@@ -102,6 +104,7 @@ class Worker:
         self.acks: dict[tuple[int, int], bool] = {}
         self.awaiting_ack: Optional[tuple[int, int, Cursor]] = None
         self.deferred: list = []  # keeper messages held while a commit is in flight
+        self.compute: tuple[float, int] = (0.0, 0)  # the last step's compute_s, micro-batches
         self.started = False
         self.wake = threading.Event()
         self.group: Optional[dict] = None  # the current generation's group and store
@@ -257,7 +260,7 @@ class Worker:
             elif kind == "late_beats":  # a late_heartbeats fault (0: on time again)
                 self.late.delay_s = frame[1]
             elif kind == "slow":  # a slow fault (1: full speed again)
-                self.slow_factor = frame[1]
+                self.slow_factor, self.slow_from = frame[1], frame[2]
         if kind == "activate":
             self.maybe_start()
 
@@ -515,6 +518,7 @@ class Worker:
             plan = self.plan(cursor, enter.members)
             t0 = self.now()
             update = self.compute_step(pg, plan, cursor, gen)
+            self.late_stretch(gen, cursor.step)
             nxt = plan.next_cursor()
             if not self.request_commit(gen, cursor, nxt, plan, t0, update.loss):
                 raise Aborted()
@@ -582,14 +586,30 @@ class Worker:
             else:  # each shard's gradient on its own, never float-added to another
                 grads, loss = self.wl.shard_gradient(ids)
                 part.add(j, grads, loss)
-        if self.slow_factor > 1:
+        if self.slow_factor > 1 and cursor.step >= self.slow_from:
             self.stretch(gen, (self.slow_factor - 1) * (time.monotonic() - began))
+            self.stretched = cursor.step
+        compute_s = round(time.monotonic() - began, 6)
+        # the keeper's straggler policy hears it with the commit request
+        self.compute = (compute_s, len(mine))
         if ids_all:
             # compute_s: this step's gradients took this long here (a straggler's is long)
             self.record(rec(self.now(), "ok", "contribute", self.worker, gen=gen,
-                            step=cursor.step, samples=ids_all,
-                            compute_s=round(time.monotonic() - began, 6)))
+                            step=cursor.step, samples=ids_all, compute_s=compute_s))
         return part, losses, mine
+
+    def late_stretch(self, gen: int, step: int) -> None:
+        """A slow order meant for this step (``slow_from``) that came once its
+        compute was done: the stretch it missed, before the commit request,
+        where the others wait for this worker's next exchange as they would
+        have for this one. The reported compute includes it (the keeper's
+        straggler policy hears the step as slow on both targets: the sim's
+        first slow step is the order's)."""
+        if self.slow_factor > 1 and step >= self.slow_from and self.stretched != step:
+            compute_s, load = self.compute
+            self.stretch(gen, (self.slow_factor - 1) * compute_s)
+            self.compute = (round(compute_s * self.slow_factor, 6), load)
+            self.stretched = step
 
     def stretch(self, gen: int, wait_s: float) -> None:
         """A ``slow`` fault: the compute just done takes ``slow_factor`` times as
@@ -648,7 +668,8 @@ class Worker:
             if not self.agent.may_step(gen):
                 raise Aborted()
             self.awaiting_ack = (gen, cursor.step, nxt)
-            self.send(("commit", self.worker, self.incarnation, gen, cursor.step, commit))
+            self.send(("commit", self.worker, self.incarnation, gen, cursor.step, commit,
+                       *self.compute))
             while (gen, cursor.step) not in self.acks and not self.stopped:
                 self.cond.wait(0.5)
             return self.acks.pop((gen, cursor.step), False)

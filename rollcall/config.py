@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Optional
 
 from rollcall.core import (
-    DataSpec, Draws, FailureModel, JobPolicy, KeeperConfig, ShardSpec, SlowdownModel, make_detector,
-    split_bytes,
+    DataSpec, Draws, FailureModel, JobPolicy, KeeperConfig, ShardSpec, SlowdownModel, StragglerPolicy,
+    make_detector, split_bytes,
 )
 from rollcall.scenario import Scenario
 
@@ -59,7 +59,18 @@ def keeper_config(sc: Scenario, target: str) -> KeeperConfig:
         join_timeout_s=r.join_timeout_s, strategy=s.kind,
         relaunch_timeout_s=s.restart_s + d.silence_s,
         restart_delay_s=s.restart_s if target == "sim" else 0.0,
-        sharding=shard_spec(sc), policy=job_policy(sc))
+        sharding=shard_spec(sc), policy=job_policy(sc), stragglers=straggler_policy(sc))
+
+
+def straggler_policy(sc: Scenario) -> Optional[StragglerPolicy]:
+    """``strategy.stragglers: evict``'s policy, or None (keep them)."""
+    s, w = sc.strategy, sc.workload
+    if s.stragglers != "evict":
+        return None
+    return StragglerPolicy(factor=s.straggler_factor, steps=s.straggler_steps,
+                           holdout_s=s.straggler_holdout_s, global_batch=w.global_batch,
+                           micro_batch=w.micro_batch, full_workers=sc.cluster.workers,
+                           batch=str(getattr(s.batch, "value", s.batch)))
 
 
 def data_spec(sc: Scenario) -> DataSpec:

@@ -578,7 +578,16 @@ class State(_Section):
 
 
 class Strategy(_Section):
-    """Recovery strategy and batch policy (``lr_scaling`` applies to shrink)."""
+    """Recovery strategy and batch policy (``lr_scaling`` applies to shrink).
+
+    ``stragglers``: ``keep`` waits for a slow member; ``evict`` takes one out
+    once its compute per micro-batch has exceeded ``straggler_factor`` times
+    the median for ``straggler_steps`` consecutive steps and the job is
+    faster without it, and readmits it after ``straggler_holdout_s``
+    (doubling each time it is evicted again); see
+    :mod:`rollcall.core.stragglers`. Elastic only: a checkpoint-restart job
+    keeps its stragglers.
+    """
 
     kind: Literal["elastic", "checkpoint-restart"] = "elastic"
     checkpoint_interval_steps: PosInt = 50
@@ -588,6 +597,10 @@ class Strategy(_Section):
     batch: Literal["constant", "shrink"] = "constant"
     lr_scaling: Literal["none", "linear"] = "none"
     reduction: Literal["fast", "exact"] = "fast"
+    stragglers: Literal["keep", "evict"] = "keep"
+    straggler_factor: Annotated[float, Strict(), Field(gt=1.0, le=1000.0)] = 2.0
+    straggler_steps: PosInt = 5
+    straggler_holdout_s: PosFloat = 300.0
 
 
 class Scenario(_Section):

@@ -233,6 +233,10 @@ class Simulation:
         self._fail_wait: Optional[float] = None
         self.net = NetFaults(self)  # per-host links: delay, loss (sim.network)
         self.gray = GrayFaults(self)  # slow workers, late heartbeats (sim.gray)
+        # strategy.stragglers: evict: the members' compute goes with each vote,
+        # and while one is slow each step's vote is cast as it arrives
+        self.watch_compute = config.stragglers is not None and config.strategy == "elastic"
+        self._vote_wake: Optional[float] = None
 
     def _init_job(self, ledger: Optional[bool]) -> None:
         """The job's state: where it stands, its running segment, its votes."""
@@ -794,9 +798,13 @@ class Simulation:
             stop = self.net.segment(now, stop)
         self.seg_stop = stop
         c = self.cursor
-        self.runs.append(StepRun(self.gen, c.step, c.sample, self.batch, self.seg_t0, self.step_s,
-                                 stop - c.step, self.members))
+        run = StepRun(self.gen, c.step, c.sample, self.batch, self.seg_t0, self.step_s,
+                      stop - c.step, self.members)
+        self.runs.append(run)
         self._set_due(self.seg_t0 + (stop - self.seg_c0.step) * self.step_s)
+        if self.watch_compute:  # a slowdown's start or end starts a new segment
+            run.compute = self.gray.compute(self._plans[len(self.members)][1])
+            self._watch_votes()
 
     def _close_segment(self, now: float, k: Optional[int], abandon: bool) -> None:
         """Close the running segment: its steps finished by ``now`` are
@@ -873,11 +881,44 @@ class Simulation:
                 else:
                     segs.append([first, last, run.step_s])
                 self.keeper_complete = self.keeper_complete or verdict.complete
+                if run.compute is not None:
+                    self._report_compute(t, run, first, last)
             else:
                 run.refused = True  # final: the generation is over for commits
         if run.refused:
             self.tally.acc["lost"] += (k - run.voted) * run.step_s
         run.voted = k
+
+    def _report_compute(self, t: float, run: StepRun, first: int, last: int) -> None:
+        """The members' compute in steps ``first..last``, with their vote (a
+        real member's goes with its commit request): the keeper's straggler
+        policy decides from it."""
+        assert run.compute is not None
+        typical, slow = run.compute
+        self._apply(t, self.keeper.report_steps(t, run.gen, first, last, typical, slow))
+
+    def _watch_votes(self) -> None:
+        """While a member is slow, each step's vote is cast when it reaches the
+        keeper, as each real step's commit request is, so the straggler
+        policy judges each step when real's does (a wake per step, only then)."""
+        if self._vote_wake is not None or not self.runs or self.state == DONE:
+            return
+        run = self.runs[-1]
+        limit = run.n if run.closed else run.cap
+        if run.refused or run.voted >= limit or run.gen != self.gen:
+            return
+        if run.compute is None or not run.compute[1]:
+            return  # nobody slow: the votes go in bulk
+        t = run.vote_at(run.voted + 1, self.lat)
+        self._vote_wake = t
+        self._at(t, self._on_vote_wake)
+
+    def _on_vote_wake(self) -> None:
+        self._vote_wake = None
+        if self.state == DONE:
+            return
+        self._ktick(self.env.now)
+        self._watch_votes()
 
     def _write_run(self, run: StepRun) -> None:
         """The run's ``commit`` record (the steps that passed) and its ledger."""

@@ -110,15 +110,28 @@ class GrayFaults:
             return base_s
         members, n = sim.members, len(sim.members)
         shards = sim.batch // sim.sc.workload.micro_batch
-        busiest = rank_range(shards, n, 0)
         exchange = sim.sc.exchange_s(n)
-        per_batch = max(0.0, base_s - exchange) / max(1, busiest[1] - busiest[0])
+        per_batch, slow = self.compute(base_s)
         step = base_s
-        for (w, start), factor in self.factor.items():
-            if w in members and float(sim.nodes.started_at[w]) == start:
-                lo, hi = rank_range(shards, n, members.index(w))
-                step = max(step, exchange + (hi - lo) * per_batch * factor)
+        for w, pb in slow.items():
+            lo, hi = rank_range(shards, n, members.index(w))
+            step = max(step, exchange + (hi - lo) * pb)
         return step
+
+    def compute(self, base_s: float) -> tuple[float, dict[int, float]]:
+        """What each member's compute of one micro-batch takes in the current
+        generation: the plan's (its compute over the busiest rank's
+        micro-batches), and the slow members' (times their factor). The
+        physical fact the keeper's straggler policy is handed, as real
+        members report theirs."""
+        sim = self.sim
+        members, n = sim.members, len(sim.members)
+        shards = sim.batch // sim.sc.workload.micro_batch
+        busiest = rank_range(shards, n, 0)
+        per_batch = max(0.0, base_s - sim.sc.exchange_s(n)) / max(1, busiest[1] - busiest[0])
+        slow = {w: per_batch * factor for (w, start), factor in sorted(self.factor.items())
+                if w in members and float(sim.nodes.started_at[w]) == start}
+        return per_batch, slow
 
     # -- late heartbeats -----------------------------------------------------
 

@@ -39,6 +39,9 @@ class StepRun:
     passed: int = 0          # of which the keeper committed (a prefix: a refusal is final)
     refused: bool = False
     voter: Optional[int] = None  # the member whose vote committed the first step
+    # stragglers: evict: the members' compute per micro-batch in these steps
+    # (typical, the slow ones'), what goes with their votes
+    compute: Optional[tuple[float, dict[int, float]]] = None
 
     def arrived(self, t: float, latency_s: float) -> Optional[int]:
         """How many of the run's steps had their vote reach the keeper by

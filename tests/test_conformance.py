@@ -1,7 +1,7 @@
 """Conformance (issue 14): on one scenario the sim and the real target decide the same.
 
 Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``
-and ``scenarios/chaos-cr-kill-join-kill.yaml``: all twelve have a schedule,
+and ``scenarios/chaos-cr-kill-join-kill.yaml``: all fifteen have a schedule,
 none has random lifetimes, so none is skipped) runs once on each target.
 :mod:`rollcall.decisions` reads the decision sequence from each history
 alone: generations (gen, members, cursor, source, stale, reason),
@@ -90,6 +90,11 @@ real-loss-host             gen 1 (nobody is evicted: TCP retransmits what
                            the lossy link drops); end (namespaces on real)
 real-pause-one             gen 1; the eviction (worker, incarnation, reason);
                            gen 2; gen 3 (gen, members, reason); end
+real-straggler             gen 1; the straggler's eviction (worker,
+                           incarnation, reason ``straggler``); gen 2 (all:
+                           the real worker's slowness starts at the fault's
+                           step, as on the sim); gen 3 (growth: its
+                           readmission after the holdout); end
 real-roll-call-kill        gen 1; the killed worker's eviction and the
                            paused one's; gen 2 (all but reason); gen 3 (gen,
                            members, reason); end
@@ -196,7 +201,7 @@ def test_every_shipped_real_scenario_is_covered() -> None:
         sc = load_scenario(SCENARIOS / f"{name}.yaml", [])
         unscripted = not sc.failures.schedule or sc.failures.worker_mtbf_s is not None
         assert unscripted == (name in SKIPPED), (name, "update SKIPPED and the docstring")
-    assert len(SHIPPED) == 14, SHIPPED  # the docstring names each of them
+    assert len(SHIPPED) == 15, SHIPPED  # the docstring names each of them
 
 
 @pytest.mark.timeout(150)

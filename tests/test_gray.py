@@ -209,7 +209,73 @@ def test_gray_failures_and_phi_replay_byte_for_byte(tmp_path: Path) -> None:
                  "failures.slow_factor={median: 3, spread: 1}", "workload.steps=300",
                  "failures.schedule=[{at_step: 10, late_heartbeats: random, delay_s: 2.5, "
                  "for_s: 1.0}, {at_step: 40, slow: random, factor: 3, for_s: 1.0}]"]
+    overrides.append("strategy.stragglers=evict")
     for name in ("a", "b"):
         sim_run(tmp_path / name, *overrides)
     assert (tmp_path / "a" / "history.jsonl").read_bytes() == \
         (tmp_path / "b" / "history.jsonl").read_bytes()
+
+
+# -- stragglers (strategy.stragglers) ----------------------------------------------
+
+STRAGGLER = ROOT / "scenarios" / "real-straggler.yaml"
+
+
+def straggler_run(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:
+    from sim import driver as sim_driver
+
+    summary = sim_driver.run(load_scenario(STRAGGLER, list(overrides), target="sim"), tmp_path)
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    return summary, list(read_history(tmp_path))
+
+
+LASTING = ["failures.schedule=[{at_step: 10, slow: 2, factor: 4, for_s: 1000.0}]",
+           "strategy.straggler_holdout_s=1000"]
+
+
+def test_a_4x_straggler_is_evicted_under_evict_kept_under_keep(tmp_path: Path) -> None:
+    """Worker 2 computes 4x slower from step 10 for good. ``keep`` waits for
+    it every step; ``evict`` takes it out after its 5 lagging steps (steps
+    10-14: the generation without it resumes at 15), and that run finishes
+    sooner: 3 workers accumulating 3 micro-batches beat a 4x worker's 2."""
+    kept, kept_history = straggler_run(tmp_path / "keep", *LASTING, "strategy.stragglers=keep")
+    evicted, history = straggler_run(tmp_path / "evict", *LASTING)
+    assert evictions(kept_history) == [] and generations(kept_history) == [(1, [0, 1, 2, 3],
+                                                                              "start")]
+    assert evictions(history) == [(2, "straggler")]
+    assert generations(history) == [(1, [0, 1, 2, 3], "start"), (2, [0, 1, 3], "straggler")]
+    (gen2,) = [r for r in history if r["f"] == "generation" and r["gen"] == 2]
+    assert gen2["cursor"][0] == 15
+    (ev,) = [r for r in history if r["f"] == "evict"]
+    assert ev["lag"] == 4.0 and ev["step_s"] > ev["without_s"]
+    assert evicted["elapsed_s"] < 0.6 * kept["elapsed_s"], (evicted["elapsed_s"],
+                                                            kept["elapsed_s"])
+
+
+def test_a_straggler_still_slow_when_readmitted_waits_twice_as_long(tmp_path: Path) -> None:
+    """Slow for 6 s, holdout 2 s: evicted, readmitted while still slow,
+    evicted again for 4 s, readmitted at full speed (it stays)."""
+    _, history = straggler_run(tmp_path, "failures.schedule=[{at_step: 10, slow: 2, factor: 4, "
+                                         "for_s: 6.0}]")
+    evs = [r for r in history if r["f"] == "evict"]
+    assert [(r["worker"], r["reason"], r["holdout_s"]) for r in evs] == \
+        [(2, "straggler", 2.0), (2, "straggler", 4.0)]
+    assert [g[2] for g in generations(history)] == ["start", "straggler", "growth", "straggler",
+                                                    "growth"]
+    (heal,) = [r for r in history if r["f"] == "fault" and r["kind"] == "heal"]
+    last = [r for r in history if r["f"] == "generation"][-1]
+    assert last["t"] > heal["t"] and member_ids(last) == [0, 1, 2, 3]
+
+
+def test_a_straggler_is_kept_when_the_job_is_not_faster_without_it(tmp_path: Path) -> None:
+    """At 1.4x the straggler's 2 micro-batches (2.8) beat the 3 each of 3
+    workers: waiting for it is faster, so it is kept, and the keeper says
+    why once; and never below ``min_workers``."""
+    for overrides, why in [(["failures.schedule=[{at_step: 10, slow: 2, factor: 1.4, "
+                             "for_s: 1000.0}]", "strategy.straggler_factor=1.3"],
+                            "not-faster-without"),
+                           ([*LASTING, "rendezvous.min_workers=4"], "min-workers")]:
+        _, history = straggler_run(tmp_path / why, *overrides)
+        assert evictions(history) == []
+        kept = [r for r in history if r["f"] == "straggler"]
+        assert [(r["worker"], r["decision"], r["reason"]) for r in kept] == [(2, "keep", why)]

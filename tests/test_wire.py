@@ -101,7 +101,10 @@ def _frame(payload: bytes) -> bytes:
     (b'["msg", {"type": "RollCall", "generation": 1, "reason": "x"}]', "not accepted here"),
     (b'["msg", {"type": "__import__"}]', "not accepted here"),
     (b'["rec", ["not", "a", "record"]]', "history record"),
-    (b'["commit", 1, 0, 2, 3, {"no": "f"}]', "history record"),
+    (b'["commit", 1, 0, 2, 3, {"no": "f"}, 0.1, 2]', "history record"),
+    (b'["commit", 1, 0, 2, 3, {"f": "commit"}, -1, 2]', "seconds in"),
+    (b'["commit", 1, 0, 2, 3, {"f": "commit"}, 1e9, 2]', "seconds in"),
+    (b'["commit", 1, 0, 2, 3, {"f": "commit"}, 0.1, -2]', "non-negative integer"),
     (b'[' * 100_000 + b']' * 100_000, "not JSON"),
 ])
 def test_a_bad_frame_is_an_error_not_an_object(payload: bytes, why: str) -> None:

@@ -12,6 +12,8 @@ only the names below; the submodules' other names are internals.
 - :mod:`~rollcall.core.agents`: many agents at once, grouped by identical
   state (a simulator's bulk nodes), shown equivalent to single agents.
 - :mod:`~rollcall.core.detector`: the failure-detector policy.
+- :mod:`~rollcall.core.stragglers`: the straggler policy (evict a slow member
+  only when the job is faster without it).
 - :mod:`~rollcall.core.reshard`: data order, virtual shards, batch policy.
 - :mod:`~rollcall.core.placement`, :mod:`~rollcall.core.sharding`: sharded state.
 - :mod:`~rollcall.core.job`: checkpoint policy and completion rule.
@@ -52,6 +54,7 @@ from rollcall.core.reshard import (
     describe_assignment, lr_scale, plan_step, rank_range, sample_ids, step_batch,
 )
 from rollcall.core.sharding import ShardSpec, split_bytes
+from rollcall.core.stragglers import StragglerPolicy
 from rollcall.core.types import Cursor, WorkerId, from_ranges
 
 __all__ = [
@@ -62,6 +65,7 @@ __all__ = [
     "Keeper", "KeeperConfig", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
     "Output", "Phase", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload", "RestartJob",
     "RollCall", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepFailed", "Stop",
+    "StragglerPolicy",
     "TO_KEEPER_TYPES",
     "TO_WORKER_TYPES", "Detector", "PhiDetector", "TimeoutDetector", "ToKeeper", "ToWorker",
     "WIRE_MESSAGE_TYPES",

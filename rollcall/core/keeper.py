@@ -53,7 +53,7 @@ defaults (None, None, False) when the state is replicated:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from rollcall.core.detector import Detector
 from rollcall.core.history import KEEPER, rec
@@ -67,6 +67,9 @@ from rollcall.core.messages import (
 )
 from rollcall.core.placement import Placement, RecoveryPlan
 from rollcall.core.sharding import ShardSpec, decide
+from rollcall.core.stragglers import (
+    Lagging, StragglerPolicy, StragglerWatch, eviction_gain, median_with,
+)
 from rollcall.core.types import Cursor, WorkerId, runs_of_sorted
 
 ELASTIC = "elastic"
@@ -96,6 +99,9 @@ class KeeperConfig:
     sharding: Optional[ShardSpec] = None
     # When a commit completes the job (None: never, for protocol tests).
     policy: Optional[JobPolicy] = None
+    # strategy.stragglers: evict (None: keep every straggler). Elastic only:
+    # a checkpoint-restart job restarts whole, it has no member to take out.
+    stragglers: Optional[StragglerPolicy] = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_workers <= self.max_workers:
@@ -317,6 +323,16 @@ class Keeper:
         self._promised: dict[WorkerId, int] = {}  # node_up: a life handed out, until it joins
         self._committed: Optional[int] = None  # the current generation's last committed step
         self.completed = False
+        # stragglers (rollcall.core.stragglers): the current generation's watch;
+        # evicted ones benched until a holdout ends (worker -> its end), with
+        # the Join each sent meanwhile; how often each was evicted so far
+        self._watch: Optional[StragglerWatch] = None
+        self.benched: dict[WorkerId, float] = {}
+        self._bench_join: dict[WorkerId, tuple[Optional[Cursor], int]] = {}
+        self._slow_evictions: dict[WorkerId, int] = {}
+        self._kept_slow: set[WorkerId] = set()  # lagging but kept (recorded once a generation)
+        self._commit_at: Optional[float] = None  # watched: the latest first commit, and
+        self._step_s: Optional[float] = None     # the step time it measured
 
     # --- driver API -----------------------------------------------------------
 
@@ -409,19 +425,56 @@ class Keeper:
         nxt = self.cursor.step if done_to is None else done_to + 1
         assert step == nxt, ("a vote skips or overlaps committed steps", step, last, done_to)
         self._committed = last
+        if self._watch is not None:  # the step time, on the keeper's clock
+            if self._commit_at is not None:
+                self._step_s = (now - self._commit_at) / (last - step + 1)
+            self._commit_at = now
         policy = self.config.policy
         complete = policy is not None and policy.complete(last + 1)
         self.completed = self.completed or complete
         return _FIRST_COMPLETE if complete else _FIRST
 
+    def report_compute(self, now: float, worker: WorkerId, incarnation: int, generation: int,
+                       step: int, compute_s: float, load: int) -> list[Output]:
+        """A member's compute for ``step``: ``load`` micro-batches in
+        ``compute_s`` (a real member's, with its commit request). Once every
+        member reported the step, the straggler policy judges it."""
+        assert compute_s >= 0 and load >= 0, (compute_s, load)
+        watch = self._watch
+        if watch is not None and self._watching(generation) and worker in self.members \
+                and self.incarnation_of(worker) == incarnation:
+            due = watch.report(step, worker, compute_s, load)
+            if due:
+                self._consider(now, due, watch.slow)
+        return self._flush()
+
+    def report_steps(self, now: float, generation: int, first: int, last: int,
+                     typical_s: float, slow: Mapping[WorkerId, float]) -> list[Output]:
+        """Steps ``first..last`` of ``generation``: every member computed each
+        of its micro-batches in ``typical_s``, but the members of ``slow``, in
+        the time given (a simulator's report for the whole job, costing its
+        slow members). The straggler policy judges the steps."""
+        watch = self._watch
+        if watch is not None and self._watching(generation) and first > watch.judged:
+            mine = {w: s for w, s in slow.items() if w in self.members}
+            typical = median_with(list(mine.values()), typical_s, len(self.members) - len(mine))
+            due = watch.judge(first, last, typical, mine)
+            if due:
+                self._consider(now, due, watch.slow)
+        return self._flush()
+
     def next_round_deadline(self) -> Optional[float]:
-        """The open round's own next deadline (last call, join timeout, the
-        relaunch, the relaunch timeout), without detector expiries: what a
-        simulator that does not simulate healthy heartbeats must wake for."""
-        r = self.round
-        if r is None or self.failed is not None:
+        """The keeper's own next deadline, without detector expiries: the open
+        round's (last call, join timeout, the relaunch, the relaunch
+        timeout) or a benched straggler's holdout. What a simulator that
+        does not simulate healthy heartbeats must wake for."""
+        if self.failed is not None:
             return None
-        times = [t for t in (r.last_call_at, r.relaunch_at) if t is not None]
+        times = [min(self.benched.values())] if self.benched else []
+        r = self.round
+        if r is None:
+            return times[0] if times else None
+        times += [t for t in (r.last_call_at, r.relaunch_at) if t is not None]
         if r.starved_since is not None and self.config.join_timeout_s is not None:
             times.append(r.starved_since + self.config.join_timeout_s)
         if r.expect_until is not None and r.expected:
@@ -452,6 +505,8 @@ class Keeper:
         assert dead == sorted(dead), "verdicts in id order (the history is deterministic)"
         for worker in dead:
             self._declare_dead(now, worker, "timeout")
+        if self.benched:
+            self._unbench(now)
         r = self.round
         if r is not None and r.relaunch_at is not None and now >= r.relaunch_at:
             self._relaunch(now, r)
@@ -581,6 +636,9 @@ class Keeper:
         late = r is not None and not new_life and (self._stamped_newer(w, inc, join.generation)
                                                    or self._born_after(w, inc, join.generation))
         self._stamp(w, inc, join.generation)
+        if w in self.benched and not new_life:
+            self._bench_join[w] = (join.cursor, join.generation)  # waits out its holdout
+            return
         if r is not None:
             if not late:
                 r.add(one, join.cursor)
@@ -723,6 +781,93 @@ class Keeper:
         if self.checkpoint is None or msg.cursor.step >= self.checkpoint.step:
             self.checkpoint = msg.cursor
 
+    # --- stragglers (rollcall.core.stragglers) -----------------------------------
+
+    def _watching(self, generation: int) -> bool:
+        """Whether reports of ``generation`` are judged: the current one, while
+        it trains (no roll call open, not failed)."""
+        return generation == self.generation and self.round is None and self.failed is None
+
+    def _watch_generation(self) -> None:
+        """A generation formed: its members' lag is counted from its first step."""
+        policy = self.config.stragglers
+        self._kept_slow.clear()
+        self._commit_at = self._step_s = None
+        self._watch = None if policy is None or self.config.strategy != ELASTIC \
+            else StragglerWatch(policy, self.generation, len(self.members))
+
+    def _consider(self, now: float, due: list[Lagging], slow: Mapping[WorkerId, float]) -> None:
+        """Members lagged for the policy's steps: evict the slowest one that
+        the job is faster without, keep (and say why) the others."""
+        for lag in due:
+            others = {w: pb for w, pb in slow.items() if w != lag.worker}
+            evict, why, with_s, without_s = self._straggler_verdict(lag, others)
+            if evict:
+                self._evict_straggler(now, lag, with_s, without_s)
+                return
+            if lag.worker not in self._kept_slow:
+                self._kept_slow.add(lag.worker)
+                self._out.append(Record(rec(now, "info", "straggler", KEEPER, worker=lag.worker,
+                                            gen=self.generation, lag=round(lag.lag, 3),
+                                            decision="keep", reason=why)))
+
+    def _straggler_verdict(self, lag: Lagging, others: Mapping[WorkerId, float],
+                           ) -> tuple[bool, str, float, float]:
+        """Is the job faster without ``lag.worker``? (evict, why, the step's
+        compute with it and without it)."""
+        cfg = self.config
+        policy = cfg.stragglers
+        assert policy is not None
+        members = self.members
+        if len(members) - 1 < cfg.min_workers:
+            return False, "min-workers", 0.0, 0.0
+        with_s, without_s = eviction_gain(policy, members, lag, others)
+        done = self.cursor.step if self._committed is None else self._committed + 1
+        left = cfg.policy.steps - done if cfg.policy is not None else float("inf")
+        step_s = self._step_s if self._step_s is not None else with_s
+        # the eviction abandons a step, the readmission another and waits its last call
+        cost_s = 2 * step_s + cfg.last_call_s
+        if (with_s - without_s) * left <= cost_s:
+            return False, "not-faster-without", with_s, without_s
+        return True, "faster-without", with_s, without_s
+
+    def _evict_straggler(self, now: float, lag: Lagging, with_s: float, without_s: float) -> None:
+        """Take a live straggler out: bench it for its holdout, tell it (it
+        rejoins, and waits), and hold the roll call without it."""
+        policy = self.config.stragglers
+        assert policy is not None and self.round is None
+        w = lag.worker
+        times = self._slow_evictions[w] = self._slow_evictions.get(w, 0) + 1
+        hold_s = policy.holdout_for(times)
+        self.benched[w] = now + hold_s
+        life = self.incarnation_of(w)
+        self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=w, incarnation=life,
+                                    reason="straggler", lag=round(lag.lag, 3),
+                                    step_s=round(with_s, 9), without_s=round(without_s, 9),
+                                    holdout_s=hold_s)))
+        self._refuse(now, w, life, "step", "straggler")
+        self._fail_generation(now, "straggler")
+
+    def _unbench(self, now: float) -> None:
+        """Holdouts that ended: the straggler is a newcomer again (its Join, if
+        it sent one meanwhile, enters the open round or opens a growth one)."""
+        for w in sorted(w for w, t in self.benched.items() if t <= now):
+            del self.benched[w]
+            held = self._bench_join.pop(w, None)
+            if held is None:
+                continue  # its Join, when it comes, takes the usual path
+            cursor, gen = held
+            one = IdRuns.span(w, w)
+            r = self.round
+            if r is not None:
+                r.add(one, cursor)
+                r.state_gen[w] = gen
+                continue
+            self._standby_add(one, cursor)
+            self.standby_gen[w] = gen
+            if len(self.members) < self.config.max_workers:
+                self._open(now, "growth")
+
     # --- decisions ------------------------------------------------------------
 
     def _standby_add(self, ws: IdRuns, cursor: Optional[Cursor]) -> None:
@@ -750,6 +895,9 @@ class Keeper:
         self.intervals.pop(worker, None)
         self._standby_drop(IdRuns.span(worker, worker))
         self.standby_gen.pop(worker, None)
+        if self.benched:
+            self.benched.pop(worker, None)
+            self._bench_join.pop(worker, None)
         self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=worker,
                                     incarnation=self.incarnation_of(worker), reason=reason)))
         r = self.round
@@ -815,6 +963,8 @@ class Keeper:
         r = Round(self.generation + 1, reason, now, previous)
         if expect:
             r.expected = self.liveness.tracked & previous
+            if self.benched:  # an evicted straggler is not asked back
+                r.expected = r.expected - IdRuns.of(sorted(self.benched))
         else:
             r.expected = relaunch
             cfg = self.config
@@ -897,6 +1047,7 @@ class Keeper:
         self.stale = stale
         self.round = None
         self._committed = None
+        self._watch_generation()
         self._out.append(Record(rec(
             now, "ok", "generation", KEEPER, gen=self.generation,
             members=members.runs(), cursor=cursor.to_json(), source=source,

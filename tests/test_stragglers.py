@@ -1,0 +1,181 @@
+"""The straggler policy (``strategy.stragglers``), in the core: who lags, when
+the job is faster without it, and the holdout that keeps a lasting
+straggler from flapping. No driver: reports in, decisions out."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rollcall.core.detector import TimeoutDetector
+from rollcall.core.job import JobPolicy
+from rollcall.core.keeper import Broadcast, Formed, Keeper, KeeperConfig, Record, Send
+from rollcall.core.messages import Join, JoinBatch, Refused, RollCall
+from rollcall.core.stragglers import (
+    Lagging, StragglerPolicy, StragglerWatch, eviction_gain, median_with,
+)
+from rollcall.core.types import Cursor
+
+POLICY = StragglerPolicy(factor=2.0, steps=3, holdout_s=10.0, global_batch=64, micro_batch=4,
+                         full_workers=4)
+
+
+def keeper(n: int = 4, n_min: int = 2, steps: int = 1000, policy=POLICY) -> Keeper:
+    cfg = KeeperConfig(min_workers=n_min, max_workers=n, last_call_s=0.5,
+                       detector=TimeoutDetector(0.5, 3.0), policy=JobPolicy(steps, 10_000),
+                       stragglers=policy)
+    k = Keeper(cfg)
+    for w in range(n):
+        k.receive(0.0, Join(w, 0, None))
+    k.handle_timer(1.0)
+    assert k.generation == 1 and len(k.members) == n
+    return k
+
+
+def records(out: list, f: str) -> list[dict]:
+    return [o.record for o in out if isinstance(o, Record) and o.record["f"] == f]
+
+
+def step(k: Keeper, t: float, s: int, per_batch: dict[int, float], load: int = 4) -> list:
+    """Every member commits and reports step ``s`` at ``t`` (a real target's order)."""
+    out = []
+    for w in k.members:
+        k.commit(t, w, 0, k.generation, s)
+        out += k.report_compute(t, w, 0, k.generation, s, per_batch.get(w, 0.01) * load, load)
+    return out
+
+
+@given(st.lists(st.floats(0.0, 100.0), max_size=20), st.floats(0.0, 100.0), st.integers(0, 20))
+def test_median_with_typical_members_is_the_lower_median(values, typical, count) -> None:
+    if not values and count == 0:
+        return
+    every = sorted(values + [typical] * count)
+    assert median_with(values, typical, count) == statistics.median_low(every)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.sets(st.integers(0, 5), max_size=6), min_size=1, max_size=30))
+def test_watch_counts_consecutive_lagging_steps(slow_per_step) -> None:
+    """A member is due exactly when its last ``steps`` judged steps all lagged."""
+    watch = StragglerWatch(POLICY, 1, 6)
+    for s, slow in enumerate(slow_per_step):
+        due = watch.judge(s, s, 1.0, {w: 3.0 for w in slow} | {9: 1.5})  # 1.5: under the bar
+        want = {w for w in range(6)
+                if s + 1 >= POLICY.steps
+                and all(w in slow_per_step[j] for j in range(s - POLICY.steps + 1, s + 1))}
+        assert {d.worker for d in due} == want
+
+
+def test_a_run_of_steps_counts_as_that_many_steps() -> None:
+    watch = StragglerWatch(POLICY, 1, 4)
+    assert not watch.judge(0, 1, 1.0, {2: 4.0})
+    (due,) = watch.judge(2, 2, 1.0, {2: 4.0})
+    assert due == Lagging(2, 4.0, 1.0) and due.lag == 4.0
+    assert not watch.judge(3, 9, 1.0, {})  # a step at speed ends the count
+
+
+def test_gain_is_max_bound_with_and_accumulation_without() -> None:
+    members = (0, 1, 2, 3)  # 16 micro-batches: 4 each; without one: 6, 5, 5
+    with_s, without_s = eviction_gain(POLICY, members, Lagging(3, 4.0, 1.0), {})
+    assert (with_s, without_s) == (16.0, 6.0)
+    with_s, without_s = eviction_gain(POLICY, members, Lagging(3, 1.2, 1.0), {})
+    assert with_s == pytest.approx(4.8) and without_s == 6.0  # slower without it
+
+
+def test_a_4x_straggler_is_evicted_after_its_steps_and_the_rest_go_on() -> None:
+    k = keeper()
+    for s in range(2):
+        assert not records(step(k, 2.0 + s, s, {3: 0.04}), "evict")
+    out = step(k, 4.0, 2, {3: 0.04})
+    (ev,) = records(out, "evict")
+    assert ev["worker"] == 3 and ev["reason"] == "straggler" and ev["lag"] == 4.0
+    assert ev["holdout_s"] == 10.0 and ev["step_s"] > ev["without_s"]
+    refusal = [o.message for o in out if isinstance(o, Send)]
+    assert refusal == [Refused(3, 0, 1, "straggler")]
+    (call,) = [o for o in out if isinstance(o, Broadcast)]
+    assert isinstance(call.message, RollCall) and tuple(call.to) == (0, 1, 2)
+    # the straggler rejoins at once, and waits out its holdout as a standby
+    k.receive(4.1, Join(3, 0, Cursor(3, 192), 1))
+    (f,) = [o for o in k.receive(4.2, JoinBatch((0, 1, 2), Cursor(3, 192), None, 1))
+            if isinstance(o, Formed)]
+    assert tuple(f.members) == (0, 1, 2) and f.reason == "straggler"
+    assert k.next_round_deadline() == 14.0 and k.get_timer() <= 14.0
+    # the holdout ends: a growth round readmits it
+    k.observe_alive(14.0, range(4))
+    out = k.handle_timer(14.0)
+    assert [r["reason"] for r in records(out, "round")] == ["growth"]
+    out = k.receive(14.1, JoinBatch((0, 1, 2), Cursor(5, 320), None, 2))
+    (f,) = [o for o in out if isinstance(o, Formed)]  # full: no last call
+    assert tuple(f.members) == (0, 1, 2, 3) and tuple(f.stale) == (3,)
+
+
+def test_a_straggler_evicted_again_is_held_out_twice_as_long() -> None:
+    k = keeper()
+    for s in range(3):
+        step(k, 2.0 + s, s, {3: 0.04})
+    k.receive(4.1, Join(3, 0, Cursor(3, 192), 1))
+    k.receive(4.2, JoinBatch((0, 1, 2), Cursor(3, 192), None, 1))
+    k.observe_alive(14.0, range(4))
+    k.handle_timer(14.0)
+    k.receive(14.1, JoinBatch((0, 1, 2), Cursor(5, 320), None, 2))
+    assert k.generation == 3
+    for s in range(5, 8):
+        out = step(k, 15.0 + s, s, {3: 0.04})
+    (ev,) = records(out, "evict")
+    assert ev["worker"] == 3 and ev["holdout_s"] == 20.0
+
+
+def test_keep_never_evicts_and_reports_nothing() -> None:
+    k = keeper(policy=None)
+    for s in range(20):
+        out = step(k, 2.0 + s, s, {3: 0.04})
+        assert not records(out, "evict") and not records(out, "straggler")
+    assert k.generation == 1
+
+
+def test_not_below_min_workers_nor_when_slower_without() -> None:
+    k = keeper(n=2, n_min=2)
+    out = []
+    for s in range(5):
+        out += step(k, 2.0 + s, s, {1: 0.04})
+    assert not records(out, "evict")
+    (kept,) = records(out, "straggler")  # said once a generation
+    assert kept["decision"] == "keep" and kept["reason"] == "min-workers"
+    # 1.4x on 4 members: 4 x 0.014 against 6 x 0.01 without it
+    k = keeper(policy=StragglerPolicy(1.3, 3, 10.0, 64, 4, 4))
+    out = []
+    for s in range(5):
+        out += step(k, 2.0 + s, s, {3: 0.014})
+    assert not records(out, "evict")
+    assert [r["reason"] for r in records(out, "straggler")] == ["not-faster-without"]
+
+
+def test_near_the_end_an_eviction_does_not_pay() -> None:
+    k = keeper(steps=4)  # the gain of one step left cannot pay for two abandoned ones
+    out = []
+    for s in range(3):
+        out += step(k, 2.0 + s, s, {3: 0.04})
+    assert not records(out, "evict")
+    assert [r["reason"] for r in records(out, "straggler")] == ["not-faster-without"]
+
+
+def test_reports_of_another_generation_or_during_a_round_are_not_judged() -> None:
+    k = keeper()
+    for s in range(3):
+        for w in k.members:
+            k.report_compute(2.0 + s, w, 0, 0, s, 0.16 if w == 3 else 0.04, 4)
+    assert k.generation == 1 and k.round is None
+    k.report_steps(5.0, 1, 0, 9, 0.01, {3: 0.04})  # the bulk form, for a run of steps
+    assert k.round is not None and k.round.reason == "straggler"
+    out = k.report_steps(5.0, 1, 10, 19, 0.01, {2: 0.04})  # a round is open
+    assert not records(out, "evict")
+
+
+def test_a_benched_straggler_that_dies_is_forgotten() -> None:
+    k = keeper()
+    k.report_steps(5.0, 1, 0, 9, 0.01, {3: 0.04})
+    assert 3 in k.benched
+    k.exited(5.5, 3, 0)
+    assert 3 not in k.benched and k.next_round_deadline() is None
