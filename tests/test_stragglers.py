@@ -78,9 +78,9 @@ def test_a_run_of_steps_counts_as_that_many_steps() -> None:
 
 def test_gain_is_max_bound_with_and_accumulation_without() -> None:
     members = (0, 1, 2, 3)  # 16 micro-batches: 4 each; without one: 6, 5, 5
-    with_s, without_s = eviction_gain(POLICY, members, Lagging(3, 4.0, 1.0), {})
+    with_s, without_s = eviction_gain(POLICY, members, [Lagging(3, 4.0, 1.0)], {})
     assert (with_s, without_s) == (16.0, 6.0)
-    with_s, without_s = eviction_gain(POLICY, members, Lagging(3, 1.2, 1.0), {})
+    with_s, without_s = eviction_gain(POLICY, members, [Lagging(3, 1.2, 1.0)], {})
     assert with_s == pytest.approx(4.8) and without_s == 6.0  # slower without it
 
 
@@ -179,3 +179,18 @@ def test_a_benched_straggler_that_dies_is_forgotten() -> None:
     assert 3 in k.benched
     k.exited(5.5, 3, 0)
     assert 3 not in k.benched and k.next_round_deadline() is None
+
+
+def test_stragglers_due_together_leave_together_when_one_alone_would_not_pay() -> None:
+    """Eight members of 4 micro-batches, three of them 3x: without one the
+    step still waits for the other two (3 x 5 micro-batches against 3 x 4),
+    without all three the five left take 7 each at full speed (7 < 12)."""
+    policy = StragglerPolicy(2.0, 3, 10.0, global_batch=128, micro_batch=4, full_workers=8)
+    k = keeper(n=8, policy=policy)
+    out = []
+    for s in range(3):
+        out += step(k, 2.0 + s, s, {2: 0.03, 5: 0.03, 6: 0.03})
+    assert sorted(r["worker"] for r in records(out, "evict")) == [2, 5, 6]
+    assert [r["reason"] for r in records(out, "round")] == ["straggler"]  # one roll call
+    (ev, *_) = records(out, "evict")
+    assert ev["step_s"] == pytest.approx(0.12) and ev["without_s"] == pytest.approx(0.07)

@@ -797,55 +797,67 @@ class Keeper:
             else StragglerWatch(policy, self.generation, len(self.members))
 
     def _consider(self, now: float, due: list[Lagging], slow: Mapping[WorkerId, float]) -> None:
-        """Members lagged for the policy's steps: evict the slowest one that
-        the job is faster without, keep (and say why) the others."""
-        for lag in due:
-            others = {w: pb for w, pb in slow.items() if w != lag.worker}
-            evict, why, with_s, without_s = self._straggler_verdict(lag, others)
-            if evict:
-                self._evict_straggler(now, lag, with_s, without_s)
-                return
+        """Members lagged for the policy's steps (slowest first): evict the
+        slowest ``j`` of them for the ``j`` that saves most, if any saves;
+        keep (and say why, once a generation) the others."""
+        best: Optional[tuple[float, int, float, float]] = None
+        why = "min-workers"
+        for j in range(1, len(due) + 1):
+            out = due[:j]
+            others = {w: pb for w, pb in slow.items() if w not in {x.worker for x in out}}
+            net, reason, with_s, without_s = self._eviction_net(out, others)
+            if net is None:
+                break  # fewer would be left than min_workers
+            why = reason
+            if net > 0 and (best is None or net > best[0]):
+                best = (net, j, with_s, without_s)
+        chosen = due[:best[1]] if best is not None else []
+        for lag in due[len(chosen):]:
             if lag.worker not in self._kept_slow:
                 self._kept_slow.add(lag.worker)
                 self._out.append(Record(rec(now, "info", "straggler", KEEPER, worker=lag.worker,
                                             gen=self.generation, lag=round(lag.lag, 3),
                                             decision="keep", reason=why)))
+        if best is not None:
+            self._evict_stragglers(now, chosen, best[2], best[3])
 
-    def _straggler_verdict(self, lag: Lagging, others: Mapping[WorkerId, float],
-                           ) -> tuple[bool, str, float, float]:
-        """Is the job faster without ``lag.worker``? (evict, why, the step's
-        compute with it and without it)."""
+    def _eviction_net(self, out: list[Lagging], others: Mapping[WorkerId, float],
+                      ) -> tuple[Optional[float], str, float, float]:
+        """What evicting ``out`` saves over the steps left, less what it costs
+        (None: below ``min_workers``), why, and one step's compute with them
+        and without them."""
         cfg = self.config
         policy = cfg.stragglers
         assert policy is not None
         members = self.members
-        if len(members) - 1 < cfg.min_workers:
-            return False, "min-workers", 0.0, 0.0
-        with_s, without_s = eviction_gain(policy, members, lag, others)
+        if len(members) - len(out) < cfg.min_workers:
+            return None, "min-workers", 0.0, 0.0
+        with_s, without_s = eviction_gain(policy, members, out, others)
         done = self.cursor.step if self._committed is None else self._committed + 1
         left = cfg.policy.steps - done if cfg.policy is not None else float("inf")
         step_s = self._step_s if self._step_s is not None else with_s
         # the eviction abandons a step, the readmission another and waits its last call
         cost_s = 2 * step_s + cfg.last_call_s
-        if (with_s - without_s) * left <= cost_s:
-            return False, "not-faster-without", with_s, without_s
-        return True, "faster-without", with_s, without_s
+        net = (with_s - without_s) * left - cost_s if left > 0 else -cost_s
+        return net, "faster-without" if net > 0 else "not-faster-without", with_s, without_s
 
-    def _evict_straggler(self, now: float, lag: Lagging, with_s: float, without_s: float) -> None:
-        """Take a live straggler out: bench it for its holdout, tell it (it
-        rejoins, and waits), and hold the roll call without it."""
+    def _evict_stragglers(self, now: float, out: list[Lagging], with_s: float,
+                          without_s: float) -> None:
+        """Take live stragglers out: bench each for its holdout, tell it (it
+        rejoins, and waits), and hold one roll call without them."""
         policy = self.config.stragglers
-        assert policy is not None and self.round is None
-        w = lag.worker
-        times = self._slow_evictions[w] = self._slow_evictions.get(w, 0) + 1
-        hold_s = policy.holdout_for(times)
-        self.benched[w] = now + hold_s
-        life = self.incarnation_of(w)
-        self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=w, incarnation=life,
-                                    reason="straggler", lag=round(lag.lag, 3),
-                                    step_s=round(with_s, 9), without_s=round(without_s, 9),
-                                    holdout_s=hold_s)))
-        self._refuse(now, w, life, "step", "straggler")
+        assert policy is not None and self.round is None and out
+        for lag in sorted(out, key=lambda x: x.worker):
+            w = lag.worker
+            times = self._slow_evictions[w] = self._slow_evictions.get(w, 0) + 1
+            hold_s = policy.holdout_for(times)
+            self.benched[w] = now + hold_s
+            life = self.incarnation_of(w)
+            self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=w, incarnation=life,
+                                        reason="straggler", lag=round(lag.lag, 3),
+                                        step_s=round(with_s, 9), without_s=round(without_s, 9),
+                                        holdout_s=hold_s)))
+            self._refuse(now, w, life, "step", "straggler")
         self._fail_generation(now, "straggler")
 
     def _unbench(self, now: float) -> None:

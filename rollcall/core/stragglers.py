@@ -14,7 +14,10 @@ with each step (their compute time and micro-batches), on two conditions:
   members (each taking more micro-batches: the global batch is kept) saves,
   over the steps left, more than the eviction costs (the step abandoned by
   the roll call, and the one abandoned when it is readmitted, plus that
-  round's last call), and ``n - 1 >= min_workers``.
+  round's last call), and ``n - 1 >= min_workers``. Several stragglers due
+  at once are weighed together (the slowest ``j`` of them, for the ``j``
+  that saves most: taking out one of three 3x workers saves nothing, the
+  step still waits for the other two) and leave in one roll call.
 
 An evicted straggler is not dead: it waits as a standby for a *holdout*
 (``holdout_s``, doubling each time the same worker is evicted again), then
@@ -149,25 +152,25 @@ class StragglerWatch:
         return due
 
 
-def eviction_gain(policy: StragglerPolicy, members: Sequence[WorkerId], who: Lagging,
+def eviction_gain(policy: StragglerPolicy, members: Sequence[WorkerId], out: Sequence[Lagging],
                   others: Mapping[WorkerId, float]) -> tuple[float, float]:
-    """The compute of one step with ``who`` and without it (seconds).
+    """The compute of one step with the members ``out`` and without them (seconds).
 
     With: the busiest typical member (``rank_range``'s rank 0) or a slow
-    member's own micro-batches at its own speed, whichever is longer.
-    Without: the same over ``n - 1`` members, the other slow members
+    member's own micro-batches at its own speed, whichever is longest.
+    Without: the same over ``n - len(out)`` members, the other slow members
     (``others``: their compute per micro-batch) taken at the busiest load.
     The exchange is left out: it is about the same either way.
     """
-    n = len(members)
-    assert n >= 2, "a straggler is evicted from two members or more"
-    typical = who.typical_s
-    with_n, without_n = policy.shards(n), policy.shards(n - 1)
+    n, gone = len(members), len(out)
+    assert 1 <= gone < n, "some members stay"
+    typical = out[0].typical_s
+    with_n, without_n = policy.shards(n), policy.shards(n - gone)
     busiest = rank_range(with_n, n, 0)
     with_s = typical * (busiest[1] - busiest[0])
-    for w, pb in [*others.items(), (who.worker, who.per_batch_s)]:
+    for w, pb in [*others.items(), *((x.worker, x.per_batch_s) for x in out)]:
         lo, hi = rank_range(with_n, n, members.index(w))
         with_s = max(with_s, pb * (hi - lo))
-    lo, hi = rank_range(without_n, n - 1, 0)
+    lo, hi = rank_range(without_n, n - gone, 0)
     without_s = max([typical, *others.values()]) * (hi - lo)
     return with_s, without_s
