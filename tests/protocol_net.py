@@ -46,6 +46,7 @@ from rollcall.core.liveness import Liveness
 from rollcall.core.messages import Join, JoinBatch, Membership, Refused, RollCall
 from rollcall.core.reshard import plan_step, sample_ids
 from rollcall.core.sharding import ShardSpec
+from rollcall.core.stragglers import StragglerPolicy
 from rollcall.core.types import Cursor, WorkerId
 
 KEEPER = -1
@@ -80,6 +81,7 @@ class Proc:
     enter: Optional[Enter] = None  # the generation last entered
     ready: bool = False  # the copies and loads ``enter`` asked for are done
     ask: Optional["Ask"] = None  # its commit request, until it read the answer
+    slow: float = 1.0  # a straggler's: its compute takes this many times as long
 
     @property
     def worker(self) -> WorkerId:
@@ -161,7 +163,7 @@ class World:
                  heartbeat_s: float = 0.5, timeout_s: float = 3.0, last_call_s: float = 0.5,
                  latency_s: float = 0.01, strategy: str = "elastic",
                  sharding: Optional[ShardSpec] = None, batched: bool = False,
-                 bulk: bool = False, phi: bool = False) -> None:
+                 bulk: bool = False, phi: bool = False, stragglers: bool = False) -> None:
         self.now = 0.0
         self.latency_s = latency_s
         self.heartbeat_s = heartbeat_s
@@ -173,7 +175,10 @@ class World:
             # whose beats came late or in bursts gets more, never less)
             detector=PhiDetector(heartbeat_s, timeout_s / (heartbeat_s * LN10)) if phi
             else TimeoutDetector(heartbeat_s, timeout_s), strategy=strategy,
-            relaunch_timeout_s=4 * timeout_s, sharding=sharding))
+            relaunch_timeout_s=4 * timeout_s, sharding=sharding,
+            # stragglers: a member twice the median for 2 steps is evicted, benched 0.5 s
+            stragglers=StragglerPolicy(2.0, 2, 0.5, GLOBAL_BATCH, MICRO_BATCH, n)
+            if stragglers else None))
         if bulk:
             self.keeper.liveness = SmallBulkLiveness()
         self.procs: dict[WorkerId, list[Proc]] = {}  # every life of each id, oldest first
@@ -678,8 +683,23 @@ class World:
             self.records.append(commit(self.now, p.worker, ask.generation, ask.cursor.step,
                                        ask.cursor.step, ask.cursor.sample, nxt.sample,
                                        GLOBAL_BATCH, self.now))
+        self._report_compute(ask)
         if p.ask is ask and p.running:
             self._read_answer(ask)
+
+    def _report_compute(self, ask: Ask) -> None:
+        """The compute the request carries, for the straggler policy (``real/worker.py``)."""
+        p = ask.proc
+        view = self.views.get(ask.generation)
+        if view is None or p.worker not in view.members:
+            load = 0
+        else:
+            plan = plan_step(ask.cursor, tuple(view.members), global_batch=GLOBAL_BATCH,
+                             micro_batch=MICRO_BATCH)
+            load = plan.load(p.worker)
+        self._apply_keeper(self.keeper.report_compute(
+            self.now, p.worker, p.agent.incarnation, ask.generation, ask.cursor.step,
+            0.01 * load * p.slow, load))
 
     def _read_answer(self, ask: Ask) -> None:
         """The worker reads the vote: on yes it applies the step, then it hears

@@ -3,7 +3,8 @@
 Hypothesis drives the core's keeper and agents through an in-memory network
 (tests/protocol_net.py) and injects every fault the protocol must survive:
 crashes (noticed by the host or not, with the node or not), pauses long
-enough to be evicted, restarts as a new incarnation (of a crashed process,
+enough to be evicted, stragglers (evicted by the straggler policy, benched,
+readmitted), restarts as a new incarnation (of a crashed process,
 or of a paused one whose old life then wakes up as a zombie), leaves,
 newcomers, message delay, reordering, loss and duplication, and clock jumps.
 Training runs too: members recover the state they are told to (copies from
@@ -97,16 +98,18 @@ class Rendezvous(RuleBasedStateMachine):
                 room=st.integers(0, 2), latency=st.sampled_from([0.0, 0.01, 0.2]),
                 strategy=st.sampled_from(["elastic", "checkpoint-restart"]),
                 batched=st.booleans(), bulk=st.booleans(), spec=st.none(),
-                phi=st.booleans())
+                phi=st.booleans(), stragglers=st.booleans())
     def start(self, n: int, min_workers: int, room: int, latency: float, strategy: str,
-              batched: bool, bulk: bool, spec: ShardSpec | None, phi: bool = False) -> None:
+              batched: bool, bulk: bool, spec: ShardSpec | None, phi: bool = False,
+              stragglers: bool = False) -> None:
         """``room``: how many fewer members fit than the workers that start;
-        ``phi``: the keeper's detector is phi accrual (nominal silence TIMEOUT_S)."""
+        ``phi``: the keeper's detector is phi accrual (nominal silence TIMEOUT_S);
+        ``stragglers``: the keeper evicts stragglers (the ``slow`` rule makes them)."""
         max_workers = max(min(min_workers, n), n - room)
         self.world = World(n, min_workers=min(min_workers, n), max_workers=max_workers,
                            heartbeat_s=HEARTBEAT_S, timeout_s=TIMEOUT_S, last_call_s=0.1,
                            latency_s=latency, strategy=strategy, sharding=spec,
-                           batched=batched, bulk=bulk, phi=phi)
+                           batched=batched, bulk=bulk, phi=phi, stragglers=stragglers)
         self.keeper_gens = [0]
         self.life_gens: dict[tuple[int, int], int] = {}
 
@@ -198,6 +201,18 @@ class Rendezvous(RuleBasedStateMachine):
             w.keeper.node_down(w.now, p.worker)
         if noticed:  # the host saw the process exit
             w._apply_keeper(w.keeper.exited(w.now, p.worker, p.agent.incarnation))
+
+    @rule(i=picks, factor=st.sampled_from([1.0, 4.0]), steps=st.integers(0, 3))
+    def slow(self, i: int, factor: float, steps: int) -> None:
+        """A running process computes ``factor`` times slower (1: at speed
+        again), and the job trains ``steps`` steps: a straggler, evicted by
+        the policy, benched, readmitted (``heal`` ends every slowdown)."""
+        p = self._pick(i, self._procs())
+        if p is not None:
+            p.slow = factor
+        for _ in range(steps):
+            self.train(None)
+            self.world.advance(0.05 + 2 * self.world.latency_s)
 
     @rule(i=picks)
     def pause(self, i: int) -> None:
@@ -364,6 +379,8 @@ class Rendezvous(RuleBasedStateMachine):
         w = self.world
         for p in self._procs(PAUSED):
             w.resume(p)
+        for p in w.processes():
+            p.slow = 1.0
         deadline = w.now + HEAL_LIMIT_S
         before = len(w.accepted)
         while w.now < deadline:
@@ -462,10 +479,12 @@ class ShardedRendezvous(Rendezvous):
                                replicas=st.integers(1, 3),
                                rack_size=st.sampled_from([None, 2]),
                                shard_bytes=st.just(100)),
-                phi=st.booleans())
+                phi=st.booleans(), stragglers=st.booleans())
     def start(self, n: int, min_workers: int, room: int, latency: float, strategy: str,
-              batched: bool, bulk: bool, spec: ShardSpec | None, phi: bool = False) -> None:
-        super().start(n, min_workers, room, latency, strategy, batched, bulk, spec, phi)
+              batched: bool, bulk: bool, spec: ShardSpec | None, phi: bool = False,
+              stragglers: bool = False) -> None:
+        super().start(n, min_workers, room, latency, strategy, batched, bulk, spec, phi,
+                      stragglers)
 
 
 def _replay_line(nodeid: str) -> str:
