@@ -27,7 +27,8 @@ long before it died); a late-beat worker is evicted iff ``late_s +
 heartbeat_s`` exceeds that silence.
 
 Then, with the default detector (a 3 s timeout), for each straggler policy
-(``keep``; ``evict`` at several ``straggler_factor`` and ``straggler_steps``)
+(``keep``; ``evict`` at several ``straggler_factor``, ``straggler_steps`` and
+``straggler_holdout_s``: ``evict FxK hH``)
 the same goodput and stall, the straggler evictions, and the time the job
 ran with a slow member. The expectation: with one straggler of factor F the
 step is max-bound, ``max(k, F * k) * micro_batch_s + allreduce_s`` for ``k``
@@ -60,10 +61,12 @@ THRESHOLDS = (2.0, 4.0, 8.0, 16.0)
 
 
 MICRO_BATCH_S = 0.05 / 4  # the quickstart's 50 ms per worker and step, in 4 micro-batches
+# (straggler_factor, straggler_steps, straggler_holdout_s); the first is the default
 STRAGGLER_POLICIES = (("keep", ["strategy.stragglers=keep"]),) + tuple(
-    (f"evict F>{f:g} x{k}", ["strategy.stragglers=evict", f"strategy.straggler_factor={f}",
-                            f"strategy.straggler_steps={k}", "strategy.straggler_holdout_s=120"])
-    for f, k in ((1.5, 5), (2.0, 5), (2.0, 20), (3.0, 5)))
+    (f"evict {f:g}x{k} h{h:g}", ["strategy.stragglers=evict", f"strategy.straggler_factor={f}",
+                                f"strategy.straggler_steps={k}", f"strategy.straggler_holdout_s={h}"])
+    for f, k, h in ((2.0, 5, 30), (1.5, 5, 30), (3.0, 5, 30), (2.0, 20, 30), (2.0, 5, 10),
+                    (2.0, 5, 120)))
 
 
 def scenario(workers: int, steps: int, args: argparse.Namespace, detector: list[str]):
@@ -162,14 +165,14 @@ def stragglers(n: int, args: argparse.Namespace) -> None:
     """The straggler policies on the same job, the detector a 3 s timeout."""
     k = args.per_worker
     print(f"-- straggler policies ({k} micro-batches each: evict if F > {(k + 1) / k:g})")
-    print(f"{'policy':>16} {'goodput':>8} {'elapsed s':>9} {'slowdowns':>9} {'evicted':>7} "
+    print(f"{'policy':>18} {'goodput':>8} {'elapsed s':>9} {'slowdowns':>9} {'evicted':>7} "
           f"{'min lag':>7} {'kept':>4} {'stall s':>8} {'wall s':>6}")
     base = None
     for name, policy in STRAGGLER_POLICIES:
         m = measure(scenario(n, args.steps, args, ["detector.kind=timeout",
                                                    "detector.timeout_s=3.0", *policy]))
         base = base or m["elapsed_s"]
-        print(f"{name:>16} {m['goodput']:>8.4f} {m['elapsed_s']:>9.1f} {m['slowdowns']:>9} "
+        print(f"{name:>18} {m['goodput']:>8.4f} {m['elapsed_s']:>9.1f} {m['slowdowns']:>9} "
               f"{m['slow_ev']:>7} {m['min_lag']:>7.2f} {m['kept']:>4} {m['stall_s']:>8.1f} "
               f"{m['wall_s']:>6.1f}   x{m['elapsed_s'] / base:.3f} of keep's time")
 

@@ -600,7 +600,7 @@ class Strategy(_Section):
     stragglers: Literal["keep", "evict"] = "keep"
     straggler_factor: Annotated[float, Strict(), Field(gt=1.0, le=1000.0)] = 2.0
     straggler_steps: PosInt = 5
-    straggler_holdout_s: PosFloat = 300.0
+    straggler_holdout_s: PosFloat = 30.0
 
 
 class Scenario(_Section):
