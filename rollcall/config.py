@@ -59,7 +59,8 @@ def keeper_config(sc: Scenario, target: str) -> KeeperConfig:
         join_timeout_s=r.join_timeout_s, strategy=s.kind,
         relaunch_timeout_s=s.restart_s + d.silence_s,
         restart_delay_s=s.restart_s if target == "sim" else 0.0,
-        sharding=shard_spec(sc), policy=job_policy(sc), stragglers=straggler_policy(sc))
+        sharding=shard_spec(sc), policy=job_policy(sc), stragglers=straggler_policy(sc),
+        restart_failure=s.restart_failure)
 
 
 def straggler_policy(sc: Scenario) -> Optional[StragglerPolicy]:

@@ -15,12 +15,13 @@ from rollcall.core.keeper import RELAUNCH_LISTED_MAX
 
 
 def keeper(n_max: int = 3, restart_delay_s: float = 0.0, steps: int = 10,
-           strategy: str = "checkpoint-restart") -> Keeper:
+           strategy: str = "checkpoint-restart", restart_failure: str = "repeat") -> Keeper:
     return Keeper(KeeperConfig(min_workers=1, max_workers=n_max, last_call_s=0.5,
                                detector=TimeoutDetector(0.5, 3.0), strategy=strategy,
                                relaunch_timeout_s=restart_delay_s + 20.0,
                                restart_delay_s=restart_delay_s,
-                               policy=JobPolicy(steps=steps, checkpoint_interval_steps=5)))
+                               policy=JobPolicy(steps=steps, checkpoint_interval_steps=5),
+                               restart_failure=restart_failure))
 
 
 def start(k: Keeper, n: int) -> None:
@@ -64,7 +65,8 @@ def test_a_crashed_process_on_a_healthy_node_is_relaunched() -> None:
 
 
 def test_relaunch_waits_restart_delay_and_skips_a_node_lost_meanwhile() -> None:
-    k = keeper(restart_delay_s=30.0)
+    """``restart_failure: replace``: the restart goes on without the lost node."""
+    k = keeper(restart_delay_s=30.0, restart_failure="replace")
     start(k, 3)
     out = k.exited(2.0, 2, 0)
     assert of(out, RestartJob) and not of(out, Relaunch)
@@ -76,6 +78,44 @@ def test_relaunch_waits_restart_delay_and_skips_a_node_lost_meanwhile() -> None:
     out += k.handle_timer(32.6)  # new lives only: the last call passes
     (f,) = of(out, Formed)
     assert tuple(f.members) == (0, 2)  # nobody waits for worker 1
+
+
+def test_a_node_lost_during_the_restart_starts_it_over() -> None:
+    """``restart_failure: repeat`` (the default): the loss is detected (the
+    detector's silence after the node went down) and the restart starts
+    over from there; the lives it had not started yet are relaunched as
+    ordered, without the lost node."""
+    k = keeper(restart_delay_s=30.0)
+    start(k, 3)
+    k.exited(2.0, 2, 0)
+    k.node_down(10.0, 1)
+    assert k.next_round_deadline() == 13.0  # its silence, as the detector's
+    out = k.handle_timer(13.0)
+    (restart,) = of(out, RestartJob)
+    assert restart.reason == "restart-failure" and tuple(restart.teardown) == ()
+    assert not of(out, Relaunch) and k.next_round_deadline() == 43.0
+    (relaunch,) = of(k.handle_timer(43.0), Relaunch)
+    assert relaunch.lives() == {0: 1, 2: 1}
+
+
+def test_a_relaunched_life_lost_before_the_job_resumes_fails_the_group() -> None:
+    """A relaunched life that dies before the generation forms: every life
+    the restart started is torn down and relaunched as its next one."""
+    k = keeper(restart_delay_s=1.0)
+    start(k, 3)
+    k.exited(2.0, 2, 0)
+    (relaunch,) = of(k.handle_timer(3.0), Relaunch)
+    assert relaunch.lives() == {0: 1, 1: 1, 2: 1}
+    k.receive(3.1, Join(0, 1, None))
+    out = k.exited(3.2, 0, 1)  # before the others joined
+    (restart,) = of(out, RestartJob)
+    assert restart.reason == "restart-failure" and tuple(restart.teardown) == (0, 1, 2)
+    (relaunch,) = of(k.handle_timer(4.2), Relaunch)
+    assert relaunch.lives() == {0: 2, 1: 2, 2: 2}
+    out = k.receive(4.3, JoinBatch(relaunch.workers, None, relaunch.incarnations))
+    out += k.handle_timer(4.8)
+    (f,) = of(out, Formed)
+    assert tuple(f.members) == (0, 1, 2) and f.reason == "restart"
 
 
 def test_the_relaunch_record_names_each_life_started() -> None:
@@ -155,3 +195,23 @@ def test_a_life_a_restart_outdated_while_it_joined_is_refused() -> None:
     assert [o.record["reason"] for o in of(out, Record) if o.record["f"] == "refuse"] \
         == ["stale-incarnation"]
     assert k.incarnation_of(0) == 1 and k.node_up(2.0, 0) == 3  # life 2 is out there
+
+
+def test_a_failed_restart_never_relaunches_a_life_node_up_handed_out() -> None:
+    """Found by the stateful test (seed 2709111787): worker 1's node was lost
+    and repaired during a restart; node_up handed out its ordered life 1, whose
+    process was starting when the group failed. The new restart tears that
+    life down too and relaunches life 2: never the same life twice."""
+    k = keeper(restart_delay_s=1.0)
+    start(k, 2)
+    k.node_down(2.0, 1)
+    k.exited(2.0, 1, 0)  # restart: worker 1's node is down, not relaunched
+    (relaunch,) = of(k.handle_timer(3.0), Relaunch)
+    assert relaunch.lives() == {0: 1}
+    assert k.node_up(3.0, 1) == 1  # repaired: its process starts as the ordered life
+    k.receive(3.1, Join(0, 1, None))
+    out = k.exited(3.2, 0, 1)
+    (restart,) = of(out, RestartJob)
+    assert tuple(restart.teardown) == (0, 1)
+    (relaunch,) = of(k.handle_timer(4.2), Relaunch)
+    assert relaunch.lives() == {0: 2, 1: 2}

@@ -102,6 +102,12 @@ class KeeperConfig:
     # strategy.stragglers: evict (None: keep every straggler). Elastic only:
     # a checkpoint-restart job restarts whole, it has no member to take out.
     stragglers: Optional[StragglerPolicy] = None
+    # Checkpoint-restart: what a node lost while the job restarts costs.
+    # ``repeat``: the relaunched group fails once the loss is detected, and
+    # the restart starts over (torchrun: the new group's rendezvous or first
+    # collective fails); ``replace``: the restart goes on without the node,
+    # a spare takes its place (a scheduler that patches a restart in flight).
+    restart_failure: str = "repeat"
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_workers <= self.max_workers:
@@ -112,6 +118,8 @@ class KeeperConfig:
             raise ValueError("relaunch_timeout_s must cover restart_delay_s")
         if self.strategy not in (ELASTIC, CHECKPOINT_RESTART):
             raise ValueError(f"unknown strategy {self.strategy!r}")
+        if self.restart_failure not in ("repeat", "replace"):
+            raise ValueError(f"unknown restart_failure {self.restart_failure!r}")
 
 
 # --- outputs -----------------------------------------------------------------
@@ -240,6 +248,7 @@ class Round:
     starved_since: Optional[float] = None
     expect_until: Optional[float] = None  # relaunched lives: not heartbeating yet
     relaunch_at: Optional[float] = None  # a restart's relaunch is due then
+    lost_at: Optional[float] = None  # restart_failure repeat: a lost node's detection
 
     def add(self, workers: IdRuns, cursor: Optional[Cursor]) -> None:
         """Record that ``workers`` joined holding state at ``cursor``."""
@@ -375,7 +384,15 @@ class Keeper:
         relaunches it, whichever report of its loss (a silence, an exit, a
         failed step) arrives first. Liveness is unchanged: the detector (or
         :meth:`exited`) still decides when its process is dead."""
+        was_down = worker in self.down
         self.down = self.down | (worker,)
+        r = self.round
+        if not was_down and self._repeats(r) and worker in self.members:
+            # a node of the restarting group is gone: the group fails once the
+            # loss is detected (its silence), whether or not its life started
+            assert r is not None
+            at = now + self.config.detector.silence_s()
+            r.lost_at = at if r.lost_at is None else min(r.lost_at, at)
 
     def node_up(self, now: float, worker: WorkerId) -> int:
         """The machine of ``worker`` is back (repaired): relaunchable again.
@@ -474,7 +491,7 @@ class Keeper:
         r = self.round
         if r is None:
             return times[0] if times else None
-        times += [t for t in (r.last_call_at, r.relaunch_at) if t is not None]
+        times += [t for t in (r.last_call_at, r.relaunch_at, r.lost_at) if t is not None]
         if r.starved_since is not None and self.config.join_timeout_s is not None:
             times.append(r.starved_since + self.config.join_timeout_s)
         if r.expect_until is not None and r.expected:
@@ -508,6 +525,9 @@ class Keeper:
         if self.benched:
             self._unbench(now)
         r = self.round
+        if r is not None and r.lost_at is not None and now >= r.lost_at:
+            self._restart_again(now, r)
+            r = self.round
         if r is not None and r.relaunch_at is not None and now >= r.relaunch_at:
             self._relaunch(now, r)
         if r is not None and r.expect_until is not None and now >= r.expect_until and r.expected:
@@ -913,7 +933,9 @@ class Keeper:
         self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=worker,
                                     incarnation=self.incarnation_of(worker), reason=reason)))
         r = self.round
-        if r is not None:
+        if r is not None and self._repeats(r) and worker in self.members:
+            self._restart_again(now, r)  # a life of the restarting group is gone
+        elif r is not None:
             r.drop(worker)
             self._maybe_close(now)
         elif worker in self.members:
@@ -924,24 +946,60 @@ class Keeper:
         if self.config.strategy == CHECKPOINT_RESTART:
             # Every current life is over: the members whose node is still up
             # are relaunched, each as its next life (the only one accepted now).
-            members = self.members
-            self.life_table.bump(members)
-            # never the same life twice: a life node_up handed out that has not
-            # joined yet (few: the entries are dropped as the lives join) is
-            # not named again
-            for w, promised in self._promised.items():
-                if w in members and self.life_table.get(w) <= promised:
-                    self.life_table.set(w, promised + 1)
-            self.awaiting_relaunch = self.awaiting_relaunch | members
-            self.liveness.drop_many(members)
-            self._forget_beats(members)
-            self._out.append(Record(rec(now, "info", "restart", KEEPER,
-                                        gen=self.generation, reason=reason)))
-            self._out.append(RestartJob(self.generation, reason, members))
-            self._relaunched = self._relaunched - members
-            self._open(now, "restart", expect=False, relaunch=members - self.down)
+            self._restart(now, reason, self.members)
         else:
             self._open(now, reason)
+
+    def _restart(self, now: float, reason: str, teardown: IdRuns, keep: IdRuns = EMPTY) -> None:
+        """Tear down the lives of ``teardown`` (members) and open the restart
+        round that relaunches every member whose node is up (but ``keep``:
+        lives already running that wait in the round)."""
+        members = self.members
+        assert teardown.issubset(members), "a restart tears down members"
+        self.life_table.bump(teardown)
+        # never the same life twice: a life node_up handed out that has not
+        # joined yet (few: the entries are dropped as the lives join) is
+        # not named again
+        for w, promised in self._promised.items():
+            if w in teardown and self.life_table.get(w) <= promised:
+                self.life_table.set(w, promised + 1)
+        self.awaiting_relaunch = self.awaiting_relaunch | teardown
+        self.liveness.drop_many(teardown)
+        self._forget_beats(teardown)
+        self._out.append(Record(rec(now, "info", "restart", KEEPER,
+                                    gen=self.generation, reason=reason)))
+        self._out.append(RestartJob(self.generation, reason, teardown))
+        self._relaunched = self._relaunched - members
+        self._open(now, "restart", expect=False, relaunch=members - self.down - keep)
+
+    def _repeats(self, r: Optional[Round]) -> bool:
+        """Whether a loss in the group fails the open round: a restart's, under
+        ``restart_failure: repeat``."""
+        return r is not None and r.reason == "restart" and \
+            self.config.restart_failure == "repeat" and self.config.strategy == CHECKPOINT_RESTART
+
+    def _restart_again(self, now: float, r: Round) -> None:
+        """``restart_failure: repeat``: a node of the group was lost while it
+        restarted, so the relaunched group fails (torchrun: its rendezvous
+        or first collective errors) and the restart starts over. The lives
+        it started (and a repaired member's life still starting) are torn
+        down and relaunched as their next ones; the lives not started yet
+        are relaunched as ordered; the other lives that joined the round
+        (spares, a repaired member's new life) wait for the next one."""
+        members = self.members
+        # the lives running: the relaunched ones, and those node_up handed out
+        # (a repaired node's) that have not joined yet
+        promised = IdRuns.of(sorted(self._promised)) if self._promised else EMPTY
+        started = (self._relaunched | promised) & members
+        for cursor, ws in r.by_cursor.items():
+            waiting = ws - started
+            if waiting:
+                self._standby_add(waiting, cursor)
+                for w in waiting:
+                    if w in r.state_gen:
+                        self.standby_gen[w] = r.state_gen[w]
+        self.round = None
+        self._restart(now, "restart-failure", started, keep=r.joined - started)
 
     def _relaunch(self, now: float, r: Round) -> None:
         """The relaunch a restart ordered is due: the lives of the torn-down
