@@ -89,7 +89,8 @@ def failure_model(sc: Scenario) -> Optional[FailureModel]:
     if f.worker_mtbf_s is None:
         return None
     return FailureModel(seed=sc.seed, distribution=f.distribution, mean_s=f.worker_mtbf_s,
-                        weibull_shape=f.weibull_shape)
+                        weibull_shape=f.weibull_shape, lognormal_sigma=f.lognormal_sigma,
+                        bad_fraction=f.bad_fraction, bad_multiplier=f.bad_multiplier)
 
 
 def slowdown_model(sc: Scenario) -> Optional[SlowdownModel]:

@@ -477,11 +477,19 @@ class Failures(_Section):
     a gray failure (``slow`` faults drawn from the seed: see
     :class:`rollcall.core.failures.SlowdownModel`), ``slow_factor`` times (a
     number, or ``{median, spread}``) for ``slow_for_s`` seconds.
+
+    ``worker_mtbf_s`` is a good node's; ``bad_fraction`` of the nodes (by id,
+    from the seed) are bad and fail ``bad_multiplier`` times as often
+    (AIReSim's lemons). ``lognormal`` lifetimes: ``lognormal_sigma`` is the
+    log's standard deviation, the mean stays ``worker_mtbf_s``.
     """
 
     worker_mtbf_s: PosFloat | None = None
-    distribution: Literal["exponential", "weibull"] = "exponential"
+    distribution: Literal["exponential", "weibull", "lognormal"] = "exponential"
     weibull_shape: PosFloat = 0.7
+    lognormal_sigma: PosFloat = 1.0
+    bad_fraction: Annotated[float, Strict(), Field(ge=0.0, le=1.0)] = 0.0
+    bad_multiplier: Annotated[float, Strict(), Field(ge=1.0, le=1000.0)] = 5.0
     slow_mtbf_s: PosFloat | None = None
     slow_factor: Union[float, SlowFactor] = 2.0
     slow_for_s: PosFloat = 60.0

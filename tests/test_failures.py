@@ -22,6 +22,10 @@ KS_1PCT = 1.63  # sqrt(n) * D above this: rejected at the 1% level
 def _cdf(distribution: str, mean_s: float, shape: float):
     if distribution == "exponential":
         return lambda x: 1.0 - np.exp(-x / mean_s)
+    if distribution == "lognormal":  # shape: the log's standard deviation
+        mu = math.log(mean_s) - shape * shape / 2
+        erf = np.vectorize(math.erf)
+        return lambda x: 0.5 * (1.0 + erf((np.log(x) - mu) / (shape * math.sqrt(2.0))))
     scale = mean_s / math.gamma(1.0 + 1.0 / shape)
     return lambda x: 1.0 - np.exp(-((x / scale) ** shape))
 
@@ -43,11 +47,12 @@ def test_nth_uniform_is_deterministic_in_range_and_per_name() -> None:
 
 
 @pytest.mark.parametrize("distribution, shape", [("exponential", 1.0), ("weibull", 0.7),
-                                                 ("weibull", 2.0)])
+                                                 ("weibull", 2.0), ("lognormal", 0.5),
+                                                 ("lognormal", 1.0)])
 def test_node_lifetimes_follow_the_distribution(distribution: str, shape: float) -> None:
     mean_s = 1000.0
     cdf = _cdf(distribution, mean_s, shape)
-    model = FailureModel(1, distribution, mean_s, shape)
+    model = FailureModel(1, distribution, mean_s, weibull_shape=shape, lognormal_sigma=shape)
     # the first life of every node (as a job starts) and many lives of one node
     across = np.array([model.lifetime(w, 0) for w in range(N)])
     along = np.array([model.lifetime(5, k) for k in range(N)])
@@ -58,7 +63,7 @@ def test_node_lifetimes_follow_the_distribution(distribution: str, shape: float)
 
 def test_unknown_distribution_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown failure distribution"):
-        FailureModel(0, "lognormal", 1.0, 1.0)
+        FailureModel(0, "gamma", 1.0, 1.0)
 
 
 def test_lifetimes_depend_only_on_seed_node_and_k() -> None:
@@ -88,3 +93,20 @@ def test_draws_count_lives_per_node_and_picks_per_run() -> None:
     assert d.pick([]) is None  # an empty pool draws nothing...
     assert [d.pick([4, 2]), d.pick([7, 8, 9])] == [pick(5, 0, [2, 4]), pick(5, 1, [7, 8, 9])]
     assert Draws(5, None).next_lifetime(1) is None
+
+
+def test_bad_nodes_are_a_fixed_fraction_that_fails_that_many_times_as_often() -> None:
+    """AIReSim's lemons: ``bad_fraction`` of the node ids, each failing
+    ``bad_multiplier`` times as often; good nodes draw what they drew before."""
+    good = FailureModel(3, "exponential", 1000.0)
+    model = FailureModel(3, "exponential", 1000.0, bad_fraction=0.15, bad_multiplier=5.0)
+    bad = [w for w in range(N) if model.is_bad(w)]
+    assert abs(len(bad) / N - 0.15) < 3 * math.sqrt(0.15 * 0.85 / N)
+    assert bad == [w for w in range(N) if model.is_bad(w)]  # by id, fixed
+    lives = np.array([model.lifetime(w, 0) for w in bad])
+    assert _ks(lives, _cdf("exponential", 200.0, 1.0)) < KS_1PCT
+    assert all(model.lifetime(w, 1) == good.lifetime(w, 1) for w in range(200)
+               if not model.is_bad(w))
+    assert all(model.lifetime(w, 1) == pytest.approx(good.lifetime(w, 1) / 5.0) for w in bad[:50])
+    with pytest.raises(ValueError, match="bad failure model"):
+        FailureModel(3, "exponential", 1000.0, bad_fraction=1.5)

@@ -22,11 +22,12 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Optional, Sequence
 
 __all__ = ["Draws", "FailureModel", "SlowdownModel", "nth_uniform", "pick", "weibull_scale"]
 
-DISTRIBUTIONS = ("exponential", "weibull")
+DISTRIBUTIONS = ("exponential", "weibull", "lognormal")
 
 
 def nth_uniform(seed: int, name: str, k: int) -> float:
@@ -40,30 +41,60 @@ def weibull_scale(mean_s: float, shape: float) -> float:
     return mean_s / math.gamma(1.0 + 1.0 / shape)
 
 
+_NORMAL = NormalDist()
+
+
 @dataclass(frozen=True)
 class FailureModel:
-    """Independent node lifetimes of one distribution and mean."""
+    """Independent node lifetimes of one distribution and mean.
+
+    ``mean_s`` is a good node's mean lifetime. A fraction ``bad_fraction``
+    of the nodes are bad ("lemons": a marginal part, a flaky NIC), chosen by
+    node id from the stream ``bad``: their lifetimes are ``bad_multiplier``
+    times shorter, draw for draw. ``lognormal`` lifetimes have the log's
+    standard deviation ``lognormal_sigma`` and the mean ``mean_s``.
+    """
 
     seed: int
     distribution: str
     mean_s: float
     weibull_shape: float = 0.7
+    lognormal_sigma: float = 1.0
+    bad_fraction: float = 0.0
+    bad_multiplier: float = 1.0
 
     def __post_init__(self) -> None:
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"unknown failure distribution {self.distribution!r}")
         if not self.mean_s > 0:
             raise ValueError(f"mean_s must be > 0, got {self.mean_s}")
+        if not (0.0 <= self.bad_fraction <= 1.0 and self.bad_multiplier >= 1.0
+                and self.lognormal_sigma > 0 and self.weibull_shape > 0):
+            raise ValueError(f"bad failure model {self}")
+
+    def is_bad(self, node: int) -> bool:
+        """Whether node ``node`` is a lemon (fixed for the run, by its id)."""
+        return self.bad_fraction > 0 and nth_uniform(self.seed, "bad", node) <= self.bad_fraction
+
+    def node_mean_s(self, node: int) -> float:
+        """Node ``node``'s mean lifetime."""
+        return self.mean_s / self.bad_multiplier if self.is_bad(node) else self.mean_s
 
     def lifetime(self, node: int, k: int) -> float:
         """Seconds from the start of node ``node``'s k-th hardware life (k = 0
         when it first arrives, k + 1 after each repair) to its failure."""
         assert node >= 0 and k >= 0, (node, k)
-        e = -math.log(nth_uniform(self.seed, f"node/{node}", k))  # a unit exponential
+        u = nth_uniform(self.seed, f"node/{node}", k)
+        mean = self.node_mean_s(node)
+        if self.distribution == "lognormal":
+            sigma = self.lognormal_sigma
+            z = _NORMAL.inv_cdf(min(u, 1.0 - 2.0 ** -53))
+            return math.exp(math.log(mean) - sigma * sigma / 2.0 + sigma * z)
+        e = -math.log(u)  # a unit exponential
         if self.distribution == "exponential":
-            return self.mean_s * e
+            return mean * e
         shape = self.weibull_shape
-        return weibull_scale(self.mean_s, shape) * e ** (1.0 / shape)
+        return weibull_scale(mean, shape) * e ** (1.0 / shape)
 
 
 @dataclass(frozen=True)
