@@ -110,3 +110,14 @@ def test_bad_nodes_are_a_fixed_fraction_that_fails_that_many_times_as_often() ->
     assert all(model.lifetime(w, 1) == pytest.approx(good.lifetime(w, 1) / 5.0) for w in bad[:50])
     with pytest.raises(ValueError, match="bad failure model"):
         FailureModel(3, "exponential", 1000.0, bad_fraction=1.5)
+
+
+def test_the_normal_quantile_is_the_stdlib_one() -> None:
+    from statistics import NormalDist
+
+    from rollcall.core.failures import normal_quantile
+
+    us = [1e-300, 1e-12, 1e-6, 0.01, 0.02425, 0.3, 0.5, 0.7, 0.97575, 1 - 1e-9, 1 - 2.0 ** -53]
+    us += [nth_uniform(0, "q", k) * (1 - 2.0 ** -53) for k in range(2000)]
+    assert all(normal_quantile(u) == pytest.approx(NormalDist().inv_cdf(u), rel=1e-9, abs=1e-12)
+               for u in us)
