@@ -75,8 +75,9 @@ What is simulated, and where the core decides
   (or always with ``ledger=True``, ``rollcall run --ledger``), else one
   compact record per run that the checker expands.
 * **Strategies.** ``elastic``: survivors roll call, reshard, newcomers copy
-  the state from the keeper's ``source`` (``model_params * bytes_per_param /
-  bandwidth_Bps + latency_s``), then continue. ``checkpoint-restart``: the
+  the state, striped over the members that hold it (``model_params *
+  bytes_per_param / bandwidth_Bps + latency_s`` while they outnumber the
+  newcomers, :func:`sim.sharded.replicated_copy_time`), then continue. ``checkpoint-restart``: the
   keeper's ``RestartJob`` tears every member process down, ``restart_s``
   later all members whose node is up are relaunched as new incarnations
   (one ``JoinBatch`` of new lives), the keeper resumes from the checkpoint
@@ -137,7 +138,7 @@ from rollcall.scenario import Scenario
 
 from sim.gray import GrayFaults
 from sim.network import NetFaults
-from sim.sharded import copy_time
+from sim.sharded import copy_time, replicated_copy_time
 from sim.state import Nodes, Recorder, Tally
 from sim.steps import _EPS, StepRun
 
@@ -270,7 +271,8 @@ class Simulation:
         self.isolated: set[int] = set()  # cut off from the keeper only (isolate_keeper)
         self.stale: IdRuns = EMPTY  # members copying / loading the state
         self.answered = 0  # the latest round the members answered
-        self.transfer_s = w.model_params * w.bytes_per_param / sc.network.bandwidth_Bps + self.lat
+        self.state_bytes = w.model_params * w.bytes_per_param
+        self.transfer_s = self.state_bytes / sc.network.bandwidth_Bps + self.lat  # one receiver's
         self.step_faults: dict[int, list[Any]] = {}
         for i, f in enumerate(sc.failures.schedule):
             if f.trigger == "at_step":
@@ -1059,7 +1061,9 @@ class Simulation:
             spec = self.keeper.config.sharding
             cost = copy_time(f.recovery, spec.shard_bytes, self.sc.network.bandwidth_Bps, self.lat)
         elif f.source is not None and f.stale:
-            cost = self.transfer_s
+            k = len(f.stale)  # striped over every member that holds the state
+            cost = self.transfer_s if k <= len(f.members) - k else replicated_copy_time(
+                self.state_bytes, k, len(f.members) - k, self.sc.network.bandwidth_Bps, self.lat)
         else:
             cost = 0.0
         if f.reason == "start":

@@ -1,4 +1,4 @@
-"""Sim cost model of sharded state.
+"""Sim cost model of state copies: sharded state's plans, replicated state's stripes.
 
 The keeper decides (``rollcall.core.sharding``): which shards are copied from whom
 to whom, or that the job falls back on the checkpoint. This module only
@@ -15,6 +15,16 @@ stayed where it was). A fallback is priced by the driver as any checkpoint
 resume (``strategy.checkpoint_read_s``, and the steps since the checkpoint
 are redone).
 
+Replicated state (:func:`replicated_copy_time`): every member that is not
+stale holds the whole state, so the ``k`` stale members each pull a stripe
+of ``1 / s`` of it from each of the ``s`` holders in parallel, over the same
+per-worker links: a receiver takes in the whole state, a holder sends ``k /
+s`` of it, and the copy ends with the busier of the two, ``bytes * max(1, k
+/ s) / bandwidth_Bps`` plus one latency. With fewer receivers than holders
+(a failure replaced, a newcomer) that is one state over one link, bounded
+by the receiver's link, whatever the number of holders; a growth by many
+newcomers at once is bounded by the holders' links.
+
 Bytes per shard: ``workload.model_params * workload.bytes_per_param`` is the
 whole training state, what the replicated sim copies to a newcomer; sharded,
 it is split evenly over ``state.shards`` (``rollcall.core.sharding.split_bytes``),
@@ -29,7 +39,7 @@ from typing import Sequence
 
 from rollcall.core import RecoveryPlan
 
-__all__ = ["copy_time"]
+__all__ = ["copy_time", "replicated_copy_time"]
 
 
 def copy_time(plan: RecoveryPlan, shard_bytes: Sequence[int], bandwidth_Bps: float,
@@ -43,3 +53,11 @@ def copy_time(plan: RecoveryPlan, shard_bytes: Sequence[int], bandwidth_Bps: flo
         load[("out", c.src)] += size
         load[("in", c.dst)] += size
     return max(load.values()) / bandwidth_Bps + latency_s
+
+
+def replicated_copy_time(state_bytes: float, stale: int, holders: int, bandwidth_Bps: float,
+                         latency_s: float) -> float:
+    """Seconds until ``stale`` members hold the replicated state, striped over
+    ``holders`` (see the module docstring)."""
+    assert stale >= 1 and holders >= 1, (stale, holders)
+    return state_bytes * max(1.0, stale / holders) / bandwidth_Bps + latency_s

@@ -140,3 +140,14 @@ def test_a_random_rack_failure_takes_one_whole_rack(tmp_path: Path) -> None:
     assert len(fault["workers"]) == 4
     assert {w // 4 for w in fault["workers"]} == {fault["rack"]}
     assert s["fallbacks"] == 0  # replicas were spread over racks
+
+
+def test_a_replicated_copy_is_striped_over_the_holders() -> None:
+    """Each stale member pulls a stripe from every holder: bounded by its own
+    link while holders outnumber it, by the holders' links beyond."""
+    from sim.sharded import replicated_copy_time
+
+    one = replicated_copy_time(4e9, 1, 7, 1e9, 0.001)
+    assert one == pytest.approx(4.001)
+    assert replicated_copy_time(4e9, 4, 4, 1e9, 0.001) == pytest.approx(one)
+    assert replicated_copy_time(4e9, 6, 2, 1e9, 0.001) == pytest.approx(12.001)
