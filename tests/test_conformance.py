@@ -10,7 +10,7 @@ sets (gen, workers, incarnations: the keeper's ``relaunch`` record), the
 keeper giving up (gen, reason) and the end (completed, cursor). Both
 sequences must be equal field by field, except where the scenario does not
 determine a field; those are masked (shown as ``<not compared>`` in a
-diff) or dropped by five rules, each applied wherever its condition holds:
+diff) or dropped by seven rules, each applied wherever its condition holds:
 
 1. A killed worker's eviction is compared whole: its host reports the
    exit on both targets (the real launcher through a pidfd, the sim one
@@ -61,8 +61,10 @@ diff) or dropped by five rules, each applied wherever its condition holds:
 7. ``late_heartbeats`` (``real-late-heartbeats``): the late worker's work
    and commit votes are on time on both targets, so the job commits on
    until the detector evicts it: the cursor of the generation formed on
-   the eviction is the machine's speed over the timeout. Masked: that
-   cursor, as for rule 5.
+   the eviction is the machine's speed over the timeout, and the round
+   opens wherever a step stands then, so a survivor whose commit it
+   refused is stale on real (as in rule 3; the sim's steps are whole).
+   Masked: that generation's cursor, source and stale.
 
 Everything else is compared exactly. By scenario (``gen N`` is a
 generation, all its fields unless named; "end" is completed and cursor):
@@ -75,7 +77,7 @@ real-join-one              gen 1; gen 2 (gen, members, reason); end
 real-kill-one,             gen 1; the evictions; gen 2 (gen, members, cursor,
 real-kill-two              source, stale); end
 real-late-heartbeats       gen 1; the late worker's eviction (timeout); gen 2
-                           (all but its cursor); gen 3 (growth); end
+                           (gen, members, reason); gen 3 (growth); end
 real-lose-host             gen 1; both lost workers' evictions (timeout: no
                            exit is reported); gen 2 (all but reason); end
                            (its hosts run as network namespaces on real:
@@ -186,9 +188,11 @@ def comparable(sc: Scenario, ds: list[Decision], dead: set[int]) -> list[Decisio
         ds = drop(ds, "evict", when=lambda d: d["worker"] in dead)
     ds = mask(ds, "generation", ["cursor", "source", "stale"],  # rule 3
               when=lambda d: d["reason"] == "growth")
-    if any(f.action in ("isolate_keeper", "delay", "late_heartbeats")  # rules 5-7
-           for f in sc.failures.schedule):
+    if any(f.action in ("isolate_keeper", "delay") for f in sc.failures.schedule):  # rules 5-6
         ds = mask(ds, "generation", ["cursor"], when=lambda d: d["reason"] == "failure")
+    if any(f.action == "late_heartbeats" for f in sc.failures.schedule):  # rule 7
+        ds = mask(ds, "generation", ["cursor", "source", "stale"],
+                  when=lambda d: d["reason"] == "failure")
     if any(f.trigger == "at_s" for f in sc.failures.schedule):  # rule 4
         ds = [d for d in ds if d["kind"] in ("restart", "end")
               or (d["kind"] == "generation" and d["reason"] == "restart")]

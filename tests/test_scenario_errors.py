@@ -43,7 +43,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "no_trigger.yaml": ("failures.schedule.0", 4, "needs exactly one trigger"),
     "fault_unknown_key.yaml": ("failures.schedule.0.kil", 5, "unknown key"),
     "unknown_distribution.yaml": (
-        "failures.distribution", 4, "expected 'exponential' or 'weibull', got 'gamma'"
+        "failures.distribution", 4, "expected 'exponential', 'weibull' or 'lognormal', got 'gamma'"
     ),
     "bad_yaml_syntax.yaml": ("yaml syntax", 4, "started at line 3"),
     "empty.yaml": ("top level", 1, "empty"),
