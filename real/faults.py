@@ -10,6 +10,8 @@ hosts' links (nftables rules in their namespaces, :mod:`real.netns`).
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass
 from typing import Optional
 
@@ -30,6 +32,7 @@ class Due:
     latency_s: Optional[float] = None  # delay: the extra one-way latency; late_heartbeats: delay_s
     origin: str = "schedule"       # schedule | mtbf
     index: int = -1
+    from_step: Optional[int] = None  # slow, at_step: the first step it slows
 
 
 class FaultPlan:
@@ -117,7 +120,16 @@ class FaultPlan:
         return out
 
     def due_by_step(self, committed: int) -> list[Due]:
+        """The faults due once ``committed`` steps are held by every member. A
+        ``slow`` of fixed targets at step N is handed out a step early
+        (``from_step`` N): the worker must hear it before it computes step N,
+        the sim's first slow step, and an order sent at N would race that
+        step's compute."""
         out = []
+        for entry in [e for e in self.by_step if _early(e[2], committed)]:
+            self.by_step.remove(entry)
+            _, i, f = entry
+            out.append(dataclasses.replace(self._due(i, f), from_step=int(f.when)))
         while self.by_step and self.by_step[0][0] <= committed:
             _, i, f = self.by_step.pop(0)
             out.append(self._due(i, f))
@@ -126,3 +138,8 @@ class FaultPlan:
     def pick(self, candidates: list[int]) -> Optional[int]:
         """The run's next random target among ``candidates`` (None when empty)."""
         return self.draws.pick(candidates)
+
+
+def _early(f, committed: int) -> bool:
+    """Whether scripted fault ``f`` is a slow of fixed targets due at the next step."""
+    return f.action == "slow" and f.targets != "random" and int(f.when) - 1 <= committed

@@ -653,7 +653,11 @@ class Launcher:
         # netlink), a step less, and the next step (which needs that member)
         # must not commit across a cut, or with a machine, that should already
         # be gone (the sim's lose_host at step N commits N steps, never N+1).
-        before = (*LINK_FAULTS, "lose_host")
+        # A slow order goes first too: step N's exchange needs the last
+        # member's compute, so the slowed worker hears it before it can ask
+        # to commit step N (its first slow step, as on the sim; seen in CI:
+        # sent after the answer, it came a step late now and then).
+        before = (*LINK_FAULTS, "lose_host", "slow")
         for d in [d for d in due if d.kind in before]:
             self.inject(d)
         self.queue(conn, ("ack", gen, step, ok))
@@ -730,13 +734,14 @@ class Launcher:
             p, conn = self.live_proc(w), self.latest_conn.get(w)
             if p is not None and p.activated and conn is not None:
                 hit.append(w)
-                self.order_slow((w, p.incarnation), factor)
+                self.order_slow((w, p.incarnation), factor, due.from_step)
                 self.heals.append((now + float(due.for_s), ("slow", w, p.incarnation, factor),
                                    [], [(w, p.incarnation)]))
         fields.update(factor=factor, for_s=due.for_s)
         return hit
 
-    def order_slow(self, life: tuple[int, int], factor: float) -> None:
+    def order_slow(self, life: tuple[int, int], factor: float,
+                   from_step: Optional[int] = None) -> None:
         """One slowdown of ``life`` starts (``factor`` > 1) or ends (``1 / factor``):
         the worker hears the compounded factor of those still on."""
         total = self.slowed.get(life, 1.0) * factor
@@ -747,9 +752,10 @@ class Launcher:
             self.slowed[life] = total
         conn = self.conn_of.get(life)
         if conn is not None and conn.sock in self.conns:
-            # from the step in flight: the sim's first slow step (the fault's
-            # at_step, or the one a timed fault lands in)
-            self.queue(conn, ("slow", min(total, 1000.0), self.committed))
+            # from the sim's first slow step: a scripted at_step's (ordered a
+            # step early, FaultPlan.due_by_step), or the step in flight
+            start = self.committed if from_step is None else from_step
+            self.queue(conn, ("slow", min(total, 1000.0), start))
 
     def late_beats(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
         """A ``late_heartbeats`` fault: the worker is told to hold each heartbeat

@@ -253,13 +253,13 @@ def test_a_4x_straggler_is_evicted_under_evict_kept_under_keep(tmp_path: Path) -
 
 
 def test_a_straggler_still_slow_when_readmitted_waits_twice_as_long(tmp_path: Path) -> None:
-    """Slow for 6 s, holdout 2 s: evicted, readmitted while still slow,
-    evicted again for 4 s, readmitted at full speed (it stays)."""
+    """Slow for 6 s, holdout 3 s: evicted, readmitted while still slow,
+    evicted again for 6 s, readmitted at full speed (it stays)."""
     _, history = straggler_run(tmp_path, "failures.schedule=[{at_step: 10, slow: 2, factor: 4, "
                                          "for_s: 6.0}]")
     evs = [r for r in history if r["f"] == "evict"]
     assert [(r["worker"], r["reason"], r["holdout_s"]) for r in evs] == \
-        [(2, "straggler", 2.0), (2, "straggler", 4.0)]
+        [(2, "straggler", 3.0), (2, "straggler", 6.0)]
     assert [g[2] for g in generations(history)] == ["start", "straggler", "growth", "straggler",
                                                     "growth"]
     (heal,) = [r for r in history if r["f"] == "fault" and r["kind"] == "heal"]
