@@ -47,6 +47,14 @@ def step(k: Keeper, t: float, s: int, per_batch: dict[int, float], load: int = 4
     return out
 
 
+def run(k: Keeper, steps: range, per_batch: dict[int, float], t0: float = 2.0) -> list:
+    """Steps ``steps`` one second apart from ``t0``, each as :func:`step`."""
+    out = []
+    for s in steps:
+        out += step(k, t0 + s, s, per_batch)
+    return out
+
+
 @given(st.lists(st.floats(0.0, 100.0), max_size=20), st.floats(0.0, 100.0), st.integers(0, 20))
 def test_median_with_typical_members_is_the_lower_median(values, typical, count) -> None:
     if not values and count == 0:
@@ -137,26 +145,20 @@ def test_keep_never_evicts_and_reports_nothing() -> None:
 
 def test_not_below_min_workers_nor_when_slower_without() -> None:
     k = keeper(n=2, n_min=2)
-    out = []
-    for s in range(5):
-        out += step(k, 2.0 + s, s, {1: 0.04})
+    out = run(k, range(5), {1: 0.04})
     assert not records(out, "evict")
     (kept,) = records(out, "straggler")  # said once a generation
     assert kept["decision"] == "keep" and kept["reason"] == "min-workers"
     # 1.4x on 4 members: 4 x 0.014 against 6 x 0.01 without it
     k = keeper(policy=StragglerPolicy(1.3, 3, 10.0, 64, 4, 4))
-    out = []
-    for s in range(5):
-        out += step(k, 2.0 + s, s, {3: 0.014})
+    out = run(k, range(5), {3: 0.014})
     assert not records(out, "evict")
     assert [r["reason"] for r in records(out, "straggler")] == ["not-faster-without"]
 
 
 def test_near_the_end_an_eviction_does_not_pay() -> None:
     k = keeper(steps=4)  # the gain of one step left cannot pay for two abandoned ones
-    out = []
-    for s in range(3):
-        out += step(k, 2.0 + s, s, {3: 0.04})
+    out = run(k, range(3), {3: 0.04})
     assert not records(out, "evict")
     assert [r["reason"] for r in records(out, "straggler")] == ["not-faster-without"]
 
@@ -187,9 +189,7 @@ def test_stragglers_due_together_leave_together_when_one_alone_would_not_pay() -
     without all three the five left take 7 each at full speed (7 < 12)."""
     policy = StragglerPolicy(2.0, 3, 10.0, global_batch=128, micro_batch=4, full_workers=8)
     k = keeper(n=8, policy=policy)
-    out = []
-    for s in range(3):
-        out += step(k, 2.0 + s, s, {2: 0.03, 5: 0.03, 6: 0.03})
+    out = run(k, range(3), {2: 0.03, 5: 0.03, 6: 0.03})
     assert sorted(r["worker"] for r in records(out, "evict")) == [2, 5, 6]
     assert [r["reason"] for r in records(out, "round")] == ["straggler"]  # one roll call
     (ev, *_) = records(out, "evict")

@@ -661,8 +661,7 @@ class Keeper:
             return
         if r is not None:
             if not late:
-                r.add(one, join.cursor)
-                r.state_gen[w] = join.generation
+                self._admit(now, w, join.cursor, join.generation)
                 self._maybe_close(now)
             return
         if w in self.members and not new_life:
@@ -674,8 +673,20 @@ class Keeper:
                     self.round.add(one, join.cursor)
                     self._maybe_close(now)
             return
-        self._standby_add(one, join.cursor)
-        self.standby_gen[w] = join.generation
+        self._admit(now, w, join.cursor, join.generation)
+
+    def _admit(self, now: float, w: WorkerId, cursor: Optional[Cursor], generation: int) -> None:
+        """A Join that claims what it says (state at ``cursor``, of the lineage
+        of ``generation``): it enters the open round, or waits as a standby
+        and opens a round if there is room (the caller closes what is due)."""
+        one = IdRuns.span(w, w)
+        r = self.round
+        if r is not None:
+            r.add(one, cursor)
+            r.state_gen[w] = generation
+            return
+        self._standby_add(one, cursor)
+        self.standby_gen[w] = generation
         if self.generation == 0 or len(self.members) < self.config.max_workers:
             self._open(now, "start" if self.generation == 0 else "growth")
 
@@ -886,19 +897,8 @@ class Keeper:
         for w in sorted(w for w, t in self.benched.items() if t <= now):
             del self.benched[w]
             held = self._bench_join.pop(w, None)
-            if held is None:
-                continue  # its Join, when it comes, takes the usual path
-            cursor, gen = held
-            one = IdRuns.span(w, w)
-            r = self.round
-            if r is not None:
-                r.add(one, cursor)
-                r.state_gen[w] = gen
-                continue
-            self._standby_add(one, cursor)
-            self.standby_gen[w] = gen
-            if len(self.members) < self.config.max_workers:
-                self._open(now, "growth")
+            if held is not None:  # else its Join, when it comes, takes the usual path
+                self._admit(now, w, *held)
 
     # --- decisions ------------------------------------------------------------
 
