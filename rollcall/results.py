@@ -84,7 +84,8 @@ BOTH_EXTRA_KEYS: tuple[str, ...] = (
 )
 SIM_ONLY_KEYS: tuple[str, ...] = (
     "checkpoint_s", "end_s", "checkpoints", "detections", "evictions", "crashes", "kills",
-    "rack_kills", "pauses", "joins", "repairs", "rounds", "min_members", "events",
+    "rack_kills", "pauses", "joins", "repairs", "retired", "pulled", "rounds", "min_members",
+    "events",
     "keeper_calls", "sim_per_wall", "keeper_wall_s", "check_wall_s",
 )
 REAL_ONLY_KEYS: tuple[str, ...] = (
@@ -305,6 +306,9 @@ def read_jsonl_so_far(path: str | Path) -> list[dict[str, Any]]:
 
 _STDLIB_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 _ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+# orjson 3.13 writes 1e-6 where the standard library writes 1e-06 (an exponent
+# of one digit): such a line is the standard library's to write
+_SHORT_NEGATIVE_EXPONENT = re.compile(r"[0-9]e-[0-9](?![0-9])")
 
 
 def history_line(record: dict[str, Any]) -> str:
@@ -316,8 +320,10 @@ def history_line(record: dict[str, Any]) -> str:
     large sim run. Where the two would differ, the standard library writes
     the line instead: a record with non-string keys or an integer beyond 64
     bits (orjson refuses them) or with non-ASCII text or DEL (orjson writes
-    them raw, the standard library escapes them). A NaN or an infinity, which JSON
-    cannot carry (orjson would write ``null``), is an error.
+    them raw, the standard library escapes them) or a float below 1e-4 whose
+    exponent has one digit (orjson ``1e-6``, the standard library ``1e-06``).
+    A NaN or an infinity, which JSON cannot carry (orjson would write
+    ``null``), is an error.
     """
     try:
         line = orjson.dumps(record, option=_ORJSON_OPTIONS)
@@ -327,7 +333,8 @@ def history_line(record: dict[str, Any]) -> str:
     # which the standard library writes as \u007f
     if line.isascii():
         text = line.decode("ascii")  # searched as text: `bytes in bytes` raises and clears a TypeError
-        if "null" not in text and "\x7f" not in text:
+        if "null" not in text and "\x7f" not in text and (
+                "e-" not in text or not _SHORT_NEGATIVE_EXPONENT.search(text)):
             return text
     # same bytes where both can write it; raises on a NaN or an infinity
     return _STDLIB_ENCODER.encode(record) + "\n"
