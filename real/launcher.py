@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from rollcall.config import keeper_config
+from rollcall.config import keeper_config, repair_shop
 from rollcall.core import (
     DRIVER, NEMESIS, Broadcast, Formed, JobFailed, Join, Keeper, Record, Refused, Relaunch,
-    RestartJob, Send, rec,
+    Repair, RestartJob, Retire, Send, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
@@ -169,6 +169,7 @@ class Launcher:
         self.t0 = time.monotonic()
         self.keeper = Keeper(keeper_config(scenario, "real"))
         self.faults = FaultPlan(scenario)
+        self.shop = repair_shop(scenario, self.faults.draws)  # repairs, retirements, pulls
         self.sel = selectors.DefaultSelector()
         self.procs: list[Proc] = []
         self.conns: dict[socket.socket, Conn] = {}
@@ -187,7 +188,8 @@ class Launcher:
         self.result: Optional[str] = None        # completed | failed | interrupted | error
         self.reason = ""
         self.sigconts: list[tuple[float, Proc]] = []
-        self.repairs: list[tuple[float, int]] = []
+        self.repairs: list[tuple[float, int, Repair]] = []
+        self.pulls: list[tuple[float, int]] = []  # spares from the cold pool: (up at, id)
         # link faults in force: (heal at, the Network's fault, hosts, cut-off lives)
         self.heals: list[tuple[float, Any, list[int], list[tuple[int, int]]]] = []
         self.delays: list[tuple[float, float]] = []  # each delay ordered: (heal at, latency_s)
@@ -878,10 +880,12 @@ class Launcher:
                 warm = min(idle, key=lambda p: p.worker)
                 warm.want = True
                 self.nodes_up.add(warm.worker)
+                self.shop.joined(self.now(), warm.worker)
                 joined.append(warm.worker)
             else:
                 w = self.next_id
                 self.next_id += 1
+                self.shop.joined(self.now(), w)
                 self.spawn(w, 0)
                 joined.append(w)
         return joined
@@ -921,8 +925,14 @@ class Launcher:
         # detector verdict or failed step
         self.keeper.node_down(now, w)
         self.faults.node_down(w)
-        if self.sc.cluster.repair_s is not None:
-            self.repairs.append((now + self.sc.cluster.repair_s, w))
+        for act in self.shop.down(now, w):  # the core's: repaired when, retired, pulls
+            if isinstance(act, Repair):
+                self.repairs.append((act.back_at_s, w, act))
+            elif isinstance(act, Retire):
+                self.write(rec(now, "info", "fault", NEMESIS, kind="retire", workers=[w],
+                               failures=act.failures))
+            else:
+                self.pulls.append((act.at_s, act.worker))
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -941,7 +951,8 @@ class Launcher:
             ft = self.faults.next_time()
             if ft is not None:
                 times.append(self.train_start + ft)
-        times += [t for t, _ in self.sigconts] + [t for t, _ in self.repairs]
+        times += [t for t, _ in self.sigconts] + [t for t, _, _ in self.repairs]
+        times += [t for t, _ in self.pulls]
         times += [x[0] for x in self.heals]
         if self.done_at is not None:
             times.append(self.done_at)
@@ -969,12 +980,22 @@ class Launcher:
                     self.write(rec(now, "info", "fault", NEMESIS, kind="resume",
                                    workers=[p.worker]))
         self.heal_due(now)
-        for t, w in list(self.repairs):
+        for entry in list(self.repairs):
+            t, w, repair = entry
             if now >= t:
-                self.repairs.remove((t, w))
+                self.repairs.remove(entry)
+                extra = {} if repair.how == "fixed" else {"how": repair.how, "cured": repair.cured}
+                self.write(rec(now, "info", "fault", NEMESIS, kind="repair", workers=[w], **extra))
+                self.shop.up(now, w)
                 if self.fleet is not None:
                     self.fleet.bring_up(self.sc.host_of(w))
                 self.spawn(w, self.keeper.node_up(now, w))
+        for t, w in list(self.pulls):
+            if now >= t:  # a cold spare, preempted from other work: a fresh process
+                self.pulls.remove((t, w))
+                self.shop.up(now, w, pulled=True)
+                self.write(rec(now, "info", "fault", NEMESIS, kind="pull", workers=[w]))
+                self.spawn(w, 0)
         self.maybe_activate()
         self.release_joins()
         if self.done_at is not None and now >= self.done_at:

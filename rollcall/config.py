@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Optional
 
 from rollcall.core import (
-    DataSpec, Draws, FailureModel, JobPolicy, KeeperConfig, ShardSpec, SlowdownModel, StragglerPolicy,
+    DataSpec, Draws, FailureModel, JobPolicy, KeeperConfig, RepairPolicy, RepairShop, ShardSpec,
+    SlowdownModel, StragglerPolicy,
     make_detector, split_bytes,
 )
 from rollcall.scenario import Scenario
@@ -102,6 +103,28 @@ def slowdown_model(sc: Scenario) -> Optional[SlowdownModel]:
                       else (f.slow_factor.median, f.slow_factor.spread))
     return SlowdownModel(seed=sc.seed, mtbf_s=f.slow_mtbf_s, factor=factor, for_s=f.slow_for_s,
                          spread=spread)
+
+
+def repair_policy(sc: Scenario) -> Optional[RepairPolicy]:
+    """How failed nodes come back (``cluster.repair_s`` or ``cluster.repair``), or None: never."""
+    c = sc.cluster
+    if c.repair_s is not None:
+        return RepairPolicy(fixed_s=c.repair_s)
+    r = c.repair
+    if r is None:
+        return None
+    return RepairPolicy(auto_s=r.auto_s, manual_s=r.manual_s, manual_p=r.manual_p,
+                        auto_fail_p=r.auto_fail_p, manual_fail_p=r.manual_fail_p,
+                        diagnosis_p=r.diagnosis_p, reboot_s=r.reboot_s,
+                        retire_after=r.retire_after, retire_window_s=r.retire_window_s)
+
+
+def repair_shop(sc: Scenario, draws: Draws) -> RepairShop:
+    """The run's repair shop and cold spare pool, curing through ``draws``."""
+    c = sc.cluster
+    return RepairShop(draws, repair_policy(sc), up=c.workers + c.spares, want=c.workers,
+                      target=c.workers + c.spares, pool=c.spare_pool, preempt_s=c.preempt_s,
+                      first_pool_id=sc.pool_first_id)
 
 
 def draws(sc: Scenario) -> Draws:

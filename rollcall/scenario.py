@@ -116,8 +116,45 @@ class _Section(BaseModel):
 # Sections
 
 
+Probability = Annotated[float, Strict(), Field(ge=0.0, le=1.0)]
+
+
+class RepairPipeline(_Section):
+    """AIReSim's repair pipeline (:mod:`rollcall.core.repairs`): a failure is
+    diagnosed with probability ``diagnosis_p`` (else the node is back after
+    ``reboot_s``, its fault still there); automated repair (exponential, mean
+    ``auto_s``), escalated with probability ``manual_p`` to a manual one
+    (exponential, mean ``manual_s``, after it); the repair did not fix the
+    node with probability ``auto_fail_p`` / ``manual_fail_p`` (a bad node
+    stays bad). A node failing ``retire_after`` times within
+    ``retire_window_s`` (unset: ever) is retired instead of repaired."""
+
+    auto_s: PosFloat = 7200.0
+    manual_s: PosFloat = 172800.0
+    manual_p: Probability = 0.8
+    auto_fail_p: Probability = 0.4
+    manual_fail_p: Probability = 0.2
+    diagnosis_p: Probability = 1.0
+    reboot_s: PosFloat = 600.0
+    retire_after: PosInt | None = None
+    retire_window_s: PosFloat | None = None
+
+    @model_validator(mode="after")
+    def _window_needs_count(self) -> "RepairPipeline":
+        if self.retire_window_s is not None and self.retire_after is None:
+            raise _Problem(("retire_window_s",), "needs retire_after (failures in the window)")
+        return self
+
+
 class Cluster(_Section):
     """Machines: initial members, idle spares that can join, repair time.
+
+    A failed node is back after ``repair_s``, or after a ``repair``
+    pipeline (:class:`RepairPipeline`), or never (neither set). A cold
+    ``spare_pool`` of that many nodes is drawn on once fewer than
+    ``workers`` nodes are in service or on their way: one at a time,
+    ``preempt_s`` each (the wait for the work they are taken from), until
+    ``workers + spares`` are; a pulled node joins as a newcomer.
 
     ``rack_size`` names failure domains: worker id ``w`` lives in rack
     ``w // rack_size`` (spares and joined workers too, by their ids); None
@@ -136,8 +173,18 @@ class Cluster(_Section):
     gpus_per_worker: PosInt = 1
     spares: NonNegInt = 0
     repair_s: PosFloat | None = None
+    repair: RepairPipeline | None = None
+    spare_pool: NonNegInt = 0
+    preempt_s: NonNegFloat = 1200.0
     rack_size: PosInt | None = None
     workers_per_host: PosInt | None = None
+
+    @model_validator(mode="after")
+    def _one_repair(self) -> "Cluster":
+        if self.repair_s is not None and self.repair is not None:
+            raise _Problem(("repair",), "give repair_s (a fixed time) or repair (a pipeline), "
+                                        "not both")
+        return self
 
 
 class Workload(_Section):
@@ -482,6 +529,12 @@ class Failures(_Section):
     from the seed) are bad and fail ``bad_multiplier`` times as often
     (AIReSim's lemons). ``lognormal`` lifetimes: ``lognormal_sigma`` is the
     log's standard deviation, the mean stays ``worker_mtbf_s``.
+
+    ``age``: ``always``, a node ages (and fails) whenever it is up, member,
+    spare or idle, the job running or not; ``computing``, only a member
+    ages, and only while the job computes steps (not while it detects,
+    restarts, loads or copies state): AIReSim's assumption, for reproducing
+    it (sim only).
     """
 
     worker_mtbf_s: PosFloat | None = None
@@ -490,6 +543,7 @@ class Failures(_Section):
     lognormal_sigma: PosFloat = 1.0
     bad_fraction: Annotated[float, Strict(), Field(ge=0.0, le=1.0)] = 0.0
     bad_multiplier: Annotated[float, Strict(), Field(ge=1.0, le=1000.0)] = 5.0
+    age: Literal["always", "computing"] = "always"
     slow_mtbf_s: PosFloat | None = None
     slow_factor: Union[float, SlowFactor] = 2.0
     slow_for_s: PosFloat = 60.0
@@ -673,6 +727,9 @@ class Scenario(_Section):
         c, r = self.cluster, self.rendezvous
         self._check_sizes()
         self._check_hosts()
+        if self.target == "real" and self.failures.age == "computing":
+            raise _Problem(("failures", "age"), "computing is sim only (a real node ages whether "
+                                                "the job computes or not); use always")
         if r.max_workers < c.workers:
             raise _Problem(
                 ("rendezvous", "max_workers"),
@@ -685,7 +742,7 @@ class Scenario(_Section):
                 f" (else the job can never start), got {r.min_workers}",
             )
         limit = self.worker_id_limit
-        joined = limit - c.workers - c.spares
+        joined = self.pool_first_id - c.workers - c.spares
         for i, fault in enumerate(self.failures.schedule):
             if fault.domain is not None:
                 self._check_domain(i, *fault.domain, fault.action)
@@ -709,7 +766,7 @@ class Scenario(_Section):
                     ("failures", "schedule", i, fault.action),
                     f"worker {unknown[0]} does not exist (ids are 0..{limit - 1}:"
                     f" {_count(c.workers, 'worker')} + {_count(c.spares, 'spare')}"
-                    f" + {joined} joined)",
+                    f" + {joined} joined + {c.spare_pool} in the pool)",
                 )
         return self
 
@@ -726,11 +783,12 @@ class Scenario(_Section):
                 f"={r.max_workers} + {MAX_EXTRA_JOINS} (no job holds that many; the rest would"
                 f" only idle)",
             )
-        total = c.workers + c.spares + joined
+        total = c.workers + c.spares + joined + c.spare_pool
         if total > MAX_WORKER_IDS:
             raise _Problem(
                 ("cluster", "workers"),
-                f"workers + spares + joins = {total} worker ids, more than {MAX_WORKER_IDS}",
+                f"workers + spares + joins + spare_pool = {total} worker ids, more than"
+                f" {MAX_WORKER_IDS}",
             )
 
     def warnings(self) -> list[tuple[str, str]]:
@@ -860,7 +918,13 @@ class Scenario(_Section):
 
     @property
     def worker_id_limit(self) -> int:
-        """One past the largest worker id that can ever exist (workers + spares + joins)."""
+        """One past the largest worker id that can ever exist (workers + spares
+        + joins + the cold pool, whose ids come last)."""
+        return self.pool_first_id + self.cluster.spare_pool
+
+    @property
+    def pool_first_id(self) -> int:
+        """The id of the first spare pulled from the cold pool (after every join)."""
         joins = sum(f.join for f in self.failures.schedule if f.join is not None)
         return self.cluster.workers + self.cluster.spares + joins
 

@@ -125,17 +125,18 @@ from typing import Any, Callable, Optional
 import numpy as np
 import simpy
 
-from rollcall.config import data_spec, draws, job_policy, keeper_config
+from rollcall.config import data_spec, draws, job_policy, keeper_config, repair_shop
 from rollcall.core import (
     DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Broadcast, Checkpointed, Cursor, Enter,
     FailureTally, Formed, IdRuns,
-    JobFailed, Keeper, Log, Membership, Record, Relaunch, RestartJob, RollCall,
+    JobFailed, Keeper, Log, Membership, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
     Send, SendToKeeper, Stop, check, commit, describe_assignment, members_field, rank_range, rec,
     sample_ids, step_batch, summarize_report,
 )
 from rollcall.results import check_summary_keys, goodput, write_summary
 from rollcall.scenario import Scenario
 
+from sim.aging import ComputeAging
 from sim.gray import GrayFaults
 from sim.network import NetFaults
 from sim.sharded import copy_time, replicated_copy_time
@@ -192,10 +193,14 @@ class Simulation:
         self.keeper = Keeper(config)
         self.policy = job_policy(sc)
         self.draws = draws(sc)  # node lifetimes and random targets, as on real
+        self.shop = repair_shop(sc, self.draws)  # repairs, retirements, the cold pool
         self.W = sc.cluster.workers
         self.n_nodes = sc.worker_id_limit
         n = self.n_nodes
         self.nodes = Nodes.zeros(n)  # the physical world, per node
+        # failures.age: computing (AIReSim's assumption): only members age, while computing
+        self.aging = (ComputeAging(self.env, self.nodes, lambda t, w: self._node_down(t, w, "crash"))
+                      if sc.failures.age == "computing" and self.draws.model is not None else None)
         self._plans: dict[int, tuple[int, float, dict]] = {}  # members -> batch, step time, shards
         # every process's core Agent: the bulk in one AgentBatch (heartbeats
         # not simulated: sim liveness is reported in bulk; no retries: the
@@ -472,7 +477,10 @@ class Simulation:
         self.nodes.hw[w] = True
         self.nodes.life[w] += 1
         if lifetime is not None:
-            self._push_failure(now + lifetime, w)
+            if self.aging is not None:
+                self.aging.arrive(w, lifetime)
+            else:
+                self._push_failure(now + lifetime, w)
         if self.draws.slow is not None:
             self.gray.arrive(now, w)
 
@@ -527,18 +535,39 @@ class Simulation:
         self.agents.pop(w, None)
         self.undelivered.pop(w, None)
         self.bulk.discard((w,))
-        if self.sc.cluster.repair_s is not None:
-            self._at(now + self.sc.cluster.repair_s, self._repaired, w)
+        for act in self.shop.down(now, w):  # the core's: repaired when, retired, pulls
+            if isinstance(act, Repair):
+                self._at(act.back_at_s, self._repaired, w, act)
+            elif isinstance(act, Retire):
+                self.tally.counts["retired"] += 1
+                self._write(rec(now, "info", "fault", NEMESIS, kind="retire", workers=[w],
+                                failures=act.failures))
+            else:
+                self._at(act.at_s, self._pulled, act.worker)
 
-    def _repaired(self, w: int) -> None:
+    def _repaired(self, w: int, repair: Repair) -> None:
         if self.state == DONE:
             return
         now = self.env.now
         self.tally.counts["repairs"] += 1
-        self._write(rec(now, "info", "fault", NEMESIS, kind="repair", workers=[w]))
+        extra = {} if repair.how == "fixed" else {"how": repair.how, "cured": repair.cured}
+        self._write(rec(now, "info", "fault", NEMESIS, kind="repair", workers=[w], **extra))
+        self.shop.up(now, w)
         life = self.keeper.node_up(now, w)
         self._arrive(now, w, self.draws.next_lifetime(w))
         self._at(now + self.lat, self._kreceive_at, self._launch(now, w, life))
+
+    def _pulled(self, w: int) -> None:
+        """A spare pulled from the cold pool arrives (after its preemption) and joins."""
+        if self.state == DONE:
+            return
+        now = self.env.now
+        self.tally.counts["pulled"] += 1
+        self.shop.up(now, w, pulled=True)
+        self._arrive(now, w, self.draws.next_lifetime(w))
+        joins = self._launch(now, w, 0)
+        self._write(rec(now, "info", "fault", NEMESIS, kind="pull", workers=[w]))
+        self._at(now + self.lat, self._kreceive_at, joins)
 
     def _pause(self, now: float, w: int, for_s: float) -> None:
         self.tally.counts["pauses"] += 1
@@ -709,6 +738,7 @@ class Simulation:
                 w = self.next_join_id
                 self.next_join_id += 1
                 self.tally.counts["joins"] += 1
+                self.shop.joined(now, w)
                 self._arrive(now, w, self.draws.next_lifetime(w))
                 joins += self._launch(now, w, 0)
             self._write(rec(now, "info", "fault", NEMESIS, kind="join",
@@ -786,6 +816,11 @@ class Simulation:
                 self.tally.acc["lost"] += dt
         self.tally.mark = now
 
+    def _clock(self, now: float) -> None:
+        """Tell the compute clock (``failures.age: computing``) whether the job computes."""
+        if self.aging is not None:
+            self.aging.clock(now, self.state in (RUN, CKPT) and not self.stalled)
+
     def _start_segment(self, now: float) -> None:
         self._acct(now)
         self.state = RUN
@@ -807,6 +842,7 @@ class Simulation:
         if self.watch_compute:  # a slowdown's start or end starts a new segment
             run.compute = self.gray.compute(self._plans[len(self.members)][1])
             self._watch_votes()
+        self._clock(now)
 
     def _close_segment(self, now: float, k: Optional[int], abandon: bool) -> None:
         """Close the running segment: its steps finished by ``now`` are
@@ -997,6 +1033,7 @@ class Simulation:
         self.stalled = False
         self.state = IDLE
         self._set_due(None)
+        self._clock(now)
 
     def _stall(self, now: float) -> None:
         if self.state not in (SYNC, RUN, CKPT) or self.stalled:
@@ -1008,6 +1045,7 @@ class Simulation:
             self.stall_remaining = max(0.0, (self.due or now) - now)
         self.stalled = True
         self._set_due(None)
+        self._clock(now)
 
     def _unstall(self, now: float) -> None:
         if not self.stalled:
@@ -1030,6 +1068,7 @@ class Simulation:
         self._acct(now)
         self.state = IDLE
         self.stalled = False
+        self._clock(now)
         self.carry = 0.0
         if f.cursor < self.committed:
             self._rollback(f.cursor.step)
@@ -1115,6 +1154,7 @@ class Simulation:
             self._after_step(now)
         elif st == CKPT:
             self._checkpoint_done(now)
+        self._clock(now)
 
     def _after_step(self, now: float) -> None:
         """A segment ended at a boundary: checkpoint, finish, answer or continue."""
@@ -1223,6 +1263,7 @@ class Simulation:
         self.silent_members = 0
         self.state = IDLE
         self._set_due(None)
+        self._clock(now)
 
     def _relaunch(self, now: float, order: Relaunch) -> None:
         """A fresh process on every node the keeper names, as the life it names."""
@@ -1274,6 +1315,7 @@ class Simulation:
             self.tally.end_s = self.tally.end_s or now
         self._flush_gen_ledger()
         self.state = DONE
+        self._clock(now)
         self.completed = completed
         self.end_reason = reason
         self._write(rec(now, "info", "end", DRIVER, completed=completed,
@@ -1336,7 +1378,10 @@ class Simulation:
         n0 = self.W + sc.cluster.spares
         for w in range(n0):
             self._arrive(0.0, w, None)
-        if self.draws.model is not None:  # every node's first life
+        if self.aging is not None:  # every node's first life, in compute seconds
+            for w in range(n0):
+                self.aging.arrive(w, self.draws.next_lifetime(w))  # type: ignore[arg-type]
+        elif self.draws.model is not None:  # every node's first life
             self.fail_heap = [(self.draws.next_lifetime(w), w, 1) for w in range(n0)]
             heapq.heapify(self.fail_heap)
         self.nodes.proc[:n0] = True
@@ -1346,7 +1391,10 @@ class Simulation:
         msgs = self._batch_actions(0.0, self.bulk.start(0.0, IdRuns.span(0, n0 - 1), 0))
         self._at(self.lat, self._kreceive_at, msgs)
         self._job_proc = env.process(self._job_process())
-        self._fail_proc = env.process(self._failure_process())
+        if self.aging is not None:
+            self.aging.proc = env.process(self.aging.process())
+        else:
+            self._fail_proc = env.process(self._failure_process())
         env.process(self._schedule_process())
         ideal_total = sc.workload.steps * sc.ideal_step_s
         horizon = 1000.0 * ideal_total + 100.0 * (sc.strategy.restart_s + sc.detector.silence_s) + 3600.0
@@ -1415,6 +1463,8 @@ class Simulation:
             "pauses": self.tally.counts["pauses"],
             "joins": self.tally.counts["joins"],
             "repairs": self.tally.counts["repairs"],
+            "retired": self.tally.counts["retired"],
+            "pulled": self.tally.counts["pulled"],
             "rounds": self.tally.counts["rounds"],
             "min_members": self.tally.min_members,
             "events": self.events,

@@ -18,6 +18,8 @@ only the names below; the submodules' other names are internals.
 - :mod:`~rollcall.core.placement`, :mod:`~rollcall.core.sharding`: sharded state.
 - :mod:`~rollcall.core.job`: checkpoint policy and completion rule.
 - :mod:`~rollcall.core.failures`: random lifetimes and choices, by (seed, name, k).
+- :mod:`~rollcall.core.repairs`: a failed node's repair or retirement, and
+  when spares are pulled from a cold pool.
 - :mod:`~rollcall.core.history`, :mod:`~rollcall.core.checkers`: the record
   format both targets write and the invariant checkers that read it.
 """
@@ -50,6 +52,7 @@ from rollcall.core.messages import (
     StepFailed, ToKeeper, ToWorker,
 )
 from rollcall.core.placement import Copy, RecoveryPlan, Reload
+from rollcall.core.repairs import Pull, Repair, RepairPolicy, RepairShop, Retire
 from rollcall.core.reshard import (
     describe_assignment, lr_scale, plan_step, rank_range, sample_ids, step_batch,
 )
@@ -63,7 +66,8 @@ __all__ = [
     "Draws", "EMPTY", "Enter", "FailureModel", "FailureTally", "Formed", "GroupAction",
     "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
     "Keeper", "KeeperConfig", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
-    "Output", "Phase", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload", "RestartJob",
+    "Output", "Phase", "Pull", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload",
+    "Repair", "RepairPolicy", "RepairShop", "RestartJob", "Retire",
     "RollCall", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepFailed", "Stop",
     "StragglerPolicy",
     "TO_KEEPER_TYPES",

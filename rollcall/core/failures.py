@@ -103,16 +103,18 @@ class FailureModel:
         """Whether node ``node`` is a lemon (fixed for the run, by its id)."""
         return self.bad_fraction > 0 and nth_uniform(self.seed, "bad", node) <= self.bad_fraction
 
-    def node_mean_s(self, node: int) -> float:
-        """Node ``node``'s mean lifetime."""
-        return self.mean_s / self.bad_multiplier if self.is_bad(node) else self.mean_s
+    def node_mean_s(self, node: int, cured: bool = False) -> float:
+        """Node ``node``'s mean lifetime (``cured``: a repair removed a bad
+        node's fault, and it lives as a good one)."""
+        bad = self.is_bad(node) and not cured
+        return self.mean_s / self.bad_multiplier if bad else self.mean_s
 
-    def lifetime(self, node: int, k: int) -> float:
+    def lifetime(self, node: int, k: int, cured: bool = False) -> float:
         """Seconds from the start of node ``node``'s k-th hardware life (k = 0
         when it first arrives, k + 1 after each repair) to its failure."""
         assert node >= 0 and k >= 0, (node, k)
         u = nth_uniform(self.seed, f"node/{node}", k)
-        mean = self.node_mean_s(node)
+        mean = self.node_mean_s(node, cured)
         if self.distribution == "lognormal":
             sigma = self.lognormal_sigma
             z = normal_quantile(min(u, 1.0 - 2.0 ** -53))
@@ -188,6 +190,11 @@ class Draws:
         self._lives: dict[int, int] = {}  # node -> hardware lives drawn so far
         self._slowdowns: dict[int, int] = {}  # node -> slowdowns drawn so far
         self._picks = 0
+        self.cured: set[int] = set()  # bad nodes a repair fixed (rollcall.core.repairs)
+
+    def cure(self, node: int) -> None:
+        """A repair removed node ``node``'s fault: its next lives are a good node's."""
+        self.cured.add(node)
 
     def next_slowdown(self, node: int) -> Optional[tuple[float, float]]:
         """(gap, factor) of the node's next random slowdown (None: no model)."""
@@ -202,7 +209,7 @@ class Draws:
             return None
         k = self._lives.get(node, 0)
         self._lives[node] = k + 1
-        return self.model.lifetime(node, k)
+        return self.model.lifetime(node, k, node in self.cured)
 
     def pick(self, candidates: Sequence[int]) -> Optional[int]:
         if not candidates:

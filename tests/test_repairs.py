@@ -1,0 +1,211 @@
+"""The repair shop (:mod:`rollcall.core.repairs`) against its closed forms.
+
+A failure's time out of service and the chance that its repair removed the
+fault have closed forms (:meth:`RepairPolicy.mean_repair_s`,
+:meth:`RepairPolicy.fix_p`); the shop's seeded draws must meet them. On a
+whole sim run, the nodes in repair are a finite-source M/G/inf queue: each
+of N nodes is up for an exponential lifetime of mean M, then out for a
+repair of mean R whatever its distribution, so at a random instant the
+number in repair is Binomial(N, R / (M + R)) (the Engset model is insensitive
+to the repair time's distribution), and a node's availability is
+M / (M + R). The tests read the count from the history alone (``crash`` and
+``repair`` fault records).
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from rollcall.core import Draws, FailureModel, Pull, Repair, RepairPolicy, RepairShop, Retire
+from rollcall.results import read_history
+from rollcall.scenario import ScenarioError, parse_scenario
+from sim.driver import Simulation
+
+PIPELINE = RepairPolicy(auto_s=7200.0, manual_s=86400.0, manual_p=0.5, auto_fail_p=0.4,
+                        manual_fail_p=0.2, diagnosis_p=0.9, reboot_s=600.0)
+
+
+def _shop(policy: RepairPolicy | None = PIPELINE, seed: int = 7, **kw) -> RepairShop:
+    kw = {"up": 4, "want": 4, "target": 4, **kw}
+    return RepairShop(Draws(seed, None), policy, **kw)
+
+
+def test_mean_repair_time_and_fix_probability_meet_their_closed_forms() -> None:
+    shop = _shop()
+    n = 40_000
+    out = [shop.down(0.0, w)[0] for w in range(n)]
+    assert all(isinstance(r, Repair) for r in out)
+    mean = sum(r.back_at_s for r in out) / n  # type: ignore[union-attr]
+    expected = PIPELINE.mean_repair_s()
+    assert expected == pytest.approx(0.9 * (7200.0 + 0.5 * 86400.0) + 0.1 * 600.0)
+    # the service time's sd is below 2x its mean here: 4 sd of the mean of n
+    assert abs(mean - expected) < 4 * 2 * expected / math.sqrt(n), (mean, expected)
+    cured = sum(r.cured for r in out) / n  # type: ignore[union-attr]
+    p = PIPELINE.fix_p()
+    assert p == pytest.approx(0.9 * (0.5 * 0.6 + 0.5 * 0.8))
+    assert abs(cured - p) < 4 * math.sqrt(p * (1 - p) / n), (cured, p)
+    hows = Counter(r.how for r in out)  # type: ignore[union-attr]
+    assert abs(hows["undiagnosed"] / n - 0.1) < 0.01 and abs(hows["manual"] / n - 0.45) < 0.015
+
+
+def test_repairs_depend_on_seed_node_and_failure_count_only() -> None:
+    a, b = _shop(), _shop()
+    first = [a.down(10.0 * k, w)[0] for k in range(3) for w in (5, 9)]
+    second = [b.down(10.0 * k, w)[0] for k in range(3) for w in (9, 5)]  # other order
+    by = lambda rs: sorted((r.worker, r.back_at_s) for r in rs)  # noqa: E731
+    assert by(first) == by(second)
+    assert by(first) != by([_shop(seed=8).down(10.0 * k, w)[0] for k in range(3) for w in (5, 9)])
+
+
+def test_a_cured_bad_node_lives_as_a_good_one_and_a_fixed_time_cures_nothing() -> None:
+    model = FailureModel(seed=1, distribution="exponential", mean_s=1000.0, bad_fraction=1.0,
+                         bad_multiplier=6.0)
+    draws = Draws(1, model)
+    shop = RepairShop(draws, RepairPolicy(manual_p=0.0, auto_fail_p=0.0), up=1, want=1, target=1)
+    assert draws.next_lifetime(0) == pytest.approx(model.lifetime(0, 0))
+    repair = shop.down(5.0, 0)[0]
+    assert isinstance(repair, Repair) and repair.cured and repair.how == "auto"
+    assert draws.next_lifetime(0) == pytest.approx(6.0 * model.lifetime(0, 1))
+    fixed = Draws(1, model)
+    RepairShop(fixed, RepairPolicy(fixed_s=60.0), up=1, want=1, target=1).down(5.0, 0)
+    fixed.next_lifetime(0)
+    assert fixed.next_lifetime(0) == pytest.approx(model.lifetime(0, 1))  # still bad
+
+
+def test_a_node_failing_too_often_in_the_window_is_retired_not_repaired() -> None:
+    shop = _shop(RepairPolicy(fixed_s=1.0, retire_after=3, retire_window_s=100.0))
+    assert [type(a) for a in shop.down(0.0, 2) + shop.down(50.0, 2)] == [Repair, Repair]
+    assert shop.down(200.0, 2) == [Repair(2, 201.0, "fixed", False)]  # 0 and 50 left the window
+    assert shop.down(250.0, 2) == [Repair(2, 251.0, "fixed", False)]  # two in the window
+    assert shop.down(260.0, 2) == [Retire(2, 3)]
+    assert shop.retired == {2}
+    with pytest.raises(AssertionError):
+        shop.down(300.0, 2)
+
+
+def test_spares_are_pulled_one_preemption_at_a_time_up_to_the_target() -> None:
+    shop = _shop(None, up=6, want=4, target=6, pool=4, preempt_s=100.0, first_pool_id=20)
+    assert shop.down(0.0, 0) == [] and shop.down(1.0, 1) == []  # 4 left: enough
+    assert shop.down(10.0, 2) == [Pull(20, 110.0), Pull(21, 210.0), Pull(22, 310.0)]  # to 6
+    assert shop.down(20.0, 3) == [] and shop.down(30.0, 4) == []  # 1 up + 3 coming: enough
+    assert shop.down(40.0, 5) == [Pull(23, 410.0)]  # queued behind the others; pool empty
+    shop.up(110.0, 20, pulled=True)
+    assert shop.coming == 3 and shop.in_service == 1 and shop.pool_left == 0
+
+
+def test_scripted_joins_count_as_nodes_in_service() -> None:
+    shop = _shop(None, up=4, want=4, target=4, pool=2, preempt_s=5.0, first_pool_id=9)
+    shop.joined(0.0, 8)
+    assert shop.down(1.0, 0) == []  # a joined node covers the loss
+    assert shop.down(2.0, 1) == [Pull(9, 7.0)]
+
+
+def _run(tmp: Path, yaml: str) -> tuple[dict, list[dict]]:
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    summary = Simulation(parse_scenario(yaml), tmp, ledger=False).run()
+    return summary, list(read_history(tmp))
+
+
+def test_nodes_in_repair_are_the_finite_source_mginf_queue(tmp_path: Path) -> None:
+    n, mtbf = 200, 864000.0
+    summary, history = _run(tmp_path, f"""
+name: repair-mginf
+seed: 3
+cluster: {{workers: {n}, spares: 0, repair: {{auto_s: 7200.0, manual_s: 86400.0, manual_p: 0.5,
+          auto_fail_p: 0.4, manual_fail_p: 0.2, diagnosis_p: 0.9, reboot_s: 600.0}}}}
+workload: {{steps: 5000, global_batch: {n}, micro_batch: 1, micro_batch_s: 1000.0,
+           allreduce_s: 0.0, dataset_samples: 1000000}}
+failures: {{worker_mtbf_s: {mtbf}}}
+detector: {{heartbeat_s: 5.0, timeout_s: 30.0}}
+rendezvous: {{min_workers: 20, max_workers: {n}, last_call_s: 5.0}}
+strategy: {{kind: elastic, checkpoint_interval_steps: 100}}
+""")
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    assert summary["crashes"] > 3000, summary["crashes"]  # ~350 repair times long
+    end = summary["elapsed_s"]
+    changes = sorted((r["t"], 1 if r["kind"] == "crash" else -1) for r in history
+                     if r["f"] == "fault" and r.get("kind") in ("crash", "repair"))
+    time_at: Counter[int] = Counter()
+    down, last = 0, 0.0
+    for t, step in changes:
+        if t > end:
+            break
+        time_at[down] += t - last
+        down, last = down + step, t
+        assert down >= 0
+    time_at[down] += end - last
+    mean = sum(k * w for k, w in time_at.items()) / end
+    var = sum(k * k * w for k, w in time_at.items()) / end - mean * mean
+    p = PIPELINE.mean_repair_s() / (mtbf + PIPELINE.mean_repair_s())
+    assert mean == pytest.approx(n * p, rel=0.08), (mean, n * p)
+    assert var == pytest.approx(n * p * (1 - p), rel=0.3), (var, n * p * (1 - p))
+    availability = 1.0 - mean / n
+    assert availability == pytest.approx(mtbf / (mtbf + PIPELINE.mean_repair_s()), abs=0.005)
+    hows = Counter(r.get("how") for r in history if r.get("kind") == "repair")
+    assert set(hows) == {"auto", "manual", "undiagnosed"}
+
+
+def test_a_cold_spare_is_pulled_after_its_preemption_and_joins(tmp_path: Path) -> None:
+    summary, history = _run(tmp_path, """
+name: spare-pool
+cluster: {workers: 6, spares: 0, spare_pool: 2, preempt_s: 100.0}
+workload: {steps: 400, global_batch: 12, micro_batch: 1, micro_batch_s: 1.0, allreduce_s: 0.0,
+           dataset_samples: 100000}
+rendezvous: {min_workers: 4, max_workers: 6, last_call_s: 1.0}
+failures: {schedule: [{at_s: 10.0, kill: 2}]}
+strategy: {kind: elastic}
+""")
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    assert summary["pulled"] == 1
+    pulls = [r for r in history if r.get("kind") == "pull"]
+    assert [(r["t"], r["workers"]) for r in pulls] == [(110.0, [6])]  # the first pool id
+    gens = [r for r in history if r["f"] == "generation"]
+    assert gens[-1]["t"] > 110.0 and gens[-1]["reason"] == "growth"
+
+
+AGING = """
+name: age-computing
+seed: 1
+cluster: {{workers: 8, spares: 8, repair_s: 500.0}}
+workload: {{steps: 100000, global_batch: 8, micro_batch: 1, micro_batch_s: 1.0, allreduce_s: 0.0,
+           dataset_samples: 1000000}}
+failures: {{worker_mtbf_s: 8000.0, age: {age}}}
+detector: {{heartbeat_s: 1.0, timeout_s: 5.0}}
+rendezvous: {{min_workers: 8, max_workers: 8, last_call_s: 1.0}}
+strategy: {{kind: checkpoint-restart, checkpoint_interval_steps: 50, checkpoint_write_s: 1.0,
+           restart_s: 3000.0}}
+"""
+
+
+def test_computing_age_fails_only_members_and_only_while_the_job_computes(tmp_path: Path) -> None:
+    """AIReSim's assumption: a restart three times the job's MTBF long
+    costs no failures, so the job finishes with about one failure per 1,000
+    s of compute (8 members at 8,000 s each); aging always, the 16 nodes
+    would fail about 50 times per restart and the job would never finish."""
+    summary, history = _run(tmp_path, AGING.format(age="computing"))
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    compute_s = 100_000 + 2_000  # steps and checkpoints, + the steps redone after each failure
+    expected = compute_s / 1000.0
+    assert abs(summary["crashes"] - expected) < 4 * math.sqrt(expected) + 30, summary["crashes"]
+    down = False  # between a crash and the generation the restart formed, nothing computes
+    for r in history:
+        if r.get("kind") == "crash":
+            assert not down, f"a crash while the job was down: {r}"
+            down = True
+        elif r["f"] == "generation":
+            down = False
+
+
+def test_computing_age_is_sim_only_and_one_repair_is_given() -> None:
+    with pytest.raises(ScenarioError, match="sim only"):
+        parse_scenario(AGING.format(age="computing").replace("name:", "target: real\nname:"))
+    with pytest.raises(ScenarioError, match="not both"):
+        parse_scenario("name: x\ncluster: {repair_s: 5.0, repair: {auto_s: 5.0}}\n")
+    with pytest.raises(ScenarioError, match="retire_after"):
+        parse_scenario("name: x\ncluster: {repair: {retire_window_s: 5.0}}\n")
