@@ -693,9 +693,11 @@ class Keeper:
     def _late_in(self, ws: IdRuns, claimed: Callable[[WorkerId], int], generation: int) -> IdRuns:
         """The lives of ``ws`` that stamped a message with a generation newer than
         ``generation``: a join stamped with it is a late copy for them. Costs
-        the lives stamped individually (a real heartbeat, a Join), not ``ws``."""
-        return IdRuns.of(w for w in self._stamped
-                         if w in ws and self._stamped_newer(w, claimed(w), generation))
+        the lives stamped individually (a real heartbeat, a Join), not ``ws``,
+        and of those mostly a comparison: the stamp first, then the id, then
+        the claimed life (``_stamped_newer``'s test, cheapest first)."""
+        return IdRuns.of(w for w, (life, stamped) in self._stamped.items()
+                         if stamped > generation and w in ws and claimed(w) == life)
 
     def _born_after(self, w: WorkerId, life: int, generation: int) -> bool:
         """Whether life ``life`` of ``w`` was first heard once ``generation`` had
