@@ -8,7 +8,7 @@ answers out. Each rule is shown by feeding facts and reading the outputs.
 from __future__ import annotations
 
 from rollcall.core import (
-    Formed, JobPolicy, Join, JoinBatch, Keeper, KeeperConfig, Record, Relaunch, RestartJob,
+    EMPTY, Formed, IdRuns, JobPolicy, Join, JoinBatch, Keeper, KeeperConfig, Record, Relaunch, RestartJob,
     StepFailed, TimeoutDetector,
 )
 from rollcall.core.keeper import RELAUNCH_LISTED_MAX
@@ -215,3 +215,24 @@ def test_a_failed_restart_never_relaunches_a_life_node_up_handed_out() -> None:
     assert tuple(restart.teardown) == (0, 1)
     (relaunch,) = of(k.handle_timer(4.2), Relaunch)
     assert relaunch.lives() == {0: 2, 1: 2}
+
+
+def test_an_empty_teardown_leaves_a_large_relaunch_record_naming_the_members_life() -> None:
+    """A restart that tears down nobody (the group's lives are all gone
+    already: a failure during the restart) keeps the cohort, so the next
+    restart's unlisted record still names the life its members are at. It
+    named the cohort's base instead, 0 or a count of restarts: 461 of the
+    471 records of llama3-54d under checkpoint-restart were wrong."""
+    from rollcall.core.lives import LifeTable
+
+    n = RELAUNCH_LISTED_MAX + 5
+    everyone = IdRuns.span(0, n - 1)
+    table = LifeTable()
+    table.bump(everyone)
+    table.bump(everyone - IdRuns.span(3, 3))  # worker 3 was lost: not relaunched
+    table.bump(EMPTY)
+    table.bump(everyone)
+    lives = table.snapshot(everyone)
+    assert {w: lives.of(w) for w in (0, 3, n - 1)} == {0: 3, 3: 2, n - 1: 3}
+    assert lives.common_and_others(RELAUNCH_LISTED_MAX) == (3, None)
+    assert lives.common_and_others() == (3, [(3, 2)])

@@ -137,7 +137,14 @@ class LifeTable:
             self._own[w] = life
 
     def bump(self, ws: IdRuns) -> None:
-        """Every worker of ``ws`` moves to its next life; ``ws`` becomes the cohort."""
+        """Every worker of ``ws`` moves to its next life; ``ws`` becomes the cohort.
+
+        An empty ``ws`` (a restart of a group whose lives are all gone) moves
+        nobody and keeps the cohort: emptying it would write every member's
+        life out and the next restart of the same members would write them
+        all back (Llama-3 checkpoint-restart: half the table's writes)."""
+        if not ws:
+            return
         cohort, base, delta, own = self._cohort, self._base, self._delta, self._own
         for w in cohort - ws:  # leaving the cohort: their life becomes explicit
             own[w] = base + delta.pop(w)
