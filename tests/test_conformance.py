@@ -1,7 +1,7 @@
 """Conformance (issue 14): on one scenario the sim and the real target decide the same.
 
 Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``
-and ``scenarios/chaos-cr-kill-join-kill.yaml``: all fifteen have a schedule,
+and ``scenarios/chaos-cr-kill-join-kill.yaml``: all sixteen have a schedule,
 none has random lifetimes, so none is skipped) runs once on each target.
 :mod:`rollcall.decisions` reads the decision sequence from each history
 alone: generations (gen, members, cursor, source, stale, reason),
@@ -90,6 +90,9 @@ real-delay-host            or a delay);
                            namespaces on real: skipped without root)
 real-loss-host             gen 1 (nobody is evicted: TCP retransmits what
                            the lossy link drops); end (namespaces on real)
+real-spare-pool            gen 1; the eviction; gen 2; gen 3 (growth: the
+                           spare pulled from the cold pool; gen, members,
+                           reason); end
 real-pause-one             gen 1; the eviction (worker, incarnation, reason);
                            gen 2; gen 3 (gen, members, reason); end
 real-straggler             gen 1; the straggler's eviction (worker,
@@ -145,7 +148,8 @@ SKIPPED: dict[str, str] = {}
 MTBF = ("real-kill-one", "failures.schedule=[]", "failures.worker_mtbf_s=1.0",
         "workload.steps=200")
 FAILED = ("failure", "step-failed")  # the two reports of a member's failure (rule 2)
-ELASTIC_KILLS = ["real-below-min", "real-kill-one", "real-kill-two", "real-roll-call-kill"]
+ELASTIC_KILLS = ["real-below-min", "real-kill-one", "real-kill-two", "real-roll-call-kill",
+                 "real-spare-pool"]
 
 
 class Pair(NamedTuple):
@@ -205,7 +209,7 @@ def test_every_shipped_real_scenario_is_covered() -> None:
         sc = load_scenario(SCENARIOS / f"{name}.yaml", [])
         unscripted = not sc.failures.schedule or sc.failures.worker_mtbf_s is not None
         assert unscripted == (name in SKIPPED), (name, "update SKIPPED and the docstring")
-    assert len(SHIPPED) == 15, SHIPPED  # the docstring names each of them
+    assert len(SHIPPED) == 16, SHIPPED  # the docstring names each of them
 
 
 @pytest.mark.timeout(150)
@@ -289,3 +293,17 @@ def test_a_lost_host_is_left_to_the_detector_on_both_targets(runs: Callable[...,
                          if d["kind"] == "evict")
         assert evicted == [(2, "timeout"), (3, "timeout")], evicted
         assert FailureTally.of(history) == 2
+
+
+@pytest.mark.timeout(150)
+def test_a_cold_spare_is_pulled_on_both_targets(runs: Callable[..., Pair]) -> None:
+    """The repair shop is the core's: the kill leaves three nodes in service,
+    so the one spare of the pool (the first id after the workers) is pulled
+    ``preempt_s`` after it on both targets, and joins."""
+    sc, sim, real = runs("real-spare-pool")
+    for history in (sim, real):
+        faults = [r for r in history if r["f"] == "fault"]
+        assert [(r["kind"], r["workers"]) for r in faults] == [("kill", [1]), ("pull", [4])]
+        assert faults[1]["t"] - faults[0]["t"] >= sc.cluster.preempt_s - 1e-9
+        grown = [d for d in decisions(history) if d["kind"] == "generation"][-1]
+        assert grown["reason"] == "growth" and grown["members"] == [[0, 0], [2, 4]]
