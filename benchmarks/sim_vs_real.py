@@ -8,11 +8,14 @@ the sequence of generations and member lists. Two predictions per scenario:
 - ``self``: calibrated on the same run (what ``rollcall calibrate RUN_DIR``
   then ``--set`` gives; the issue's goal is within 15%);
 - ``xfer``: calibrated on ``real-kill-one``'s run (out of sample: does one
-  calibration carry over to the other scenarios?).
+  calibration carry over to the other scenarios?);
+- ``suite`` (with ``--suite FILE``): the calibration suite's model
+  (``rollcall calibrate --suite --out FILE``), evaluated at each scenario's
+  size: none of these runs was measured for it.
 
 Usage::
 
-    .venv/bin/python benchmarks/sim_vs_real.py [--out DIR] [--reuse] [SCENARIO ...]
+    .venv/bin/python benchmarks/sim_vs_real.py [--out DIR] [--reuse] [--suite FILE] [SCENARIO ...]
 
 ``--reuse`` keeps real runs already in DIR (a real run costs ~30-60 s, most
 of it ``import torch`` in each worker). Output: a table on stdout and
@@ -54,11 +57,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("scenarios", nargs="*", help="real scenario files (default scenarios/real-*.yaml)")
     ap.add_argument("--out", help="directory for the runs (default: a temporary directory)")
     ap.add_argument("--reuse", action="store_true", help="reuse real runs already in --out")
+    ap.add_argument("--suite", metavar="FILE", help="also predict with this calibration suite file")
     args = ap.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="sim-vs-real-"))
     paths = [Path(p) for p in args.scenarios] or sorted((ROOT / "scenarios").glob("real-*.yaml"))
     paths.sort(key=lambda p: p.stem != REFERENCE)  # the reference first: others use its calibration
     ref_cal = None
+    suite_doc = calibrate.read_any(args.suite) if args.suite else None
     rows = []
     for path in paths:
         sc = load_scenario(path, [], target="real")
@@ -72,10 +77,12 @@ def main(argv: list[str] | None = None) -> int:
             ref_cal = cal
         row = {"scenario": sc.name, "strategy": sc.strategy.kind, "real_completed": real["completed"],
                "real_elapsed_s": real["elapsed_s"], "real_wall_s": real["wall_s"]}
-        for label, c in (("self", cal), ("xfer", ref_cal)):
-            if c is None:
+        predictions = [("self", cal and calibrate.apply(sc, cal)),
+                       ("xfer", ref_cal and calibrate.apply(sc, ref_cal)),
+                       ("suite", suite_doc and calibrate.calibrated(sc, suite_doc))]
+        for label, sim_sc in predictions:
+            if not sim_sc:
                 continue
-            sim_sc = calibrate.apply(sc, c)
             sim = _run(sim_sc, out / sc.name / f"sim-{label}")
             row[f"sim_{label}_elapsed_s"] = sim["elapsed_s"]
             row[f"err_{label}"] = (sim["elapsed_s"] - real["elapsed_s"]) / real["elapsed_s"]
@@ -86,8 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     df.to_csv(out / "sim_vs_real.csv", index=False)
     print()
     print(df.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
-    within = (df["err_self"].abs() <= 0.15).sum()
-    print(f"\nself-calibrated within 15%: {within}/{len(df)}; runs in {out}")
+    for label in ("self", "xfer", "suite"):
+        if f"err_{label}" in df:
+            within = (df[f"err_{label}"].abs() <= 0.15).sum()
+            agree = df[f"gens_agree_{label}"].sum()
+            print(f"{label}: within 15% {within}/{df[f'err_{label}'].notna().sum()}, "
+                  f"same generations {agree}")
+    print(f"runs in {out}")
     return 0
 
 

@@ -20,9 +20,9 @@ What is measured, and onto which key it goes:
   exit; pauses: the heartbeat timeout). A kill is an exit notice on both
   targets, so ``detector.exit_notice_s = kill detection`` (on real mostly
   the killed process's teardown, tens of ms). A pause is the detector's
-  (expected delay ``timeout_s - heartbeat_s / 2`` on the sim), so
-  ``detector.timeout_s = pause detection + heartbeat_s / 2`` (heartbeat
-  shortened when that is under one period).
+  (expected delay ``timeout_s - heartbeat_s / 2`` on the sim): measured
+  (``pause_detection_s``) but never applied, since the timeout is what the
+  scenario means, not a cost of the machine.
 - roll call: round opened -> generation formed, for failure rounds that
   did not have to time a silent member out (those measure the detector);
   ``network.latency_s = roll call / 2`` (one message out, one back).
@@ -53,7 +53,8 @@ from rollcall.results import SCENARIO_FILE, read_history, read_summary
 from rollcall.scenario import Scenario
 from rollcall.core.types import from_ranges
 
-__all__ = ["CALIBRATION_FILE", "apply", "measure", "overrides", "read_calibration", "write_calibration"]
+__all__ = ["CALIBRATION_FILE", "apply", "calibrated", "measure", "overrides", "read_any",
+           "read_calibration", "with_keys", "write_calibration"]
 
 CALIBRATION_FILE = "calibration.yaml"
 _FAILURE_REASONS = {"failure", "step-failed", "exited", "timeout"}
@@ -273,15 +274,10 @@ def overrides(cal: Mapping[str, Any]) -> dict[str, Any]:
                                              for n, v in cal["step_s_by_workers"].items()}
     if cal.get("warmup_s") is not None:
         out["workload.warmup_s"] = round(cal["warmup_s"], 9)
-    hb = float(cal["heartbeat_s"])
     if cal.get("kill_detection_s") is not None:  # an exit notice, not the detector
         out["detector.exit_notice_s"] = round(cal["kill_detection_s"], 9)
-    detect = cal.get("pause_detection_s")
-    if detect is not None:
-        if detect < hb:  # the timeout must exceed the heartbeat period
-            hb = max(detect / 2.0, 1e-4)
-            out["detector.heartbeat_s"] = round(hb, 9)
-        out["detector.timeout_s"] = round(detect + hb / 2.0, 9)
+    # detection by timeout is the scenario's own setting (what it means), not a
+    # cost: it is measured (pause_detection_s) and never written (issue 17)
     latency = None
     if cal.get("roll_call_s") is not None:
         latency = max(cal["roll_call_s"] / 2.0, 1e-6)
@@ -297,9 +293,14 @@ def overrides(cal: Mapping[str, Any]) -> dict[str, Any]:
 
 def apply(scenario: Scenario, cal: Mapping[str, Any], target: str = "sim") -> Scenario:
     """``scenario`` with the calibrated keys set (and its target switched to ``target``)."""
+    return with_keys(scenario, overrides(cal), target)
+
+
+def with_keys(scenario: Scenario, keys: Mapping[str, Any], target: str = "sim") -> Scenario:
+    """``scenario`` with dotted ``keys`` set and its target switched to ``target``."""
     data = scenario.to_dict()
     data["target"] = target
-    for dotted, value in overrides(cal).items():
+    for dotted, value in keys.items():
         node = data
         *parents, leaf = dotted.split(".")
         for p in parents:
@@ -320,3 +321,32 @@ def read_calibration(path: str | Path) -> dict[str, Any]:
     """The ``measured`` part of a ``calibration.yaml`` (feed it to :func:`apply`)."""
     doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     return dict(doc["measured"])
+
+
+def read_any(path: str | Path) -> dict[str, Any]:
+    """A calibration file of either kind: a suite's model (:mod:`rollcall.suite`)
+    or one run's ``calibration.yaml``. ValueError (one line) otherwise."""
+    from rollcall import suite
+
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read it ({exc.__class__.__name__})") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML: {str(exc).splitlines()[0]}") from None
+    if suite.is_suite(doc):
+        return suite.read(path)
+    if isinstance(doc, dict) and isinstance(doc.get("measured"), dict):
+        return dict(doc)
+    raise ValueError("not a calibration file (rollcall calibrate --suite --out FILE, or "
+                     "rollcall calibrate RUN_DIR)")
+
+
+def calibrated(scenario: Scenario, doc: Mapping[str, Any]) -> Scenario:
+    """``scenario`` on the sim with the costs of a calibration file (:func:`read_any`):
+    a suite's model evaluated at the scenario's size, or one run's costs as measured."""
+    from rollcall import suite
+
+    keys = suite.overrides(doc, scenario) if suite.is_suite(doc) else overrides(doc["measured"])
+    return with_keys(scenario, keys, "sim")

@@ -62,7 +62,29 @@ def _load(args: argparse.Namespace) -> Scenario:
         strategy=getattr(args, "strategy", None),
     )
     _warn(args.scenario, scenario)
+    doc = _calibration(args, scenario)
+    if doc is not None:
+        from rollcall import calibrate
+
+        scenario = calibrate.calibrated(scenario, doc)
     return scenario
+
+
+def _calibration(args: argparse.Namespace, scenario: Scenario) -> dict[str, Any] | None:
+    """The ``--calibration`` file's contents, or None; a bad file or a real
+    target is bad input (ScenarioError: one line, exit 2)."""
+    path = getattr(args, "calibration", None)
+    if path is None:
+        return None
+    if scenario.target != "sim":
+        raise ScenarioError(path, None, "a calibration gives the sim a machine's costs; "
+                                        f"the target is {scenario.target}")
+    from rollcall import calibrate
+
+    try:
+        return calibrate.read_any(path)
+    except ValueError as exc:
+        raise ScenarioError(path, None, str(exc)) from None
 
 
 def _warn(source: str, scenario: Scenario) -> None:
@@ -84,6 +106,8 @@ def _replay_line(args: argparse.Namespace, scenario: Scenario) -> str:
     ]
     for item in args.set:
         parts += ["--set", item]
+    if getattr(args, "calibration", None):
+        parts += ["--calibration", str(args.calibration)]
     if getattr(args, "ledger", False):
         parts.append("--ledger")
     return "replay: " + " ".join(shlex.quote(p) for p in parts)
@@ -392,6 +416,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         return 2
     scenario = load_scenario(args.scenario, args.set, target=args.target)
     _warn(args.scenario, scenario)
+    calibration = _calibration(args, scenario)
     if args.out:
         out_dir = Path(args.out)
     else:  # deterministic, so that running the same sweep again resumes it
@@ -417,6 +442,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 args.scenario, grid, seeds=args.seeds, first_seed=args.seed,
                 strategies=strategies, target=args.target, sets=args.set, out=out_dir,
                 jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
+                calibration=calibration,
             )
     except KeyboardInterrupt as exc:
         if out_dir.is_dir():
@@ -455,6 +481,11 @@ def _interrupt_code(stop: interrupts.Stop, named: str) -> int:
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from rollcall import calibrate
 
+    if args.suite:
+        return _cmd_calibrate_suite(args)
+    if args.run_dir is None:
+        _err("calibrate: give RUN_DIR (one real run) or --suite --out FILE")
+        return 2
     run_dir = Path(args.run_dir)
     try:
         cal = calibrate.measure(run_dir)
@@ -579,6 +610,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="end the run after S seconds of wall clock (completed: false, "
                         "end_reason 'wall limit: ...', history and summary kept; exit 1)")
     _size_options(p)
+    _calibration_option(p)
     p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser(
@@ -603,6 +635,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         "verdict, checkpoint interval, exit status) instead of the table")
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/<name>/<utc>-compare/)")
     _size_options(p)
+    _calibration_option(p)
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("sweep", help="run a grid of keys x both strategies x seeds, resumable "
@@ -620,6 +653,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="sweep directory (default runs/<name>/sweep-<target>/)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     _size_options(p)
+    _calibration_option(p)
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser(
@@ -637,11 +671,68 @@ def _build_parser() -> argparse.ArgumentParser:
 
     cli_hosts.add_commands(sub, common)
 
-    p = sub.add_parser("calibrate", help="measure a real run's costs and write calibration.yaml")
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory of the real target")
-    p.add_argument("--out", metavar="FILE", help="output file (default RUN_DIR/calibration.yaml)")
+    p = sub.add_parser(
+        "calibrate", help="measure a real run's costs (RUN_DIR), or this machine's with "
+                          "the calibration suite (--suite --out FILE)")
+    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
+                   help="a run directory of the real target")
+    p.add_argument("--suite", action="store_true",
+                   help="run the calibration suite: four short real runs, each cost measured "
+                        "on its own and fitted by size (rollcall/suite.py); --out is its file")
+    p.add_argument("--runs", metavar="DIR",
+                   help="--suite: where its real runs go (default FILE's name + .runs/)")
+    p.add_argument("--out", metavar="FILE",
+                   help="output file (default RUN_DIR/calibration.yaml; required with --suite)")
     p.set_defaults(func=_cmd_calibrate)
     return parser
+
+
+def _calibration_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calibration", metavar="FILE",
+                   help="sim: this machine's costs from a calibration file (rollcall calibrate "
+                        "--suite --out FILE, or one run's calibration.yaml), evaluated at the "
+                        "scenario's size; what the scenario means (faults, timeouts) is kept")
+
+
+def _cmd_calibrate_suite(args: argparse.Namespace) -> int:
+    import time
+
+    from rollcall import suite
+
+    if args.out is None:
+        _err("calibrate --suite: give --out FILE (the calibration file to write)")
+        return 2
+    out = Path(args.out)
+    if out.is_dir():
+        _err(f"calibrate --suite: {out} is a directory; --out names the file to write")
+        return 2
+    runs = Path(args.runs) if args.runs else out.with_name(out.name + ".runs")
+    t0 = time.monotonic()
+    stop = interrupts.Stop()
+    try:
+        with interrupts.catch() as stop:
+            dirs = suite.run(runs, say=lambda line: _err(f"calibrate --suite: {line}"))
+    except KeyboardInterrupt as exc:
+        _err(f"calibrate --suite: interrupted; the finished runs are in {runs}")
+        return _interrupt_code(stop, str(exc))
+    except RuntimeError as exc:
+        _err(f"calibrate --suite: {exc}")
+        return 1
+    model = suite.fit(dirs)
+    suite.write(model, out)
+    step = model["step"]
+    worst = max(abs(f / y - 1.0) for *_, y, f in step["points"])
+    print(f"suite: {len(dirs)} real runs in {time.monotonic() - t0:.1f} s ({runs})")
+    print(f"step time: {len(step['points'])} generations fitted, worst error {worst:.0%}")
+    for key in ("exit_notice_s", "roll_call_s", "restart_s", "warmup_s"):
+        if model.get(key) is not None:
+            print(f"{key}: {model[key]:.4g}")
+    for key in ("checkpoint_write", "checkpoint_read", "state_copy"):
+        line = model.get(key)
+        if line is not None:
+            print(f"{key}: {line['base_s']:.4g} s + {line['per_byte_s'] * 1e9:.4g} s/GB")
+    print(f"out: {out}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -115,10 +115,17 @@ def plan(grid: Mapping[str, Sequence[Any]], seeds: Sequence[int],
     return [Point(g, s, seed) for g in expand_grid(grid) for s in strategies for seed in seeds]
 
 
-def resolve(scenario_path: str, sets: Sequence[str], point: Point, target: str | None) -> Scenario:
-    """The scenario one point runs: the file, ``--set`` items, then the point's grid, seed, strategy."""
-    return load_scenario(scenario_path, list(sets) + point.sets(), seed=point.seed,
-                         target=target, strategy=point.strategy)
+def resolve(scenario_path: str, sets: Sequence[str], point: Point, target: str | None,
+            calibration: Mapping[str, Any] | None = None) -> Scenario:
+    """The scenario one point runs: the file, ``--set`` items, then the point's
+    grid, seed, strategy; then a calibration's costs at that point's size."""
+    sc = load_scenario(scenario_path, list(sets) + point.sets(), seed=point.seed,
+                       target=target, strategy=point.strategy)
+    if calibration is not None:
+        from rollcall.calibrate import calibrated
+
+        sc = calibrated(sc, calibration)
+    return sc
 
 
 def is_done(out_root: str | Path, point: Point, sha256: str) -> bool:
@@ -128,7 +135,7 @@ def is_done(out_root: str | Path, point: Point, sha256: str) -> bool:
 
 
 def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str | None,
-              out_root: str) -> dict[str, Any]:
+              out_root: str, calibration: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run one point in this process; returns its summary. Top-level so a process pool can pickle it.
 
     A leftover directory without ``summary.json`` (a run cut short) is wiped
@@ -137,7 +144,7 @@ def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str
     out = Path(out_root) / point.rel_dir
     if out.exists():
         shutil.rmtree(out)
-    sc = resolve(scenario_path, sets, point, target)
+    sc = resolve(scenario_path, sets, point, target, calibration)
     prepare_out_dir(out, sc)
     (out / POINT_FILE).write_text(json.dumps(
         {"grid": point.grid, "strategy": point.strategy, "seed": point.seed,
@@ -157,14 +164,16 @@ def _pool_worker_init() -> None:
 
 
 def _run_pool(pending: Sequence[Point], jobs: int, advance: Callable[[], None],
-              scenario_path: str, sets: Sequence[str], target: str | None, root: Path) -> None:
+              scenario_path: str, sets: Sequence[str], target: str | None, root: Path,
+              calibration: Mapping[str, Any] | None = None) -> None:
     """The pending points in a pool of ``jobs`` processes. On any exception (an
     interrupt) the pool's processes are ended, by PID, before it propagates:
     a point cut short has no summary and reruns next time."""
     before = {c.pid for c in psutil.Process().children()}
     pool = cf.ProcessPoolExecutor(max_workers=jobs, initializer=_pool_worker_init)
     try:
-        futures = [pool.submit(run_point, scenario_path, list(sets), p, target, str(root))
+        futures = [pool.submit(run_point, scenario_path, list(sets), p, target, str(root),
+                               calibration)
                    for p in pending]
         for fut in cf.as_completed(futures):
             fut.result()
@@ -242,7 +251,8 @@ def _progress(enabled: bool, total: int) -> tuple[Any, Callable[[], None]]:
 def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds: int = 1,
           first_seed: int | None = None, strategies: Sequence[str] = STRATEGIES,
           target: str | None = None, sets: Sequence[str] = (), out: str | Path,
-          jobs: int = 1, progress: bool = True, limit: int | None = None) -> pd.DataFrame:
+          jobs: int = 1, progress: bool = True, limit: int | None = None,
+          calibration: Mapping[str, Any] | None = None) -> pd.DataFrame:
     """Run every point not yet done; write and return ``sweep.csv`` (all finished points).
 
     ``first_seed`` defaults to the scenario's seed. ``jobs`` > 1 runs points in
@@ -258,7 +268,8 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
     points = plan(grid, list(range(first, first + seeds)), strategies)
     # every point resolved up front: a bad grid value fails before anything
     # runs, and each point's hash tells a finished run from a stale one
-    hashes = {p: scenario_hash(resolve(scenario_path, sets, p, target)) for p in points}
+    hashes = {p: scenario_hash(resolve(scenario_path, sets, p, target, calibration))
+              for p in points}
     root = Path(out)
     pending = [p for p in points if not is_done(root, p, hashes[p])]
     if limit is not None:
@@ -269,10 +280,10 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
             bar.start()
         if jobs <= 1:
             for p in pending:
-                run_point(scenario_path, sets, p, target, str(root))
+                run_point(scenario_path, sets, p, target, str(root), calibration)
                 advance()
         else:
-            _run_pool(pending, jobs, advance, scenario_path, sets, target, root)
+            _run_pool(pending, jobs, advance, scenario_path, sets, target, root, calibration)
     finally:
         if bar is not None:
             bar.stop()

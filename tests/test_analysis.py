@@ -224,16 +224,16 @@ def test_calibrate_measures_and_maps(tmp_path: Path) -> None:
     assert cal["restart_s"] is None
     ov = calibrate.overrides(cal)
     assert ov["workload.micro_batch_s"] == pytest.approx(0.01, rel=1e-3)
-    assert ov["detector.timeout_s"] == pytest.approx(1.0 + 0.05)  # pause detection + heartbeat/2
+    assert "detector.timeout_s" not in ov  # the scenario's meaning, not a cost (issue 17)
     assert ov["network.latency_s"] == pytest.approx(0.0015)
     assert "strategy.restart_s" not in ov
     # a kill is an exit notice on both targets: it times the notice, not the detector
     assert ov["detector.exit_notice_s"] == pytest.approx(0.05)
-    kill_only = calibrate.overrides(dict(cal, pause_detection_s=None))
-    assert "detector.timeout_s" not in kill_only and "detector.heartbeat_s" not in kill_only
+    assert "detector.heartbeat_s" not in ov
     path = calibrate.write_calibration(cal, tmp_path / "calibration.yaml")
     sc = calibrate.apply(load_scenario(run / "scenario.yaml", []), calibrate.read_calibration(path))
-    assert sc.target == "sim" and sc.detector.timeout_s == pytest.approx(1.05)
+    assert sc.target == "sim" and sc.detector.timeout_s == load_scenario(
+        run / "scenario.yaml", []).detector.timeout_s
     assert sc.workload.global_batch == 32  # untouched keys stay
 
 
@@ -243,7 +243,8 @@ def test_cli_calibrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     run = _synthetic_real_run(tmp_path / "run")
     assert main(["calibrate", str(run)]) == 0
     out = capsys.readouterr().out
-    assert "detector.timeout_s=" in out and (run / "calibration.yaml").exists()
+    assert "detector.exit_notice_s=" in out and "detector.timeout_s" not in out
+    assert (run / "calibration.yaml").exists()
     assert main(["calibrate", str(tmp_path / "nope")]) == 2
 
 

@@ -1,0 +1,265 @@
+"""The calibration suite: short real runs that measure each cost on its own,
+fitted as functions of a scenario's size, so one calibration predicts
+scenarios it never ran.
+
+Why: a calibration taken from one real run (:mod:`rollcall.calibrate`) holds
+that run's numbers (its step time at its member counts, the costs of the
+faults it happened to have) and predicts only runs like it. The suite runs
+four micro-scenarios (:data:`MICRO`) on the real target, two strategies at
+two model sizes, whose faults exercise every cost: a kill (the exit notice,
+the roll call, a restart and the checkpoint read), a pause (detection by
+timeout), joins (the state copy) and member counts from 2 to 4. Each run is
+measured by :func:`rollcall.calibrate.measure`; :func:`fit` then turns the
+measurements into a model:
+
+- step time: least squares over every generation's mean step of
+  ``c0 + c1 m + c2 m P + c3 S P / min(m, cpus) + c4 S / min(m, cpus)``
+  (``m`` members, ``S`` micro-batches per step, ``P`` millions of
+  parameters): a fixed part, a per-member part (each process's exchange and
+  overhead, growing with the model) and the compute, shared by the cores;
+- checkpoint write and read, and the state copy: ``base + per_byte x
+  bytes`` over the two model sizes;
+- exit notice, roll call, restart and first-step warm-up: medians.
+
+:func:`overrides` evaluates the model at a scenario's own size: the sim keys
+of its costs (``workload.step_s_by_workers`` for every member count it can
+have, ``strategy.checkpoint_*_s``, ``strategy.restart_s``,
+``network.bandwidth_Bps``, ...). A calibration models costs only: the
+detector's timeout and heartbeat, the faults and the sizes stay the
+scenario's (detection by timeout is measured and reported, not applied).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import statistics
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import yaml
+
+from rollcall.scenario import Scenario, parse_scenario
+
+__all__ = ["KIND", "MICRO", "fit", "is_suite", "overrides", "read", "run", "write"]
+
+KIND = "rollcall-calibration-suite"
+
+_BASE = """
+target: real
+detector: {heartbeat_s: 0.1, timeout_s: 1.0}
+"""
+
+# name -> scenario body; each is small enough for a 2-core machine
+MICRO: dict[str, str] = {
+    "cal-elastic-small": """
+cluster: {workers: 4}
+workload: {steps: 300, global_batch: 32, micro_batch: 4, dataset_samples: 512, model_params: 20000}
+rendezvous: {min_workers: 2, max_workers: 5, last_call_s: 0.2, join_timeout_s: 10.0}
+strategy: {kind: elastic, batch: constant, checkpoint_interval_steps: 50}
+failures: {schedule: [{at_step: 40, kill: 1}, {at_step: 80, pause: 2, for_s: 2.0},
+                      {at_step: 160, join: 1}]}
+""",
+    "cal-elastic-big": """
+cluster: {workers: 3}
+workload: {steps: 80, global_batch: 96, micro_batch: 4, dataset_samples: 960, model_params: 2000000}
+rendezvous: {min_workers: 2, max_workers: 4, last_call_s: 0.2, join_timeout_s: 10.0}
+strategy: {kind: elastic, batch: constant, checkpoint_interval_steps: 20}
+failures: {schedule: [{at_step: 30, join: 1}]}
+""",
+    "cal-cr-small": """
+cluster: {workers: 3}
+workload: {steps: 60, global_batch: 24, micro_batch: 4, dataset_samples: 480, model_params: 20000}
+rendezvous: {min_workers: 2, last_call_s: 0.2, join_timeout_s: 120.0}
+strategy: {kind: checkpoint-restart, checkpoint_interval_steps: 10, batch: constant}
+failures: {schedule: [{at_step: 25, kill: 1}]}
+""",
+    "cal-cr-big": """
+cluster: {workers: 3}
+workload: {steps: 60, global_batch: 24, micro_batch: 4, dataset_samples: 480, model_params: 2000000}
+rendezvous: {min_workers: 2, last_call_s: 0.2, join_timeout_s: 120.0}
+strategy: {kind: checkpoint-restart, checkpoint_interval_steps: 10, batch: constant}
+failures: {schedule: [{at_step: 25, kill: 1}]}
+""",
+}
+
+STEP_FEATURES = ("1", "m", "m*P", "S*P/min(m,cpus)", "S/min(m,cpus)")
+
+
+def micro_scenario(name: str) -> Scenario:
+    """One micro-scenario of the suite, as a real scenario."""
+    return parse_scenario(f"name: {name}\n{_BASE}{MICRO[name]}")
+
+
+def run(out_dir: str | Path, say: Callable[[str], None] = lambda _: None) -> list[Path]:
+    """Run every micro-scenario on the real target under ``out_dir``; their run directories."""
+    import importlib
+
+    from rollcall.results import prepare_out_dir
+
+    dirs = []
+    for name in MICRO:
+        sc = micro_scenario(name)
+        d = Path(out_dir) / name
+        prepare_out_dir(d, sc)
+        summary = importlib.import_module(f"{sc.target}.driver").run(sc, d)  # as a sweep point
+        if not (summary.get("completed") and summary.get("valid")):
+            raise RuntimeError(f"calibration run {name} did not complete validly "
+                               f"({summary.get('end_reason')}): see {d}")
+        say(f"{name}: {summary['elapsed_s']:.2f} s")
+        dirs.append(d)
+    return dirs
+
+
+def _features(m: int, shards: int, params_m: float, cpus: int) -> list[float]:
+    share = min(m, cpus)
+    return [1.0, float(m), m * params_m, shards * params_m / share, shards / share]
+
+
+def _lstsq(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float]:
+    import numpy as np
+
+    coef, *_ = np.linalg.lstsq(np.array(rows, dtype=float), np.array(ys, dtype=float), rcond=None)
+    return [float(c) for c in coef]
+
+
+def _linear(points: Sequence[tuple[float, float]]) -> dict[str, Any] | None:
+    """``seconds = base_s + per_byte_s x bytes`` over (bytes, seconds) points
+    (both clamped at 0); one size only: a constant."""
+    if not points:
+        return None
+    xs = {x for x, _ in points}
+    if len(xs) < 2:
+        return {"base_s": statistics.median(y for _, y in points), "per_byte_s": 0.0,
+                "points": [list(p) for p in points]}
+    base, slope = _lstsq([[1.0, x] for x, _ in points], [y for _, y in points])
+    if slope < 0:
+        base, slope = statistics.median(y for _, y in points), 0.0
+    return {"base_s": max(0.0, base), "per_byte_s": slope, "points": [list(p) for p in points]}
+
+
+def _median_of(ms: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    xs = [float(m[key]) for m in ms if m.get(key) is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, Any]:
+    """The suite's model from its real runs (see the module docstring)."""
+    from rollcall import calibrate
+    from rollcall.core.types import from_ranges
+    from rollcall.results import read_history
+
+    cpus = cpus or os.cpu_count() or 1
+    measured, step_points = [], []
+    write, read, copy = [], [], []
+    timeout: list[tuple[float, float]] = []  # (measured, the sim's expectation)
+    for d in map(Path, run_dirs):
+        m = calibrate.measure(d)
+        sc = yaml.safe_load((d / "scenario.yaml").read_text(encoding="utf-8"))
+        wl = sc["workload"]
+        shards, params_m = wl["global_batch"] // wl["micro_batch"], wl["model_params"] / 1e6
+        nbytes = wl["model_params"] * wl["bytes_per_param"]
+        sizes = {int(r["gen"]): len(from_ranges(r["members"])) for r in read_history(d)
+                 if r.get("f") == "generation"}
+        for g, step_s in m["step_s_by_generation"].items():
+            step_points.append((sizes[int(g)], shards, params_m, float(step_s)))
+        if m.get("checkpoint_write_s"):  # 0.0: the run wrote none
+            write.append((nbytes, float(m["checkpoint_write_s"])))
+        if m.get("checkpoint_read_s") is not None:
+            read.append((nbytes, float(m["checkpoint_read_s"])))
+        if m.get("state_transfer_s") is not None:
+            copy.append((nbytes, float(m["state_transfer_s"])))
+        if m.get("pause_detection_s") is not None:
+            det = sc["detector"]
+            timeout.append((float(m["pause_detection_s"]),
+                            det["timeout_s"] - det["heartbeat_s"] / 2))
+        measured.append(m)
+    assert step_points, "no step measured"
+    coef = _lstsq([_features(n, s, p, cpus) for n, s, p, _ in step_points],
+                  [y for *_, y in step_points])
+
+    return {
+        "kind": KIND, "version": 1,
+        "machine": {"cpus": cpus, "python": platform.python_version(),
+                    "platform": platform.platform(terse=True)},
+        "runs": [str(d) for d in run_dirs],
+        "step": {"features": list(STEP_FEATURES), "coef": coef, "cpus": cpus,
+                 "points": [[n, s, p, y, _step(coef, n, s, p, cpus)]
+                            for n, s, p, y in step_points]},
+        "checkpoint_write": _linear(write),
+        "checkpoint_read": _linear(read),
+        "state_copy": _linear(copy),
+        "exit_notice_s": _median_of(measured, "kill_detection_s"),
+        "roll_call_s": _median_of(measured, "roll_call_s"),
+        "restart_s": _median_of(measured, "restart_s"),
+        "warmup_s": _median_of(measured, "warmup_s"),
+        # reported, not applied: the timeout is the scenario's own setting
+        "timeout_detection": None if not timeout else {
+            "measured_s": statistics.median(t for t, _ in timeout),
+            "expected_s": statistics.median(e for _, e in timeout)},
+    }
+
+
+def _step(coef: Sequence[float], m: int, shards: int, params_m: float, cpus: int) -> float:
+    return sum(c * x for c, x in zip(coef, _features(m, shards, params_m, cpus)))
+
+
+def _at(line: Mapping[str, Any] | None, nbytes: float) -> float | None:
+    return None if line is None else line["base_s"] + line["per_byte_s"] * nbytes
+
+
+def overrides(model: Mapping[str, Any], sc: Scenario) -> dict[str, Any]:
+    """The sim keys of ``sc``'s costs on the calibrated machine."""
+    assert model.get("kind") == KIND, model.get("kind")
+    wl = sc.workload
+    shards, params_m = wl.global_batch // wl.micro_batch, wl.model_params / 1e6
+    nbytes = wl.model_params * wl.bytes_per_param
+    step, floor = model["step"], 1e-6
+    most = max(sc.rendezvous.max_workers, sc.cluster.workers)
+    table = {m: round(max(floor, _step(step["coef"], m, shards, params_m, step["cpus"])), 9)
+             for m in range(1, most + 1)}
+    full = table[sc.cluster.workers]
+    out: dict[str, Any] = {
+        "workload.step_s_by_workers": table,
+        "workload.micro_batch_s": round(full / math.ceil(shards / sc.cluster.workers), 9),
+        "workload.allreduce_s": 0.0,
+    }
+    for key, value in (("workload.warmup_s", model.get("warmup_s")),
+                       ("detector.exit_notice_s", model.get("exit_notice_s")),
+                       ("strategy.restart_s", model.get("restart_s")),
+                       ("strategy.checkpoint_write_s", _at(model.get("checkpoint_write"), nbytes)),
+                       ("strategy.checkpoint_read_s", _at(model.get("checkpoint_read"), nbytes))):
+        if value is not None:
+            out[key] = round(max(0.0, value), 9)
+    if model.get("roll_call_s") is not None:
+        out["network.latency_s"] = round(max(model["roll_call_s"] / 2.0, floor), 9)
+    copy = model.get("state_copy")
+    if copy is not None and copy["per_byte_s"] > 0:
+        out["network.bandwidth_Bps"] = float(f"{1.0 / copy['per_byte_s']:.6g}")
+    return out
+
+
+def is_suite(doc: Mapping[str, Any]) -> bool:
+    return isinstance(doc, Mapping) and doc.get("kind") == KIND
+
+
+def write(model: Mapping[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(yaml.safe_dump(dict(model), sort_keys=False), encoding="utf-8")
+    return path
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """A suite calibration file; ValueError (one line) when it is not one."""
+    try:
+        doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML: {str(exc).splitlines()[0]}") from None
+    if not is_suite(doc):
+        raise ValueError(f"not a calibration suite file (kind: {KIND}); "
+                         f"make one with: rollcall calibrate --suite --out FILE")
+    if not isinstance(doc.get("step"), Mapping) or len(doc["step"].get("coef", [])) != \
+            len(STEP_FEATURES):
+        raise ValueError("calibration file: step model missing or malformed")
+    return dict(doc)

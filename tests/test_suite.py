@@ -1,0 +1,152 @@
+"""The calibration suite (:mod:`rollcall.suite`) and ``--calibration FILE``.
+
+A calibration models costs only: evaluated at each scenario's own size, it
+sets the sim's cost keys and never what the scenario means (its faults, its
+detector timeout, its sizes). The suite's real runs are one slow test; the
+rest uses a hand-written model.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from real_processes import REAL_PROCESSES
+from rollcall import calibrate, suite
+from rollcall.cli import main
+from rollcall.scenario import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+KILL_ONE = ROOT / "scenarios" / "real-kill-one.yaml"
+
+# step = 1 ms + 2 ms per member + 0.5 ms per micro-batch on each core
+MODEL = {
+    "kind": suite.KIND, "version": 1, "machine": {"cpus": 2},
+    "step": {"features": list(suite.STEP_FEATURES), "coef": [0.001, 0.002, 0.0, 0.0, 0.0005],
+             "cpus": 2, "points": []},
+    "checkpoint_write": {"base_s": 0.01, "per_byte_s": 1e-9, "points": []},
+    "checkpoint_read": {"base_s": 0.02, "per_byte_s": 0.0, "points": []},
+    "state_copy": {"base_s": 0.005, "per_byte_s": 2e-9, "points": []},
+    "exit_notice_s": 0.01, "roll_call_s": 0.002, "restart_s": 1.5, "warmup_s": 0.03,
+    "timeout_detection": {"measured_s": 0.9, "expected_s": 0.95},
+}
+
+
+def _write(tmp_path: Path, doc: dict) -> Path:
+    path = tmp_path / "cal.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return path
+
+
+def test_the_model_is_evaluated_at_the_scenarios_size() -> None:
+    sc = load_scenario(KILL_ONE, ["workload.model_params=1000000"])
+    keys = suite.overrides(MODEL, sc)
+    shards = sc.workload.global_batch // sc.workload.micro_batch  # 8
+    table = keys["workload.step_s_by_workers"]
+    assert sorted(table) == list(range(1, sc.rendezvous.max_workers + 1))
+    for m, step in table.items():
+        assert step == pytest.approx(0.001 + 0.002 * m + 0.0005 * shards / min(m, 2))
+    nbytes = 1e6 * sc.workload.bytes_per_param
+    assert keys["strategy.checkpoint_write_s"] == pytest.approx(0.01 + 1e-9 * nbytes)
+    assert keys["strategy.checkpoint_read_s"] == pytest.approx(0.02)
+    assert keys["network.bandwidth_Bps"] == pytest.approx(5e8)
+    assert keys["network.latency_s"] == pytest.approx(0.001)
+    assert keys["strategy.restart_s"] == 1.5 and keys["detector.exit_notice_s"] == 0.01
+    assert not any(k.startswith("detector.") and k != "detector.exit_notice_s" for k in keys)
+    bigger = suite.overrides(MODEL, load_scenario(KILL_ONE, ["workload.model_params=4000000"]))
+    assert bigger["strategy.checkpoint_write_s"] > keys["strategy.checkpoint_write_s"]
+
+
+def test_a_calibrated_scenario_keeps_what_it_means() -> None:
+    sc = load_scenario(KILL_ONE)
+    cal = calibrate.calibrated(sc, MODEL)
+    assert cal.target == "sim"
+    assert cal.failures == sc.failures and cal.detector.timeout_s == sc.detector.timeout_s
+    assert cal.detector.heartbeat_s == sc.detector.heartbeat_s
+    assert (cal.cluster, cal.rendezvous) == (sc.cluster, sc.rendezvous)
+    assert cal.workload.steps == sc.workload.steps and cal.strategy.kind == sc.strategy.kind
+
+
+def test_one_runs_calibration_no_longer_rewrites_the_timeout() -> None:
+    cal = {"micro_batch_s": 0.01, "allreduce_s": 0.0, "heartbeat_s": 0.1,
+           "pause_detection_s": 0.9, "kill_detection_s": 0.02, "model_bytes": 1.0}
+    keys = calibrate.overrides(cal)
+    assert keys["detector.exit_notice_s"] == 0.02
+    assert "detector.timeout_s" not in keys and "detector.heartbeat_s" not in keys
+
+
+def test_run_with_a_calibration_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, MODEL)
+    out = tmp_path / "run"
+    assert main(["run", str(KILL_ONE), "--target", "sim", "--calibration", str(path),
+                 "--out", str(out), "--quiet"]) == 0
+    replay = capsys.readouterr().out
+    assert f"--calibration {path}" in replay
+    resolved = load_scenario(out / "scenario.yaml")
+    assert resolved.strategy.restart_s == 1.5 and resolved.workload.step_s_by_workers[4] == \
+        pytest.approx(0.001 + 0.008 + 0.0005 * 4)
+
+
+@pytest.mark.parametrize("doc, target, says", [
+    (MODEL, "real", "the target is real"),
+    ({"kind": "something else"}, "sim", "not a calibration file"),
+    (dict(MODEL, step={"coef": [1.0]}), "sim", "step model missing or malformed"),
+])
+def test_bad_calibration_input_is_one_line_and_exit_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: dict, target: str,
+        says: str) -> None:
+    path = _write(tmp_path, doc)
+    code = main(["run", str(KILL_ONE), "--target", target, "--calibration", str(path),
+                 "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+
+
+def test_a_sweep_evaluates_the_calibration_at_each_points_size(tmp_path: Path) -> None:
+    path = _write(tmp_path, MODEL)
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(KILL_ONE), "--target", "sim", "--calibration", str(path),
+                 "--grid", "workload.model_params=1000000,8000000", "--seeds", "1",
+                 "--strategy", "checkpoint-restart", "--jobs", "1", "--out", str(out),
+                 "--quiet"]) == 0
+    writes = sorted(load_scenario(p).strategy.checkpoint_write_s
+                    for p in out.rglob("scenario.yaml"))
+    assert len(writes) == 2
+    assert writes == pytest.approx([0.01 + 1e-9 * 12e6, 0.01 + 1e-9 * 96e6])
+
+
+def _real_processes(test):
+    for mark in REAL_PROCESSES:
+        test = mark(test)
+    return test
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@_real_processes
+def test_the_suite_measures_every_cost_on_real_processes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "suite.yaml"
+    assert main(["calibrate", "--suite", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "real runs in" in printed
+    model = suite.read(out)
+    assert len(model["runs"]) == len(suite.MICRO)
+    step = model["step"]
+    assert len(step["points"]) >= 8  # generations of 2, 3 and 4 members at two sizes
+    # the fit is a model, not a table: every generation within 50% of its fit
+    assert all(abs(f / y - 1.0) < 0.5 for *_, y, f in step["points"]), step["points"]
+    for key in ("checkpoint_write", "checkpoint_read", "state_copy"):
+        assert model[key] is not None and len(model[key]["points"]) >= 2, key
+    assert model["checkpoint_write"]["per_byte_s"] > 0  # 100x the bytes cost more
+    for key in ("exit_notice_s", "roll_call_s", "restart_s", "warmup_s"):
+        assert model[key] is not None and model[key] > 0, key
+    assert model["timeout_detection"]["measured_s"] > 0.5  # a 1 s timeout, measured
+    sim = tmp_path / "sim"
+    assert main(["run", str(KILL_ONE), "--target", "sim", "--calibration", str(out),
+                 "--out", str(sim), "--quiet"]) == 0
+    assert math.isfinite(load_scenario(sim / "scenario.yaml").network.bandwidth_Bps)
