@@ -68,20 +68,14 @@ rendezvous: {min_workers: 2, max_workers: 4, last_call_s: 0.2, join_timeout_s: 1
 strategy: {kind: elastic, batch: constant, checkpoint_interval_steps: 20}
 failures: {schedule: [{at_step: 30, join: 1}]}
 """,
-    "cal-cr-small": """
-cluster: {workers: 3}
-workload: {steps: 60, global_batch: 24, micro_batch: 4, dataset_samples: 480, model_params: 20000}
-rendezvous: {min_workers: 2, last_call_s: 0.2, join_timeout_s: 120.0}
-strategy: {kind: checkpoint-restart, checkpoint_interval_steps: 10, batch: constant}
-failures: {schedule: [{at_step: 25, kill: 1}]}
-""",
-    "cal-cr-big": """
-cluster: {workers: 3}
-workload: {steps: 60, global_batch: 24, micro_batch: 4, dataset_samples: 480, model_params: 2000000}
-rendezvous: {min_workers: 2, last_call_s: 0.2, join_timeout_s: 120.0}
-strategy: {kind: checkpoint-restart, checkpoint_interval_steps: 10, batch: constant}
-failures: {schedule: [{at_step: 25, kill: 1}]}
-""",
+    **{f"cal-cr-{size}": f"""
+cluster: {{workers: 3}}
+workload: {{steps: 60, global_batch: 24, micro_batch: 4, dataset_samples: 480,
+           model_params: {params}}}
+rendezvous: {{min_workers: 2, last_call_s: 0.2, join_timeout_s: 120.0}}
+strategy: {{kind: checkpoint-restart, checkpoint_interval_steps: 10, batch: constant}}
+failures: {{schedule: [{{at_step: 25, kill: 1}}]}}
+""" for size, params in (("small", 20000), ("big", 2000000))},
 }
 
 STEP_FEATURES = ("1", "m", "m*P", "S*P/min(m,cpus)", "S/min(m,cpus)")
