@@ -417,6 +417,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set, target=args.target)
     _warn(args.scenario, scenario)
     calibration = _calibration(args, scenario)
+    if args.rel_accuracy is not None and args.max_seeds < args.seeds:
+        _err(f"sweep: --max-seeds {args.max_seeds} is below --seeds {args.seeds}")
+        return 2
+    from rollcall.results import SUMMARY_KEYS
+
+    if args.metric not in SUMMARY_KEYS:
+        _err(f"sweep: --metric {args.metric!r} is not a summary key (e.g. elapsed_s, goodput, "
+             f"ettr)")
+        return 2
     if args.out:
         out_dir = Path(args.out)
     else:  # deterministic, so that running the same sweep again resumes it
@@ -442,7 +451,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                 args.scenario, grid, seeds=args.seeds, first_seed=args.seed,
                 strategies=strategies, target=args.target, sets=args.set, out=out_dir,
                 jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
-                calibration=calibration,
+                calibration=calibration, rel_accuracy=args.rel_accuracy,
+                max_seeds=args.max_seeds, metric=args.metric,
             )
     except KeyboardInterrupt as exc:
         if out_dir.is_dir():
@@ -650,6 +660,14 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=TARGETS, help="override the scenario's target (default sim)")
     p.add_argument("--strategy", choices=STRATEGIES, action="append",
                    help="only this strategy (repeatable; default both)")
+    p.add_argument("--rel-accuracy", type=_positive_float, metavar="R",
+                   help="adaptive replication: after --seeds, add seeds to each point until the "
+                        "95%% interval half-width of --metric is at most R of its mean (or "
+                        "--max-seeds); sweep.csv's column seeds says how many each took")
+    p.add_argument("--max-seeds", type=_positive_int, default=100, metavar="N",
+                   help="with --rel-accuracy: at most N seeds per point (default 100)")
+    p.add_argument("--metric", default="elapsed_s", metavar="KEY",
+                   help="with --rel-accuracy: the summary key it is about (default elapsed_s)")
     p.add_argument("--out", metavar="DIR", help="sweep directory (default runs/<name>/sweep-<target>/)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     _size_options(p)

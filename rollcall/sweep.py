@@ -215,19 +215,23 @@ def _row(point: Point, summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_csv(points: Sequence[Point], out_root: str | Path,
-              hashes: Mapping[Point, str] | None = None) -> pd.DataFrame:
+              hashes: Mapping[Point, str] | None = None,
+              seeds: Mapping[str, int] | None = None) -> pd.DataFrame:
     """Write ``sweep.csv`` from every finished point's ``summary.json``; returns the frame.
 
     Columns: the SUMMARY_KEYS first, then the drivers' extra keys, then the
     grid keys and ``run_dir`` (relative to ``out_root``). Unfinished points
     are left out, and with ``hashes`` (point -> scenario SHA-256) so are
-    stale ones, so the file is always true to what is on disk.
+    stale ones, so the file is always true to what is on disk. ``seeds``
+    (run_dir -> how many seeds its point took) adds the column ``seeds``.
     """
     root = Path(out_root)
     rows = [_row(p, read_summary(root / p.rel_dir)) for p in points
             if (root / p.rel_dir / SUMMARY_FILE).exists()
             and (hashes is None or is_done(root, p, hashes[p]))]
     df = pd.DataFrame(rows)
+    if seeds is not None and not df.empty:
+        df["seeds"] = [seeds[d] for d in df["run_dir"]]
     if df.empty:
         df = pd.DataFrame(columns=list(SUMMARY_KEYS) + [k for k in (points[0].grid if points else {})] + ["run_dir"])
     root.mkdir(parents=True, exist_ok=True)
@@ -252,7 +256,8 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
           first_seed: int | None = None, strategies: Sequence[str] = STRATEGIES,
           target: str | None = None, sets: Sequence[str] = (), out: str | Path,
           jobs: int = 1, progress: bool = True, limit: int | None = None,
-          calibration: Mapping[str, Any] | None = None) -> pd.DataFrame:
+          calibration: Mapping[str, Any] | None = None, rel_accuracy: float | None = None,
+          max_seeds: int = 100, metric: str = "elapsed_s") -> pd.DataFrame:
     """Run every point not yet done; write and return ``sweep.csv`` (all finished points).
 
     ``first_seed`` defaults to the scenario's seed. ``jobs`` > 1 runs points in
@@ -261,19 +266,53 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
     on purpose, for tests and for sampling a grid). On KeyboardInterrupt the
     pool is cancelled, ``sweep.csv`` is written for the finished runs and the
     interrupt propagates.
+
+    ``rel_accuracy`` (adaptive replication, as AIReSim's): after ``seeds``
+    seeds, each grid point and strategy gets one more seed per round until
+    the 95% Student-t half-width of its ``metric`` is at most
+    ``rel_accuracy`` of its mean, or it has ``max_seeds``. A round adds the
+    same next seed to every point still short of it, so the rows do not
+    depend on ``jobs``; column ``seeds`` says how many each point took.
     """
     scenario_path = str(scenario_path)
     base = load_scenario(scenario_path, list(sets), target=target)  # fail fast on a bad file
     first = base.seed if first_seed is None else first_seed
+    assert rel_accuracy is None or (rel_accuracy > 0 and max_seeds >= seeds), (rel_accuracy, max_seeds)
     points = plan(grid, list(range(first, first + seeds)), strategies)
     # every point resolved up front: a bad grid value fails before anything
     # runs, and each point's hash tells a finished run from a stale one
     hashes = {p: scenario_hash(resolve(scenario_path, sets, p, target, calibration))
               for p in points}
     root = Path(out)
+    todo, taken = points, {_group(p): seeds for p in points}
+    try:
+        while todo:
+            limit = _run_round(todo, hashes, limit, jobs, progress, scenario_path, sets, target,
+                               root, calibration)
+            if rel_accuracy is None or limit == 0:
+                break
+            todo = _short_of(points, root, hashes, taken, metric, rel_accuracy, max_seeds)
+            points = points + todo
+    finally:
+        df = write_csv(points, root, hashes,
+                       seeds={str(p.rel_dir): taken[_group(p)] for p in points})
+    return df
+
+
+def _group(p: Point) -> tuple[str, str]:
+    """A point's grid values and strategy: the rows whose seeds are pooled."""
+    return p.strategy, json.dumps(p.grid, sort_keys=True)
+
+
+def _run_round(points: Sequence[Point], hashes: dict[Point, str], limit: int | None, jobs: int,
+               progress: bool, scenario_path: str, sets: Sequence[str], target: str | None,
+               root: Path, calibration: Mapping[str, Any] | None) -> int | None:
+    """Run the points not yet done; what is left of ``limit``."""
+    hashes.update({p: scenario_hash(resolve(scenario_path, sets, p, target, calibration))
+                   for p in points if p not in hashes})
     pending = [p for p in points if not is_done(root, p, hashes[p])]
     if limit is not None:
-        pending = pending[:limit]
+        pending, limit = pending[:limit], max(0, limit - len(pending))
     bar, advance = _progress(progress and bool(pending), len(pending))
     try:
         if bar is not None:
@@ -287,5 +326,32 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
     finally:
         if bar is not None:
             bar.stop()
-        df = write_csv(points, root, hashes)
-    return df
+    return limit
+
+
+def _short_of(points: Sequence[Point], root: Path, hashes: Mapping[Point, str],
+              taken: dict[tuple[str, str], int], metric: str, rel_accuracy: float,
+              max_seeds: int) -> list[Point]:
+    """The next seed of every group whose ``metric`` is not yet known to
+    ``rel_accuracy`` (and that has fewer than ``max_seeds``)."""
+    from rollcall.analysis import mean_ci
+
+    values: dict[tuple[str, str], list[float]] = {}
+    example: dict[tuple[str, str], Point] = {}
+    last: dict[tuple[str, str], int] = {}
+    for p in points:
+        g = _group(p)
+        example.setdefault(g, p)
+        last[g] = max(last.get(g, p.seed), p.seed)
+        if is_done(root, p, hashes[p]):
+            v = read_summary(root / p.rel_dir).get(metric)
+            if isinstance(v, (int, float)):
+                values.setdefault(g, []).append(float(v))
+    more = []
+    for g, p in example.items():
+        mean, half = mean_ci(values.get(g, []))
+        known = len(values.get(g, [])) >= 2 and mean != 0 and half <= rel_accuracy * abs(mean)
+        if not known and taken[g] < max_seeds:
+            taken[g] += 1
+            more.append(Point(p.grid, p.strategy, last[g] + 1))
+    return more

@@ -154,3 +154,53 @@ def test_runs_of_another_scenario_in_the_same_out_are_not_mixed_in(tmp_path: Pat
     scenario_yaml = done.parent / "scenario.yaml"
     scenario_yaml.write_text(scenario_yaml.read_text() + "# edited\n")
     assert not sw.is_done(out, point, sha)
+
+
+# --- adaptive replication (--rel-accuracy) -------------------------------------------
+
+QUICK = str(ROOT / "scenarios" / "quickstart.yaml")
+RANDOM = ["failures.worker_mtbf_s=400", "failures.schedule=[]"]  # elapsed_s varies by seed
+
+
+def _adaptive(out: Path, jobs: int, rel: float, max_seeds: int, sets=RANDOM) -> pd.DataFrame:
+    return sw.sweep(QUICK, {"cluster.spares": [1, 3]}, seeds=2, first_seed=0,
+                    strategies=["elastic"], sets=sets, out=out, jobs=jobs, progress=False,
+                    rel_accuracy=rel, max_seeds=max_seeds)
+
+
+def test_adaptive_replication_adds_seeds_until_each_point_is_known(tmp_path: Path) -> None:
+    from rollcall.analysis import mean_ci
+
+    rel = 0.06
+    df = _adaptive(tmp_path / "a", 1, rel, 20)
+    counts = df.groupby("cluster.spares").seed.agg(["count", "max"])
+    took = df.groupby("cluster.spares").seeds.agg(["min", "max"])
+    assert (took["min"] == took["max"]).all() and (took["min"] == counts["count"]).all()
+    assert list(counts["max"] + 1) == list(counts["count"])  # seeds 0..n-1, none skipped
+    assert counts["count"].nunique() == 2, counts  # the two points needed different numbers
+    for _, group in df.groupby("cluster.spares"):
+        values = list(group.sort_values("seed").elapsed_s)
+        mean, half = mean_ci(values)
+        assert half <= rel * mean  # known to rel ...
+        mean, half = mean_ci(values[:-1])
+        assert not half <= rel * mean  # ... and not one seed earlier
+    again = _adaptive(tmp_path / "b", 2, rel, 20)  # another pool size: the same rows
+    cols = ["run_dir", "seed", "elapsed_s", "seeds"]
+    assert df.sort_values("run_dir")[cols].values.tolist() == \
+        again.sort_values("run_dir")[cols].values.tolist()
+
+
+def test_adaptive_replication_stops_at_the_cap_and_at_no_variance(tmp_path: Path) -> None:
+    capped = _adaptive(tmp_path / "cap", 1, 1e-6, 5)
+    assert sorted(capped.seeds.unique()) == [5] and len(capped) == 10
+    fixed = _adaptive(tmp_path / "fixed", 1, 1e-6, 5, sets=["failures.schedule=[]"])
+    assert list(fixed.seeds) == [2, 2, 2, 2]  # no random failure: every seed agrees
+
+
+def test_cli_adaptive_replication_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["sweep", QUICK, "--out", str(tmp_path / "o"), "--quiet", "--rel-accuracy", "0.1"]
+    assert main(base + ["--seeds", "4", "--max-seeds", "3"]) == 2
+    assert "--max-seeds 3 is below --seeds 4" in capsys.readouterr().err
+    assert main(base + ["--metric", "nope"]) == 2
+    assert "--metric 'nope' is not a summary key" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
