@@ -74,6 +74,9 @@ def plan(scenario: Scenario) -> dict[str, Any]:
             if f.action == "pause":
                 entry["for_s"] = f.for_s
         timeline.append(entry)
+    if sc.cluster.spare_pool:
+        ids.append({"ids": [sc.pool_first_id, sc.worker_id_limit - 1],
+                    "what": f"cold spare pool (pulled one per {sc.cluster.preempt_s:g} s)"})
     st = sc.strategy
     steps = sc.workload.steps
     checkpoints = max(0, (steps - 1) // st.checkpoint_interval_steps)  # none after the last step
