@@ -282,8 +282,15 @@ def read_summary(out_dir: str | Path) -> dict[str, Any]:
 
 
 def read_history(out_dir: str | Path) -> Iterator[dict[str, Any]]:
-    """Yield the records of ``history.jsonl`` in order (a torn last line is an error)."""
-    with open(Path(out_dir) / HISTORY_FILE, encoding="utf-8") as fh:
+    """Yield the records of ``history.jsonl`` in order (a torn last line is an
+    error), member lists whole (``rollcall.core.history.expand_deltas``)."""
+    from rollcall.core import expand_deltas
+
+    yield from expand_deltas(_history_lines(Path(out_dir) / HISTORY_FILE))
+
+
+def _history_lines(path: Path) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
         for line in fh:
             if line.strip():
                 yield json.loads(line)

@@ -130,7 +130,8 @@ from rollcall.core import (
     DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Broadcast, Checkpointed, Cursor, Enter,
     FailureTally, Formed, IdRuns,
     JobFailed, Keeper, Log, Membership, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
-    Send, SendToKeeper, Stop, check, commit, describe_assignment, members_field, rank_range, rec,
+    Send, SendToKeeper, Stop, check, commit, describe_assignment, members_delta, members_field,
+    rank_range, rec,
     sample_ids, step_batch, summarize_report,
 )
 from rollcall.results import check_summary_keys, goodput, write_summary
@@ -255,6 +256,7 @@ class Simulation:
         self.runs: deque[StepRun] = deque()  # computed steps whose votes are not all cast
         self.keeper_complete = False  # a vote's verdict: the job has all its steps
         self._gen_ledger: Optional[list] = None  # the compact ledger of the latest generation
+        self._ledger_workers: Optional[IdRuns] = None  # the last compact record's workers
         self._last_voter: Optional[int] = None
         self._first_member: Optional[int] = None
         # the per-sample ledger (True), the compact one (False), or by size
@@ -1003,9 +1005,11 @@ class Simulation:
         led, self._gen_ledger = self._gen_ledger, None
         if led is not None:
             g, first, last, sample, batch, t, members = led
+            workers = IdRuns.of(members)
             self._write(rec(t, "ok", "contribute", JOB, gen=g, step=first, last=last,
                             sample=sample, batch=batch, shards=batch // self.sc.workload.micro_batch,
-                            workers=members_field(members)))
+                            **members_delta("workers", workers, self._ledger_workers)))
+            self._ledger_workers = workers
 
     def _rollback(self, step: int) -> None:
         segs = self.tally.segments

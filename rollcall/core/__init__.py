@@ -38,7 +38,8 @@ from rollcall.core.checkers import CheckReport, DataSpec, check, summarize_repor
 from rollcall.core.detector import Detector, PhiDetector, TimeoutDetector, make_detector
 from rollcall.core.failures import Draws, FailureModel, SlowdownModel
 from rollcall.core.history import (
-    DRIVER, JOB, KEEPER, NEMESIS, FailureTally, commit, members_field, rec,
+    DRIVER, JOB, KEEPER, NEMESIS, FailureTally, commit, expand_deltas, members_delta,
+    members_field, rec,
 )
 from rollcall.core.idset import EMPTY, IdRuns
 from rollcall.core.job import JobPolicy
@@ -74,7 +75,8 @@ __all__ = [
     "TO_WORKER_TYPES", "Detector", "PhiDetector", "TimeoutDetector", "ToKeeper", "ToWorker",
     "WIRE_MESSAGE_TYPES",
     "WorkerId", "check", "check_cursor", "check_flag", "check_nat", "check_text", "commit",
-    "describe_assignment", "from_ranges", "lr_scale", "make_detector", "members_field",
+    "describe_assignment", "expand_deltas", "from_ranges", "lr_scale", "make_detector",
+    "members_delta", "members_field",
     "message_from_data", "message_to_data", "plan_step", "rank_range", "rec", "sample_ids",
     "split_bytes", "step_batch", "summarize_report",
 ]

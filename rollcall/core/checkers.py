@@ -34,7 +34,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from rollcall.core.types import Cursor, RunSet
+from rollcall.core.history import expand_deltas
+from rollcall.core.idset import IdRuns
+from rollcall.core.types import Cursor
 
 
 @dataclass(frozen=True)
@@ -72,11 +74,15 @@ class CheckReport:
             self.violations.append(message)
 
 
+def _ids(runs: Any) -> IdRuns:
+    """A record's member list as a set (an expanded delta is one already)."""
+    return runs if isinstance(runs, IdRuns) else IdRuns(runs)
+
+
 @dataclass
 class _Gen:
-    members: RunSet
+    members: IdRuns
     cursor: Cursor
-    runs: list  # the members as the record wrote them (inclusive id runs)
     commits: dict[int, dict] = field(default_factory=dict)  # first step -> record
     committers: set = field(default_factory=set)  # processes found to be members
 
@@ -91,7 +97,7 @@ def check(records: Iterable[dict], spec: DataSpec) -> CheckReport:
     compact: dict[int, list[dict]] = defaultdict(list)  # gen -> compact ledger records
     pending_enters: list[dict] = []
     pending_commits: list[dict] = []
-    for r in records:
+    for r in expand_deltas(records, lists=False):
         f = r.get("f")
         if f == "generation" and r.get("type") == "ok":
             _generation(report, gens, order, r)
@@ -122,14 +128,14 @@ def check(records: Iterable[dict], spec: DataSpec) -> CheckReport:
 
 def _generation(report: CheckReport, gens: dict[int, _Gen], order: list[int], r: dict) -> None:
     g = r["gen"]
-    members = RunSet(r["members"])
+    members = _ids(r["members"])
     if order and g <= order[-1]:
         report.fail(f"keeper generations not monotonic: {g} after {order[-1]}")
     if g in gens:
         if gens[g].members != members:
             report.fail(f"generation {g} has two member lists")
         return
-    gens[g] = _Gen(members, Cursor.from_json(r["cursor"]), r["members"])
+    gens[g] = _Gen(members, Cursor.from_json(r["cursor"]))
     order.append(g)
 
 
@@ -149,7 +155,7 @@ def _enter(report: CheckReport, gens: dict[int, _Gen], entered: dict[Any, int], 
     known = gens.get(g)
     if known is None:
         report.fail(f"worker {w} entered generation {g}, which the keeper never formed")
-    elif RunSet(r["members"]) != known.members:
+    elif _ids(r["members"]) != known.members:
         report.fail(f"worker {w} saw another member list for generation {g}")
     elif w not in known.members:
         report.fail(f"worker {w} entered generation {g} without being a member")
@@ -335,7 +341,7 @@ def _compact_ledger(report: CheckReport, gens: dict[int, _Gen], compact: dict[in
         usable[g] = []
         n_members = len(gen.members) if gen is not None else 0
         for r in rs:
-            if gen is None or (r["workers"] != gen.runs and RunSet(r["workers"]) != gen.members):
+            if gen is None or _ids(r["workers"]) != gen.members:
                 report.fail(f"the ledger of steps {r['step']}..{r['last']} of generation {g} "
                             f"names workers other than the members")
                 continue

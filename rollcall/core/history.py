@@ -46,13 +46,20 @@ Records used (``f``, who writes it, fields beyond t/type/f/process):
                                  a link fault ended), pause (+ for_s), resume, repair, join)
 - ``end``       driver  info    completed, cursor, reason
 
-Member lists are written as inclusive id runs (see ``types.to_ranges``).
+Member lists are written as inclusive id runs (see ``types.to_ranges``). A
+``generation``'s ``members`` and a compact ``contribute``'s ``workers`` of more
+than ``DELTA_MIN_RUNS`` runs are written as their change against the same
+kind's previous record (``members_add``/``members_drop``,
+``workers_add``/``workers_drop``) when that is shorter: a history's size
+follows its events, not its job's size. :func:`expand_deltas` (which
+``check`` and ``rollcall.results.read_history`` apply) restores the lists.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator, Optional
 
+from rollcall.core.idset import IdRuns
 from rollcall.core.types import Cursor, WorkerId, from_ranges, to_ranges
 
 KEEPER = "keeper"
@@ -70,6 +77,50 @@ def rec(t: float, type_: str, f: str, process: Any, **fields: Any) -> dict:
 def members_field(members: Iterable[WorkerId]) -> list[list[int]]:
     runs = getattr(members, "runs", None)  # an IdRuns holds them already
     return runs() if callable(runs) else to_ranges(members)
+
+
+# A member list of more runs than this is written as its change against the
+# list the same kind of record wrote before (``<key>_add``, ``<key>_drop``):
+# a 10^6-GPU job's generation records carried 20,000 runs each.
+DELTA_MIN_RUNS = 64
+_DELTA_KEYS = {"generation": "members", "contribute": "workers"}
+
+
+def members_delta(key: str, members: IdRuns, before: Optional[IdRuns]) -> dict[str, Any]:
+    """``{key: runs}``, or against ``before`` (the list the previous record
+    of the kind wrote) ``{key_add: runs, key_drop: runs}`` when the list is
+    long and the change is shorter; :func:`expand_deltas` restores ``key``."""
+    if before is not None and members.run_count() > DELTA_MIN_RUNS:
+        add, drop = members - before, before - members
+        if add.run_count() + drop.run_count() < members.run_count():
+            return {f"{key}_add": add.runs(), f"{key}_drop": drop.runs()}
+    return {key: members.runs()}
+
+
+def expand_deltas(records: Iterable[dict], lists: bool = True) -> Iterator[dict]:
+    """The records with every member-list delta (:func:`members_delta`)
+    replaced by the whole list, as the record would have carried it: what
+    every reader of a history sees. A record that holds the list passes as
+    it is. ``lists=False`` puts an :class:`IdRuns` in place of a delta
+    instead of its runs (a checker that only tests membership and equality
+    skips deriving thousands of runs per record)."""
+    last: dict[str, IdRuns] = {}
+    for r in records:
+        key = _DELTA_KEYS.get(r.get("f"))  # type: ignore[arg-type]
+        if key is None or (key not in r and f"{key}_add" not in r):
+            yield r
+            continue
+        if key in r:
+            last[r["f"]] = IdRuns(r[key])
+            yield r
+            continue
+        before = last.get(r["f"])
+        assert before is not None, f"a {r['f']} delta with no list before it: {r}"
+        now = (before | IdRuns(r[f"{key}_add"])) - IdRuns(r[f"{key}_drop"])
+        last[r["f"]] = now
+        out = {k: v for k, v in r.items() if k not in (f"{key}_add", f"{key}_drop")}
+        out[key] = now.runs() if lists else now
+        yield out
 
 
 def members_of(record: dict) -> tuple[WorkerId, ...]:

@@ -158,6 +158,14 @@ class IdRuns(Sequence[int]):
     def n_runs(self) -> int:
         return len(self._lo)
 
+    def run_count(self) -> int:
+        """How many runs, without deriving them: the run starts are the set
+        bits whose lower neighbour is clear (a few big-int operations)."""
+        if self._lo_ is not None:
+            return len(self._lo_)
+        m = self.mask
+        return (m & ~(m << 1)).bit_count()
+
     # --- sequence -------------------------------------------------------------
 
     def __len__(self) -> int:

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from rollcall.core.detector import Detector
-from rollcall.core.history import KEEPER, rec
+from rollcall.core.history import KEEPER, members_delta, rec
 from rollcall.core.idset import EMPTY, IdRuns
 from rollcall.core.job import JobPolicy
 from rollcall.core.lives import LifeTable, Lives
@@ -292,6 +292,7 @@ class Keeper:
         self.config = config
         self.generation = 0
         self.members: IdRuns = EMPTY
+        self._recorded_members: Optional[IdRuns] = None  # the last generation record's list
         self.cursor = Cursor()
         self.source: Optional[WorkerId] = None
         self.stale: IdRuns = EMPTY
@@ -1122,8 +1123,9 @@ class Keeper:
         self._watch_generation()
         self._out.append(Record(rec(
             now, "ok", "generation", KEEPER, gen=self.generation,
-            members=members.runs(), cursor=cursor.to_json(), source=source,
-            reason=r.reason, stale=len(stale))))
+            **members_delta("members", members, self._recorded_members),
+            cursor=cursor.to_json(), source=source, reason=r.reason, stale=len(stale))))
+        self._recorded_members = members  # the list the history holds now
         if self.config.sharding is None:
             self._out.append(Formed(self.generation, members, cursor, source, stale, r.reason))
         else:
