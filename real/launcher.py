@@ -43,7 +43,7 @@ from typing import Any, Callable, Optional
 from rollcall.config import keeper_config, repair_shop
 from rollcall.core import (
     DRIVER, NEMESIS, Broadcast, Formed, JobFailed, Join, Keeper, Record, Refused, Relaunch,
-    Repair, RestartJob, Retire, Send, rec,
+    Pull, Repair, RestartJob, Retire, Send, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
@@ -189,7 +189,7 @@ class Launcher:
         self.reason = ""
         self.sigconts: list[tuple[float, Proc]] = []
         self.repairs: list[tuple[float, int, Repair]] = []
-        self.pulls: list[tuple[float, int]] = []  # spares from the cold pool: (up at, id)
+        self.pulls: list[Pull] = []  # spares from the cold pool, due at their at_s
         # link faults in force: (heal at, the Network's fault, hosts, cut-off lives)
         self.heals: list[tuple[float, Any, list[int], list[tuple[int, int]]]] = []
         self.delays: list[tuple[float, float]] = []  # each delay ordered: (heal at, latency_s)
@@ -929,10 +929,9 @@ class Launcher:
             if isinstance(act, Repair):
                 self.repairs.append((act.back_at_s, w, act))
             elif isinstance(act, Retire):
-                self.write(rec(now, "info", "fault", NEMESIS, kind="retire", workers=[w],
-                               failures=act.failures))
+                self.write(act.record(now))
             else:
-                self.pulls.append((act.at_s, act.worker))
+                self.pulls.append(act)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -952,7 +951,7 @@ class Launcher:
             if ft is not None:
                 times.append(self.train_start + ft)
         times += [t for t, _ in self.sigconts] + [t for t, _, _ in self.repairs]
-        times += [t for t, _ in self.pulls]
+        times += [p.at_s for p in self.pulls]
         times += [x[0] for x in self.heals]
         if self.done_at is not None:
             times.append(self.done_at)
@@ -984,18 +983,17 @@ class Launcher:
             t, w, repair = entry
             if now >= t:
                 self.repairs.remove(entry)
-                extra = {} if repair.how == "fixed" else {"how": repair.how, "cured": repair.cured}
-                self.write(rec(now, "info", "fault", NEMESIS, kind="repair", workers=[w], **extra))
+                self.write(repair.record(now))
                 self.shop.up(now, w)
                 if self.fleet is not None:
                     self.fleet.bring_up(self.sc.host_of(w))
                 self.spawn(w, self.keeper.node_up(now, w))
-        for t, w in list(self.pulls):
-            if now >= t:  # a cold spare, preempted from other work: a fresh process
-                self.pulls.remove((t, w))
-                self.shop.up(now, w, pulled=True)
-                self.write(rec(now, "info", "fault", NEMESIS, kind="pull", workers=[w]))
-                self.spawn(w, 0)
+        for pull in list(self.pulls):
+            if now >= pull.at_s:  # a cold spare, preempted from other work: a fresh process
+                self.pulls.remove(pull)
+                self.shop.up(now, pull.worker, pulled=True)
+                self.write(pull.record(now))
+                self.spawn(pull.worker, 0)
         self.maybe_activate()
         self.release_joins()
         if self.done_at is not None and now >= self.done_at:

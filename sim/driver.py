@@ -129,7 +129,7 @@ from rollcall.config import data_spec, draws, job_policy, keeper_config, repair_
 from rollcall.core import (
     DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Broadcast, Checkpointed, Cursor, Enter,
     FailureTally, Formed, IdRuns,
-    JobFailed, Keeper, Log, Membership, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
+    JobFailed, Keeper, Log, Membership, Pull, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
     Send, SendToKeeper, Stop, check, commit, describe_assignment, members_delta, members_field,
     rank_range, rec,
     sample_ids, step_batch, summarize_report,
@@ -542,33 +542,31 @@ class Simulation:
                 self._at(act.back_at_s, self._repaired, w, act)
             elif isinstance(act, Retire):
                 self.tally.counts["retired"] += 1
-                self._write(rec(now, "info", "fault", NEMESIS, kind="retire", workers=[w],
-                                failures=act.failures))
+                self._write(act.record(now))
             else:
-                self._at(act.at_s, self._pulled, act.worker)
+                self._at(act.at_s, self._pulled, act)
 
     def _repaired(self, w: int, repair: Repair) -> None:
         if self.state == DONE:
             return
         now = self.env.now
         self.tally.counts["repairs"] += 1
-        extra = {} if repair.how == "fixed" else {"how": repair.how, "cured": repair.cured}
-        self._write(rec(now, "info", "fault", NEMESIS, kind="repair", workers=[w], **extra))
+        self._write(repair.record(now))
         self.shop.up(now, w)
         life = self.keeper.node_up(now, w)
         self._arrive(now, w, self.draws.next_lifetime(w))
         self._at(now + self.lat, self._kreceive_at, self._launch(now, w, life))
 
-    def _pulled(self, w: int) -> None:
+    def _pulled(self, pull: Pull) -> None:
         """A spare pulled from the cold pool arrives (after its preemption) and joins."""
         if self.state == DONE:
             return
-        now = self.env.now
+        now, w = self.env.now, pull.worker
         self.tally.counts["pulled"] += 1
         self.shop.up(now, w, pulled=True)
         self._arrive(now, w, self.draws.next_lifetime(w))
         joins = self._launch(now, w, 0)
-        self._write(rec(now, "info", "fault", NEMESIS, kind="pull", workers=[w]))
+        self._write(pull.record(now))
         self._at(now + self.lat, self._kreceive_at, joins)
 
     def _pause(self, now: float, w: int, for_s: float) -> None:

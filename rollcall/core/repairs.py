@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from rollcall.core.failures import Draws, nth_uniform
+from rollcall.core.history import NEMESIS, rec
 
 __all__ = ["Pull", "Repair", "RepairPolicy", "RepairShop", "Retire", "ShopAction"]
 
@@ -90,6 +91,12 @@ class Repair:
     how: str
     cured: bool
 
+    def record(self, now: float) -> dict:
+        """The history's ``repair`` fault record, when the node is back
+        (a fixed time says no more than that it is)."""
+        extra = {} if self.how == "fixed" else {"how": self.how, "cured": self.cured}
+        return rec(now, "info", "fault", NEMESIS, kind="repair", workers=[self.worker], **extra)
+
 
 @dataclass(frozen=True)
 class Retire:
@@ -99,6 +106,10 @@ class Retire:
     worker: int
     failures: int
 
+    def record(self, now: float) -> dict:
+        return rec(now, "info", "fault", NEMESIS, kind="retire", workers=[self.worker],
+                   failures=self.failures)
+
 
 @dataclass(frozen=True)
 class Pull:
@@ -107,6 +118,10 @@ class Pull:
 
     worker: int
     at_s: float
+
+    def record(self, now: float) -> dict:
+        """The history's ``pull`` fault record, when the spare is up."""
+        return rec(now, "info", "fault", NEMESIS, kind="pull", workers=[self.worker])
 
 
 ShopAction = Union[Repair, Retire, Pull]
