@@ -101,9 +101,9 @@ def expand_deltas(records: Iterable[dict], lists: bool = True) -> Iterator[dict]
     """The records with every member-list delta (:func:`members_delta`)
     replaced by the whole list, as the record would have carried it: what
     every reader of a history sees. A record that holds the list passes as
-    it is. ``lists=False`` puts an :class:`IdRuns` in place of a delta
-    instead of its runs (a checker that only tests membership and equality
-    skips deriving thousands of runs per record)."""
+    it is. ``lists=False`` puts an :class:`IdRuns` in place of every list
+    (a delta's or a whole one) instead of its runs: a checker that only
+    tests membership and equality derives no runs and builds each set once."""
     last: dict[str, IdRuns] = {}
     for r in records:
         key = _DELTA_KEYS.get(r.get("f"))  # type: ignore[arg-type]
@@ -111,8 +111,8 @@ def expand_deltas(records: Iterable[dict], lists: bool = True) -> Iterator[dict]
             yield r
             continue
         if key in r:
-            last[r["f"]] = IdRuns(r[key])
-            yield r
+            last[r["f"]] = whole = IdRuns(r[key])
+            yield r if lists else {**r, key: whole}  # a set either way when asked: built once
             continue
         before = last.get(r["f"])
         assert before is not None, f"a {r['f']} delta with no list before it: {r}"
