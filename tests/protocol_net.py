@@ -39,9 +39,10 @@ from rollcall.core.checkers import DataSpec
 from rollcall.core.detector import LN10, PhiDetector, TimeoutDetector
 from rollcall.core.history import commit, rec
 from rollcall.core.keeper import (
-    Broadcast, CommitVerdict, Formed, JobFailed, Keeper, KeeperConfig, Record, Relaunch,
-    RestartJob, Send,
+    Broadcast, CommitVerdict, Deposed, Formed, JobFailed, Keeper, KeeperConfig, Persist, Record,
+    Relaunch, RestartJob, Send,
 )
+from rollcall.core.record import KeeperRecord
 from rollcall.core.liveness import Liveness
 from rollcall.core.messages import Join, JoinBatch, Membership, Refused, RollCall
 from rollcall.core.reshard import plan_step, sample_ids
@@ -163,7 +164,8 @@ class World:
                  heartbeat_s: float = 0.5, timeout_s: float = 3.0, last_call_s: float = 0.5,
                  latency_s: float = 0.01, strategy: str = "elastic",
                  sharding: Optional[ShardSpec] = None, batched: bool = False,
-                 bulk: bool = False, phi: bool = False, stragglers: bool = False) -> None:
+                 bulk: bool = False, phi: bool = False, stragglers: bool = False,
+                 durable: bool = False) -> None:
         self.now = 0.0
         self.latency_s = latency_s
         self.heartbeat_s = heartbeat_s
@@ -178,9 +180,14 @@ class World:
             relaunch_timeout_s=4 * timeout_s, sharding=sharding,
             # stragglers: a member twice the median for 2 steps is evicted, benched 0.5 s
             stragglers=StragglerPolicy(2.0, 2, 0.5, GLOBAL_BATCH, MICRO_BATCH, n)
-            if stragglers else None))
+            if stragglers else None, durable=durable))
         if bulk:
             self.keeper.liveness = SmallBulkLiveness()
+        # a durable record (issue 20): the store's latest generation, and while
+        # the keeper is down, when its successor takes over
+        self.stored: Optional[KeeperRecord] = None
+        self.keeper_back_at: Optional[float] = None
+        self.takeovers = 0
         self.procs: dict[WorkerId, list[Proc]] = {}  # every life of each id, oldest first
         self.flights: list[Flight] = []
         self.sent: deque[Flight] = deque(maxlen=32)  # recent traffic the network may replay
@@ -343,7 +350,8 @@ class World:
         self.now = end
 
     def _next_timer(self) -> tuple[Optional[float], Any]:
-        best: tuple[Optional[float], Any] = (self.keeper.get_timer(), KEEPER)
+        k_at = self.keeper.get_timer() if self.keeper_back_at is None else self.keeper_back_at
+        best: tuple[Optional[float], Any] = (k_at, KEEPER)
         for p in self.processes():
             t = p.agent.get_timer() if p.running else None
             if t is not None and (best[0] is None or t < best[0]):
@@ -351,7 +359,9 @@ class World:
         return best
 
     def _fire(self, who: Any) -> None:
-        if who == KEEPER:
+        if who == KEEPER and self.keeper_back_at is not None:
+            self._take_over()
+        elif who == KEEPER:
             if self.bulk:
                 self.keeper.observe_alive_except(self.now, self._silent())
             self._apply_keeper(self.keeper.handle_timer(self.now))
@@ -370,6 +380,8 @@ class World:
 
     def _to_keeper(self, flight: Flight) -> None:
         msg = flight.msg
+        if self.keeper_back_at is not None:
+            return  # no keeper to hear it (a commit request: see _commit_vote)
         if isinstance(msg, JoinBatch):
             self._keeper_hears(msg, tuple((w, inc) for w, inc, _ in flight.lives))
         else:
@@ -420,6 +432,51 @@ class World:
                 self._relaunch(out)
             elif isinstance(out, JobFailed):
                 self.failed = out.reason
+            elif isinstance(out, Persist):
+                self._persist(out)
+            elif isinstance(out, Deposed):
+                self._violate(f"the only keeper of term {self.keeper.term} was deposed: {out}")
+
+    # --- the durable record and failover (issue 20) --------------------------------
+
+    def _persist(self, out: Persist) -> None:
+        """The store's compare-and-set: the generation after the one it holds,
+        from the current term; then the keeper hears the answer."""
+        last = 0 if self.stored is None else self.stored.generation
+        ok = out.generation == last + 1 and out.term == self.keeper.term
+        if not ok:
+            self._violate(f"Persist of generation {out.generation} (term {out.term}) "
+                          f"after generation {last}")
+        else:
+            self.stored = out.record
+        self._apply_keeper(self.keeper.persisted(self.now, out.generation, ok))
+
+    @property
+    def keeper_up(self) -> bool:
+        """Whether a keeper serves now (the supervisor's reports reach it)."""
+        return self.keeper_back_at is None
+
+    def fail_keeper(self, outage_s: float) -> None:
+        """The keeper process dies; a standby takes over ``outage_s`` later
+        (the lease's expiry and an election), from the store's record. The
+        messages sent to the keeper meanwhile are lost."""
+        assert self.keeper.config.durable and self.keeper_back_at is None
+        self.keeper_back_at = self.now + outage_s
+
+    def _take_over(self) -> None:
+        old = self.keeper
+        k = Keeper.restored(old.config, self.stored, old.term + 1)
+        if self.bulk:
+            k.liveness = SmallBulkLiveness()
+        self.keeper, self.keeper_back_at = k, None
+        self.takeovers += 1
+        # what the new keeper knows of lives: the record's, not what reached the old one
+        self.newest = {w: ps[-1].agent.incarnation for w, ps in self.procs.items()
+                       if (w, ps[-1].agent.incarnation) in self.joined}
+        started = {w: ps[-1].agent.incarnation for w, ps in self.procs.items()}
+        self._apply_keeper(k.take_over(self.now, started))
+        for w in sorted(self.nodes_lost):  # the supervisor reports what is down
+            k.node_down(self.now, w)
 
     def _relaunch(self, order: Relaunch) -> None:
         """Start the lives the keeper names, as one JoinBatch of new lives when
@@ -669,7 +726,11 @@ class World:
         """The request arrives (its sender may have died since): the keeper's
         commit vote answers it."""
         p, a = ask.proc, ask.proc.agent
-        v = self.keeper.commit(self.now, p.worker, a.incarnation, ask.generation, ask.cursor.step)
+        if self.keeper_back_at is not None:  # its connection to the keeper broke
+            v = CommitVerdict(False, "keeper-lost")
+        else:
+            v = self.keeper.commit(self.now, p.worker, a.incarnation, ask.generation,
+                                   ask.cursor.step)
         ask.verdict = v
         if v.ok and a.incarnation != self.newest.get(p.worker):
             self._violate(f"life {p.life} committed step {ask.cursor.step} of {ask.generation} "

@@ -98,18 +98,21 @@ class Rendezvous(RuleBasedStateMachine):
                 room=st.integers(0, 2), latency=st.sampled_from([0.0, 0.01, 0.2]),
                 strategy=st.sampled_from(["elastic", "checkpoint-restart"]),
                 batched=st.booleans(), bulk=st.booleans(), spec=st.none(),
-                phi=st.booleans(), stragglers=st.booleans())
+                phi=st.booleans(), stragglers=st.booleans(), durable=st.booleans())
     def start(self, n: int, min_workers: int, room: int, latency: float, strategy: str,
               batched: bool, bulk: bool, spec: ShardSpec | None, phi: bool = False,
-              stragglers: bool = False) -> None:
+              stragglers: bool = False, durable: bool = False) -> None:
         """``room``: how many fewer members fit than the workers that start;
         ``phi``: the keeper's detector is phi accrual (nominal silence TIMEOUT_S);
-        ``stragglers``: the keeper evicts stragglers (the ``slow`` rule makes them)."""
+        ``stragglers``: the keeper evicts stragglers (the ``slow`` rule makes them);
+        ``durable``: the keeper's record lives in a store, and the keeper may
+        die and be replaced by a standby (``fail_keeper``)."""
         max_workers = max(min(min_workers, n), n - room)
         self.world = World(n, min_workers=min(min_workers, n), max_workers=max_workers,
                            heartbeat_s=HEARTBEAT_S, timeout_s=TIMEOUT_S, last_call_s=0.1,
                            latency_s=latency, strategy=strategy, sharding=spec,
-                           batched=batched, bulk=bulk, phi=phi, stragglers=stragglers)
+                           batched=batched, bulk=bulk, phi=phi, stragglers=stragglers,
+                           durable=durable)
         self.keeper_gens = [0]
         self.life_gens: dict[tuple[int, int], int] = {}
 
@@ -198,8 +201,9 @@ class Rendezvous(RuleBasedStateMachine):
                 if q.alive:
                     w.crash(q)
             w.nodes_lost.add(p.worker)
-            w.keeper.node_down(w.now, p.worker)
-        if noticed:  # the host saw the process exit
+            if w.keeper_up:  # else the supervisor reports it to the next keeper
+                w.keeper.node_down(w.now, p.worker)
+        if noticed and w.keeper_up:  # the host saw the process exit
             w._apply_keeper(w.keeper.exited(w.now, p.worker, p.agent.incarnation))
 
     @rule(i=picks, factor=st.sampled_from([1.0, 4.0]), steps=st.integers(0, 3))
@@ -230,7 +234,7 @@ class Rendezvous(RuleBasedStateMachine):
         """Start worker ``w`` again, as the life the keeper hands out."""
         w = self.world
         ids = sorted(x for x, ps in w.procs.items() if ps[-1].status == status)
-        if not ids:
+        if not ids or not w.keeper_up:  # a life is the keeper's to hand out
             return
         x = ids[i % len(ids)]
         w.nodes_lost.discard(x)
@@ -262,6 +266,13 @@ class Rendezvous(RuleBasedStateMachine):
         w = self.world
         first = max(w.procs) + 1
         w._batch_join(w.spawn_many(range(first, min(first + k, N_IDS))))
+
+    @precondition(lambda self: self.world.keeper.config.durable and self.world.keeper_up)
+    @rule(outage=st.floats(0.05, 3.0))
+    def fail_keeper(self, outage: float) -> None:
+        """The keeper dies; a standby rebuilds it from the store's record
+        ``outage`` seconds later and holds a roll call (issue 20)."""
+        self.world.fail_keeper(outage)
 
     # --- training -------------------------------------------------------------
 
@@ -300,7 +311,8 @@ class Rendezvous(RuleBasedStateMachine):
         if p is not None:
             if fault == "crash":
                 w.crash(p)
-                w._apply_keeper(w.keeper.exited(w.now, p.worker, p.agent.incarnation))
+                if w.keeper_up:
+                    w._apply_keeper(w.keeper.exited(w.now, p.worker, p.agent.incarnation))
             else:
                 getattr(w, fault)(p)
         w.advance(dt)
@@ -314,7 +326,7 @@ class Rendezvous(RuleBasedStateMachine):
         ex = w.exchange
         procs = [p for p in self._procs() if ex and p.worker in ex.members]
         p = self._pick(i, procs)
-        if p is None or w.latest(p.worker) is not p:
+        if p is None or w.latest(p.worker) is not p or not w.keeper_up:
             return
         for q in procs:
             if q.enter is not None and not q.ready:
@@ -325,11 +337,14 @@ class Rendezvous(RuleBasedStateMachine):
         for q in procs:
             w.contribute(q)
         w.advance(3 * w.latency_s + 0.01)  # the others' commit requests are answered
+        if not w.keeper_up:
+            return
         w.spawn(p.worker, w.keeper.node_up(w.now, p.worker))
         w.advance(1.5 * w.latency_s)  # its join arrives, the round it opens is not answered yet
         if p.status == PAUSED:  # a checkpoint-restart tears every process of the id down
             w.resume(p)
 
+    @precondition(lambda self: self.world.keeper_up)
     @rule(i=picks)
     def rack_loss(self, i: int) -> None:
         """Every running process dies and its host sees it; each id starts again
@@ -479,12 +494,12 @@ class ShardedRendezvous(Rendezvous):
                                replicas=st.integers(1, 3),
                                rack_size=st.sampled_from([None, 2]),
                                shard_bytes=st.just(100)),
-                phi=st.booleans(), stragglers=st.booleans())
+                phi=st.booleans(), stragglers=st.booleans(), durable=st.booleans())
     def start(self, n: int, min_workers: int, room: int, latency: float, strategy: str,
               batched: bool, bulk: bool, spec: ShardSpec | None, phi: bool = False,
-              stragglers: bool = False) -> None:
+              stragglers: bool = False, durable: bool = False) -> None:
         super().start(n, min_workers, room, latency, strategy, batched, bulk, spec, phi,
-                      stragglers)
+                      stragglers, durable)
 
 
 def _replay_line(nodeid: str) -> str:

@@ -4,7 +4,9 @@ The driver (a simulated node or a real worker process) feeds the agent what
 the keeper said and what training did; the agent answers with messages to
 send and with instructions for the trainer. The agent is the worker's fence:
 it never lets the trainer act in a generation it has not been admitted to,
-and it drops anything stamped with a generation older than the one it holds.
+and it drops anything stamped with a generation older than the one it holds,
+or sent by a keeper of an older term than the newest it has heard from (a
+deposed keeper's late decisions: :mod:`rollcall.core.messages`).
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ class AgentState:
     beat_at: Optional[float]
     retry_at: Optional[float]
     failed_step: int
+    term: int = 0
     _hash: Optional[int] = field(default=None, init=False, repr=False, compare=False)
 
     def __hash__(self) -> int:
@@ -125,7 +128,7 @@ class AgentState:
         h = self._hash
         if h is None:
             h = hash((self.phase, self.generation, self.members, self.cursor, self.counter,
-                      self.beat_at, self.retry_at, self.failed_step))
+                      self.beat_at, self.retry_at, self.failed_step, self.term))
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -147,6 +150,7 @@ class Agent:
         self._beat_at: Optional[float] = None
         self._retry_at: Optional[float] = None
         self._failed_step = 0
+        self.term = 0  # the newest keeper term heard from
 
     @classmethod
     def restore(cls, worker: WorkerId, incarnation: int, heartbeat_s: float,
@@ -161,12 +165,13 @@ class Agent:
         agent._beat_at = state.beat_at
         agent._retry_at = state.retry_at
         agent._failed_step = state.failed_step
+        agent.term = state.term
         return agent
 
     def state(self) -> AgentState:
         """A snapshot of everything but the identity: ``restore`` undoes it."""
         return AgentState(self.phase, self.generation, self.members, self.cursor, self.counter,
-                          self._beat_at, self._retry_at, self._failed_step)
+                          self._beat_at, self._retry_at, self._failed_step, self.term)
 
     # --- driver API -----------------------------------------------------------
 
@@ -207,6 +212,9 @@ class Agent:
     def receive(self, now: float, message: ToWorker) -> list[Action]:
         if self.phase in (Phase.IDLE, Phase.STOPPED):
             return []
+        if message.term < self.term:
+            return []  # a deposed keeper's: a newer one has spoken since
+        self.term = message.term
         if isinstance(message, Membership):
             return self._membership(now, message)
         if isinstance(message, RollCall):

@@ -434,7 +434,7 @@ class AgentBatch:
         # a new state, not dataclasses.replace: this runs for every group an input reaches
         return AgentState(state.phase, state.generation, state.members, state.cursor,
                           state.counter if beats else 0, state.beat_at if beats else None,
-                          state.retry_at if retries else None, state.failed_step)
+                          state.retry_at if retries else None, state.failed_step, state.term)
 
     def _put(self, key: Key, ids: IdRuns) -> None:
         have = self._groups.get(key)

@@ -26,6 +26,7 @@ from rollcall.core.placement import Copy, Placement, RecoveryPlan, Reload
 from rollcall.core.types import Cursor
 
 __all__ = ["CodecError", "WIRE_MESSAGE_TYPES", "TO_KEEPER_TYPES", "TO_WORKER_TYPES", "check_cursor",
+           "plan_data", "plan_from_data",
            "check_flag", "check_nat", "check_text", "message_from_data", "message_to_data"]
 
 Message = Union[ToKeeper, ToWorker]
@@ -107,8 +108,8 @@ _SCHEMAS: dict[str, tuple[type, list[tuple[str, Callable[[Any, str], Any]]]]] = 
     "Leave": (Leave, list(_STAMPED)),
     "StepFailed": (StepFailed, _STAMPED + [("generation", nat), ("step", nat)]),
     "Checkpointed": (Checkpointed, _STAMPED + [("generation", nat), ("cursor", cursor)]),
-    "RollCall": (RollCall, [("generation", nat), ("reason", text)]),
-    "Refused": (Refused, _STAMPED + [("generation", nat), ("reason", text)]),
+    "RollCall": (RollCall, [("generation", nat), ("reason", text), ("term", nat)]),
+    "Refused": (Refused, _STAMPED + [("generation", nat), ("reason", text), ("term", nat)]),
 }
 
 
@@ -156,7 +157,7 @@ def _exact_keys(data: dict, keys: list[str], name: str) -> None:
 # --- Membership (ids as runs, the shard plan as nested lists) --------------------
 
 _MEMBERSHIP = ["type", "generation", "members", "incarnations", "cursor", "source", "stale",
-               "placement", "recovery", "fallback"]
+               "placement", "recovery", "fallback", "term"]
 
 
 def _membership_data(m: Membership) -> dict[str, Any]:
@@ -166,8 +167,8 @@ def _membership_data(m: Membership) -> dict[str, Any]:
         "incarnations": list(m.incarnations), "cursor": m.cursor.to_json(),
         "source": m.source, "stale": IdRuns.of(m.stale).runs(),
         "placement": None if m.placement is None else [list(h) for h in m.placement],
-        "recovery": None if m.recovery is None else _plan_data(m.recovery),
-        "fallback": m.fallback,
+        "recovery": None if m.recovery is None else plan_data(m.recovery),
+        "fallback": m.fallback, "term": m.term,
     }
 
 
@@ -188,22 +189,22 @@ def _membership(data: dict) -> Membership:
         nat(data["generation"], "Membership.generation"), members, lives,
         cursor(data["cursor"], "Membership.cursor"), source, stale,
         maybe(holders)(data["placement"], "Membership.placement"),
-        None if recovery is None else _plan(recovery),
-        flag(data["fallback"], "Membership.fallback"))
+        None if recovery is None else plan_from_data(recovery, "Membership.recovery"),
+        flag(data["fallback"], "Membership.fallback"), nat(data["term"], "Membership.term"))
 
 
-def _plan_data(plan: RecoveryPlan) -> dict[str, Any]:
+def plan_data(plan: RecoveryPlan) -> dict[str, Any]:
     return {"placement": [list(h) for h in plan.placement.shards],
             "copies": [[c.shard, c.src, c.dst] for c in plan.copies],
             "reloads": [[r.shard, r.dst] for r in plan.reloads],
             "lost": list(plan.lost), "promoted": list(plan.promoted)}
 
 
-def _plan(data: Any) -> RecoveryPlan:
+def plan_from_data(data: Any, where: str) -> RecoveryPlan:
+    """The recovery plan :func:`plan_data` wrote, checked (``where``: for errors)."""
     if not isinstance(data, dict):
-        raise CodecError("Membership.recovery: an object")
+        raise CodecError(f"{where}: an object")
     _exact_keys(data, ["placement", "copies", "reloads", "lost", "promoted"], "RecoveryPlan")
-    where = "Membership.recovery"
     copies = [nats(c, f"{where}.copies[{i}]") for i, c in enumerate(listed(data["copies"], where))]
     reloads = [nats(r, f"{where}.reloads[{i}]")
                for i, r in enumerate(listed(data["reloads"], where))]

@@ -66,6 +66,7 @@ from rollcall.core.messages import (
     StepFailed, ToKeeper, ToWorker,
 )
 from rollcall.core.placement import Placement, RecoveryPlan
+from rollcall.core.record import KeeperRecord
 from rollcall.core.sharding import ShardSpec, decide
 from rollcall.core.stragglers import (
     Lagging, StragglerPolicy, StragglerWatch, eviction_gain, median_with,
@@ -108,6 +109,10 @@ class KeeperConfig:
     # collective fails); ``replace``: the restart goes on without the node,
     # a spare takes its place (a scheduler that patches a restart in flight).
     restart_failure: str = "repeat"
+    # The record lives in a store (etcd): every generation decided is
+    # written (:class:`Persist`) before any worker hears of it, and a keeper
+    # the store refuses is deposed. False: the record lives in this object.
+    durable: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_workers <= self.max_workers:
@@ -212,7 +217,7 @@ class CommitVerdict:
 
 # every answer the vote gives, made once (the sim votes once per run of steps)
 _REFUSED = {r: CommitVerdict(False, r) for r in
-            ("job-failed", "stale-generation", "stale-incarnation", "round-open")}
+            ("job-failed", "stale-generation", "stale-incarnation", "round-open", "deposed")}
 _DONE = CommitVerdict(True, "ok")
 _FIRST = CommitVerdict(True, "ok", first=True)
 _FIRST_COMPLETE = CommitVerdict(True, "ok", first=True, complete=True)
@@ -223,7 +228,29 @@ class JobFailed:
     reason: str
 
 
-Output = Union[Send, Broadcast, Record, Formed, RestartJob, Relaunch, JobFailed]
+@dataclass(frozen=True, slots=True)
+class Persist:
+    """Write ``record`` to the store as generation ``generation`` of term
+    ``term``, if the store still holds this keeper's lease and generation
+    ``generation - 1`` as its latest (a compare-and-set), then answer with
+    :meth:`Keeper.persisted`. The keeper holds back what follows (the
+    generation's announcement) until that answer: a generation no worker
+    has heard of can be lost with its keeper, one they act on cannot."""
+
+    generation: int
+    term: int
+    record: KeeperRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Deposed:
+    """This keeper lost its term (the lease lapsed, or the store refused a
+    write): it decides nothing more, and the driver stops it."""
+
+    reason: str
+
+
+Output = Union[Send, Broadcast, Record, Formed, RestartJob, Relaunch, JobFailed, Persist, Deposed]
 
 
 @dataclass
@@ -343,18 +370,29 @@ class Keeper:
         self._kept_slow: set[WorkerId] = set()  # lagging but kept (recorded once a generation)
         self._commit_at: Optional[float] = None  # watched: the latest first commit, and
         self._step_s: Optional[float] = None     # the step time it measured
+        # a durable record (KeeperConfig.durable): the term this keeper decides
+        # in (0: the only keeper of the run), the end of its lease on its own
+        # clock (None: no lease), why it was deposed, and the outputs held back
+        # until the store answers the Persist of generation ``_awaiting``
+        self.term = 0
+        self.lease_until: Optional[float] = None
+        self.deposed: Optional[str] = None
+        self._awaiting: Optional[int] = None
+        self._held: list[Output] = []
 
     # --- driver API -----------------------------------------------------------
 
     def receive(self, now: float, message: ToKeeper) -> list[Output]:
         """Handle one message that arrived at ``now``."""
-        self._dispatch(now, message)
+        if self._live(now):
+            self._dispatch(now, message)
         return self._flush()
 
     def receive_many(self, now: float, messages: Iterable[ToKeeper]) -> list[Output]:
         """Handle messages that arrived at the same instant, in one call."""
-        for message in messages:
-            self._dispatch(now, message)
+        if self._live(now):
+            for message in messages:
+                self._dispatch(now, message)
         return self._flush()
 
     def observe_alive(self, now: float, workers: Iterable[WorkerId]) -> None:
@@ -364,6 +402,7 @@ class Keeper:
         simulate every beat of every healthy node: the effect on the detector
         is the one each worker's next beat would have had.
         """
+        self._ready()
         self.liveness.advance(now, IdRuns.of(workers))
 
     def observe_alive_except(self, now: float, silent: Iterable[WorkerId]) -> None:
@@ -372,11 +411,13 @@ class Keeper:
         What a simulator knows cheaply: the few nodes that stopped beating,
         not the 10^4 that did not. Costs the silent ones, not the job.
         """
+        self._ready()
         self.liveness.advance_except(now, IdRuns.of(silent))
 
     def exited(self, now: float, worker: WorkerId, incarnation: int) -> list[Output]:
         """The worker's process is known to be gone (its host saw it exit)."""
-        if self.incarnation_of(worker) == incarnation and worker in self.liveness:
+        if self._live(now) and self.incarnation_of(worker) == incarnation \
+                and worker in self.liveness:
             self._declare_dead(now, worker, "exited")
         return self._flush()
 
@@ -385,6 +426,7 @@ class Keeper:
         relaunches it, whichever report of its loss (a silence, an exit, a
         failed step) arrives first. Liveness is unchanged: the detector (or
         :meth:`exited`) still decides when its process is dead."""
+        self._ready()
         was_down = worker in self.down
         self.down = self.down | (worker,)
         r = self.round
@@ -401,6 +443,7 @@ class Keeper:
         Returns the incarnation its new process starts as: the life a restart
         ordered for it and never started, or else the one after the latest.
         """
+        self._ready()
         if worker in self.down:
             self.down = self.down - (worker,)
         life = self.life_table.get(worker)
@@ -428,6 +471,8 @@ class Keeper:
         """
         last = step if last is None else last
         assert last >= step, (step, last)
+        if not self._live(now):
+            return _REFUSED["deposed"]
         if self.failed is not None:
             return _REFUSED["job-failed"]
         if generation != self.generation or worker not in self.members:
@@ -459,7 +504,7 @@ class Keeper:
         member reported the step, the straggler policy judges it."""
         assert compute_s >= 0 and load >= 0, (compute_s, load)
         watch = self._watch
-        if watch is not None and self._watching(generation) and worker in self.members \
+        if self._live(now) and watch is not None and self._watching(generation) and worker in self.members \
                 and self.incarnation_of(worker) == incarnation:
             due = watch.report(step, worker, compute_s, load)
             if due:
@@ -473,7 +518,7 @@ class Keeper:
         the time given (a simulator's report for the whole job, costing its
         slow members). The straggler policy judges the steps."""
         watch = self._watch
-        if watch is not None and self._watching(generation) and first > watch.judged:
+        if self._live(now) and watch is not None and self._watching(generation) and first > watch.judged:
             mine = {w: s for w, s in slow.items() if w in self.members}
             typical = median_with(list(mine.values()), typical_s, len(self.members) - len(mine))
             due = watch.judge(first, last, typical, mine)
@@ -486,7 +531,7 @@ class Keeper:
         round's (last call, join timeout, the relaunch, the relaunch
         timeout) or a benched straggler's holdout. What a simulator that
         does not simulate healthy heartbeats must wake for."""
-        if self.failed is not None:
+        if self.failed is not None or self.deposed is not None:
             return None
         times = [min(self.benched.values())] if self.benched else []
         r = self.round
@@ -501,9 +546,9 @@ class Keeper:
 
     def get_timer(self) -> Optional[float]:
         """The next instant at which :meth:`handle_timer` has work to do."""
-        if self.failed is not None:
+        if self.failed is not None or self.deposed is not None or self._awaiting is not None:
             return None
-        times = []
+        times = [] if self.lease_until is None else [self.lease_until]
         oldest = self.liveness.earliest()
         if oldest is not None:
             times.append(self.config.detector.expiry(oldest))
@@ -513,8 +558,8 @@ class Keeper:
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> list[Output]:
-        if self.failed is not None:
-            return []
+        if not self._live(now) or self.failed is not None:
+            return self._flush()
         dead: list[WorkerId] = []
         expiry = self.config.detector.expiry
         oldest = self.liveness.earliest()
@@ -548,6 +593,119 @@ class Keeper:
         life = self.life_table.get(worker)
         waiting = self.awaiting_relaunch  # empty but during a restart: no lookup then
         return life - 1 if waiting.mask and worker in waiting else life
+
+    # --- a durable record: leases, persistence, failover -------------------------
+
+    def hold(self, now: float, until: float) -> None:
+        """The store renewed this keeper's lease until ``until`` on the keeper's
+        clock (the driver counts the TTL from when it *sent* the renewal, less
+        a margin for clock drift, so this end comes before the store's). From
+        ``until`` on the keeper decides nothing: a standby may hold the next
+        term by then."""
+        self._ready()
+        assert self.config.durable, "a lease guards a durable record"
+        assert self.lease_until is None or until >= self.lease_until, "a lease never shrinks"
+        self.lease_until = until
+
+    def persisted(self, now: float, generation: int, ok: bool) -> list[Output]:
+        """The store's answer to :class:`Persist` of ``generation``: written
+        (the outputs held back follow), or refused (this keeper is deposed,
+        and the generation was never decided: nothing held back is done)."""
+        if self._awaiting != generation:
+            raise RuntimeError(f"no Persist of generation {generation} awaits an answer")
+        self._awaiting = None
+        held, self._held = self._held, []
+        if not ok:
+            self._depose(now, "store-refused")
+            self._out.append(Record(rec(now, "fail", "generation", KEEPER, gen=generation,
+                                        term=self.term, reason="store-refused")))
+            return self._flush()
+        self._out = held + self._out
+        return self._flush()
+
+    def durable_record(self, reason: str) -> KeeperRecord:
+        """The record of the current generation a successor rebuilds from."""
+        p = self.placement
+        return KeeperRecord(
+            self.generation, self.term, reason, self.members, self.cursor, self.source,
+            self.stale, self.checkpoint, tuple(self.resumes),
+            LifeTable.from_data(**_table_fields(self.life_table)), self.awaiting_relaunch,
+            self.down, tuple(sorted(self.left.items())), tuple(sorted(self._promised.items())),
+            None if p is None else p.shards, self.recovery, self.fallback)
+
+    @classmethod
+    def restored(cls, config: KeeperConfig, record: Optional[KeeperRecord],
+                 term: int) -> "Keeper":
+        """A keeper of ``term`` that holds ``record`` (the last generation the
+        store holds; None: none was decided yet): call :meth:`take_over`."""
+        if term <= (0 if record is None else record.term):
+            raise ValueError(f"term {term} must be newer than the record's")
+        k = cls(config)
+        k.term = term
+        if record is None:
+            return k
+        k.generation, k.members, k.cursor = record.generation, record.members, record.cursor
+        k.source, k.stale, k.checkpoint = record.source, record.stale, record.checkpoint
+        k.resumes = list(record.resumes)
+        k.life_table = LifeTable.from_data(**_table_fields(record.lives))
+        k.awaiting_relaunch, k.down = record.awaiting_relaunch, record.down
+        k.member_lives = k.life_table.snapshot(record.members)
+        k.left, k._promised = dict(record.left), dict(record.promised)
+        if record.placement is not None:
+            k.placement = Placement(record.placement)
+        k.recovery, k.fallback = record.recovery, record.fallback
+        return k
+
+    def take_over(self, now: float, started: Mapping[WorkerId, int]) -> list[Output]:
+        """Begin this term: the members of the record are expected at a roll
+        call (a full detector window from ``now`` to answer), which decides
+        the next generation from the state the survivors hold.
+
+        ``started``: the latest life of each worker id the supervisor has
+        started a process for (a physical fact it reports on reconnecting).
+        A predecessor may have handed out lives after its last record (a
+        relaunch, a repaired node): such a life is the latest of its id here
+        too, so the older ones are over (their messages are refused) and no
+        life is ever started twice, whichever keeper orders it."""
+        self._ready()
+        assert self.term > 0 and self.round is None, "restored first (Keeper.restored)"
+        moved = []
+        for w, life in sorted(started.items()):
+            if life > self.incarnation_of(w):
+                self.life_table.set(w, max(life, self.life_table.get(w)))
+                moved.append(w)
+                if self._promised.get(w, life + 1) <= life:
+                    del self._promised[w]
+        if moved:
+            self.awaiting_relaunch = self.awaiting_relaunch - IdRuns.of(moved)
+        self._out.append(Record(rec(now, "info", "takeover", KEEPER, gen=self.generation,
+                                    term=self.term)))
+        if self.generation == 0:
+            return self._flush()  # no record yet: the first round opens on the first Join
+        # the members whose recorded life still runs answer the roll call
+        self.liveness.track(now, self.members - self.awaiting_relaunch - IdRuns.of(moved))
+        self._open(now, "failover")
+        return self._flush()
+
+    def _ready(self) -> None:
+        """Inputs wait for the store's answer to a Persist (local misuse raises)."""
+        if self._awaiting is not None:
+            raise RuntimeError(f"answer the Persist of generation {self._awaiting} "
+                               "(Keeper.persisted) before anything else")
+
+    def _live(self, now: float) -> bool:
+        """Whether this keeper may still decide at ``now`` (its lease holds)."""
+        self._ready()
+        if self.deposed is None and self.lease_until is not None and now >= self.lease_until:
+            self._depose(now, "lease-lapsed")
+        return self.deposed is None
+
+    def _depose(self, now: float, reason: str) -> None:
+        self.deposed = reason
+        self.round = None
+        self._out.append(Record(rec(now, "info", "deposed", KEEPER, gen=self.generation,
+                                    term=self.term, reason=reason)))
+        self._out.append(Deposed(reason))
 
     @property
     def standby(self) -> IdRuns:
@@ -603,7 +761,7 @@ class Keeper:
         # again, an expected member that missed the roll call hears it again.
         r = self.round
         if r is not None and w in r.expected:
-            self._out.append(Send(w, RollCall(r.generation, r.reason)))
+            self._out.append(Send(w, RollCall(r.generation, r.reason, self.term)))
         elif hb.generation < self.generation and w in self.members:
             self._out.append(Send(w, self._membership()))
 
@@ -1056,7 +1214,7 @@ class Keeper:
             if r.relaunch_at <= now:
                 self._relaunch(now, r)
         elif r.expected:
-            self._out.append(Broadcast(r.expected, RollCall(r.generation, reason)))
+            self._out.append(Broadcast(r.expected, RollCall(r.generation, reason, self.term)))
         self._maybe_close(now)
 
     def _maybe_close(self, now: float) -> None:
@@ -1121,10 +1279,13 @@ class Keeper:
         self.round = None
         self._committed = None
         self._watch_generation()
+        if self.config.durable:  # written before anyone hears of it
+            self._out.append(Persist(self.generation, self.term, self.durable_record(r.reason)))
+        terms = {"term": self.term} if self.term else {}
         self._out.append(Record(rec(
             now, "ok", "generation", KEEPER, gen=self.generation,
             **members_delta("members", members, self._recorded_members),
-            cursor=cursor.to_json(), source=source, reason=r.reason, stale=len(stale))))
+            cursor=cursor.to_json(), source=source, reason=r.reason, stale=len(stale), **terms)))
         self._recorded_members = members  # the list the history holds now
         if self.config.sharding is None:
             self._out.append(Formed(self.generation, members, cursor, source, stale, r.reason))
@@ -1218,17 +1379,35 @@ class Keeper:
     def _membership(self) -> Membership:
         if self.placement is None:
             return Membership(self.generation, self.members, self.member_lives, self.cursor,
-                              self.source, self.stale)
+                              self.source, self.stale, term=self.term)
         return Membership(self.generation, self.members, self.member_lives, self.cursor,
                           self.source, self.stale, self.placement.shards, self.recovery,
-                          self.fallback)
+                          self.fallback, self.term)
 
     def _refuse(self, now: float, worker: WorkerId, incarnation: int, what: str,
                 reason: str) -> None:
         self._out.append(Record(rec(now, "info", "refuse", KEEPER, worker=worker,
                                     incarnation=incarnation, what=what, reason=reason)))
-        self._out.append(Send(worker, Refused(worker, incarnation, self.generation, reason)))
+        self._out.append(Send(worker, Refused(worker, incarnation, self.generation, reason,
+                                              self.term)))
 
     def _flush(self) -> list[Output]:
+        """The outputs so far, up to the first :class:`Persist`: what follows
+        it is held back until :meth:`persisted` answers."""
         out, self._out = self._out, []
+        if self.config.durable:
+            for i, o in enumerate(out):
+                if isinstance(o, Persist):
+                    assert self._awaiting is None and not self._held, "one Persist at a time"
+                    self._awaiting = o.generation
+                    out, self._held = out[:i + 1], out[i + 1:]
+                    break
         return out
+
+
+def _table_fields(table: LifeTable) -> dict:
+    """A life table's fields, as :meth:`LifeTable.from_data` takes them (a
+    copy that shares nothing with ``table``)."""
+    data = table.to_data()
+    return {"own": data["own"], "cohort": IdRuns(data["cohort"]), "base": data["base"],
+            "delta": data["delta"]}

@@ -164,6 +164,27 @@ class LifeTable:
         """The lives of ``members`` now, as an immutable sequence paired with them."""
         return Lives(members, self._own.frozen(), self._cohort, self._base, self._delta.frozen())
 
+    def to_data(self) -> dict:
+        """The table as plain data (a durable keeper record), in its sparse form:
+        what :meth:`from_data` reads back into an equal table."""
+        return {"own": sorted([w, self._own.get(w)] for w in self._own.keys()),
+                "cohort": self._cohort.runs(), "base": self._base,
+                "delta": sorted([w, self._delta.get(w)] for w in self._delta.keys())}
+
+    @classmethod
+    def from_data(cls, own: list[tuple[int, int]], cohort: IdRuns, base: int,
+                  delta: list[tuple[int, int]]) -> "LifeTable":
+        """The table :meth:`to_data` described (fields already checked)."""
+        assert base >= 0 and all(v > 0 for _, v in own), "lives are never negative"
+        table = cls()
+        for w, v in own:
+            table._own[w] = v
+        table._cohort, table._base = cohort, base
+        for w, v in delta:
+            assert w in cohort and base + v >= 0, (w, v)
+            table._delta[w] = v
+        return table
+
 
 class Lives(Sequence[int]):
     """The incarnation of each worker of ``members``, in the same order.

@@ -4,6 +4,12 @@ Every message a worker sends is stamped with its ``incarnation`` (one process
 life of that worker id) and, where it refers to training, the ``generation``
 it believes in. The record-keeper compares those stamps with its record and
 refuses anything stale: generations and incarnations are fencing tokens.
+
+Every message the keeper sends carries its ``term``: 0 for the one keeper of
+a run whose record lives in memory, and with a durable record (etcd) the
+term the active keeper won its leadership in. A worker drops a message from
+a term older than the newest it has seen, so a deposed keeper's late
+decisions are refused by every worker (:class:`rollcall.core.agent.Agent`).
 """
 
 from __future__ import annotations
@@ -113,6 +119,7 @@ class RollCall:
 
     generation: int
     reason: str
+    term: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +149,7 @@ class Membership:
     placement: Optional[tuple[tuple[WorkerId, ...], ...]] = None
     recovery: Optional[RecoveryPlan] = None
     fallback: bool = False
+    term: int = 0
 
     def admits(self, worker: WorkerId, incarnation: int) -> bool:
         incs = self.incarnations
@@ -167,6 +175,7 @@ class Refused:
     incarnation: int
     generation: int
     reason: str
+    term: int = 0
 
 
 ToWorker = Union[RollCall, Membership, Refused]
