@@ -218,6 +218,16 @@ def _hosts_problem(scenario: Scenario, external_hosts: bool) -> str | None:
             f"real target: {reason}")
 
 
+def _keeper_problem(scenario: Scenario) -> str | None:
+    """Why a real scenario's keeper cannot run yet (one line), or None: the
+    etcd-backed keeper with standbys is decided by the core and modelled by
+    the sim; the real target's keeper processes are not built yet."""
+    if scenario.target == "real" and scenario.keeper.store != "memory":
+        return (f"{scenario.name}: keeper.store: etcd runs on the sim only for now (the real "
+                f"target's keeper processes and standbys are not built yet); use --target sim")
+    return None
+
+
 def _size_problem(scenario: Scenario, per_sample_ledger: bool, max_history_mb: int,
                   force: bool) -> str | None:
     """Why the run is too large to start (one line), or None.
@@ -288,6 +298,7 @@ def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bo
                          f"dataset is too large to list (at most {LEDGER_DATASET_LIMIT}); run "
                          f"without --ledger for the compact ledger")
     problem = _hosts_problem(scenario, bool((driver_options or {}).get("external_hosts")))
+    problem = problem or _keeper_problem(scenario)
     problem = problem or _size_problem(scenario, _per_sample_ledger(scenario, ledger),
                                        MAX_HISTORY_MB if max_history_mb is None else max_history_mb,
                                        force)

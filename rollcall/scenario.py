@@ -242,7 +242,7 @@ def _worker_id(value: Any) -> int:
 # the failure domains, each with the cluster key of its size (workers per domain)
 _DOMAINS = {"rack": "rack_size", "host": "workers_per_host"}
 _ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "delay", "loss",
-            "pause", "slow", "late_heartbeats", "join")
+            "pause", "slow", "late_heartbeats", "join", "kill_keeper", "kill_etcd")
 # the actions that last for_s
 _TIMED = ("pause", "partition", "isolate_keeper", "delay", "loss", "slow", "late_heartbeats")
 # the faults' own parameter: action -> key (required with it, allowed only with it)
@@ -285,7 +285,11 @@ class Fault(_Section):
     ``late_heartbeats`` (one id or "random", with ``delay_s``: the worker's
     heartbeats reach the keeper ``delay_s`` late, in order, for ``for_s``
     seconds; its work and its other messages are on time), ``join`` (count
-    of newcomers, which take the next unused ids).
+    of newcomers, which take the next unused ids), ``kill_keeper``
+    ("active": the active record-keeper dies, a standby takes over; needs
+    ``keeper.store: etcd`` and ``keeper.standbys >= 1``), ``kill_etcd`` (the
+    index of one member of the keeper's etcd cluster, which dies: with two
+    of three left the job must not notice; needs ``keeper.store: etcd``).
     """
 
     at_s: NonNegFloat | None = None
@@ -306,6 +310,8 @@ class Fault(_Section):
     delay_s: PosFloat | None = None
     for_s: PosFloat | None = None
     join: PosInt | None = None
+    kill_keeper: Literal["active"] | None = None
+    kill_etcd: NonNegInt | None = None
 
     @field_validator("kill", mode="before")
     @classmethod
@@ -423,9 +429,14 @@ class Fault(_Section):
 
     @property
     def action(self) -> Literal["kill", "kill_rack", "lose_host", "partition", "isolate_keeper",
-                                "delay", "loss", "pause", "slow", "late_heartbeats", "join"]:
+                                "delay", "loss", "pause", "slow", "late_heartbeats", "join",
+                                "kill_keeper", "kill_etcd"]:
         if self.kill is not None:
             return "kill"
+        if self.kill_keeper is not None:
+            return "kill_keeper"
+        if self.kill_etcd is not None:
+            return "kill_etcd"
         if self.kill_rack is not None:
             return "kill_rack"
         if self.lose_host is not None:
@@ -493,6 +504,8 @@ class Fault(_Section):
             return self.join
         if self.kill_rack is not None or self.lose_host is not None:
             return 1
+        if self.kill_keeper is not None or self.kill_etcd is not None:
+            return 0  # no worker
         if self.partition is not None:
             return len(self.partition)
         if self.isolate_keeper is not None or self.link is not None:
@@ -666,6 +679,54 @@ class Strategy(_Section):
     straggler_holdout_s: PosFloat = 30.0
 
 
+class KeeperSection(_Section):
+    """The record-keeper: where its record lives and what replaces it.
+
+    ``store: memory``: the record lives in the one keeper (the launcher on
+    real), a single point of failure as in torchrun's c10d store.
+    ``store: etcd``: each decided generation is written to etcd (v3) with a
+    compare-and-set before any worker hears of it; the active keeper holds a
+    lease of ``lease_ttl_s`` and ``standbys`` keepers wait to take over from
+    the last record (:mod:`rollcall.core.record`). ``etcd_endpoints``: an
+    etcd cluster of the user's (client URLs); unset, the real launcher
+    starts a 3-member cluster on loopback for the run.
+
+    The sim models the failover: the keeper fails at random with mean
+    ``mtbf_s`` (None: only ``kill_keeper`` faults), and a standby takes over
+    ``failover_s`` later (default ``lease_ttl_s``: the lease must lapse
+    first; ``rollcall calibrate`` measures the real one).
+    """
+
+    store: Literal["memory", "etcd"] = "memory"
+    standbys: NonNegInt = 0
+    etcd_endpoints: tuple[Text, ...] | None = None
+    lease_ttl_s: Annotated[float, Strict(), Field(ge=0.2, le=600.0)] = 2.0
+    mtbf_s: PosFloat | None = None
+    failover_s: PosFloat | None = None
+
+    @model_validator(mode="after")
+    def _etcd_only(self) -> "KeeperSection":
+        if self.store == "memory":
+            for key in ("standbys", "etcd_endpoints", "mtbf_s", "failover_s"):
+                if getattr(self, key) not in (None, 0):
+                    raise _Problem((key,), "needs keeper.store: etcd (a keeper whose record "
+                                           "lives in memory has no successor)")
+        if self.mtbf_s is not None and self.standbys < 1:
+            raise _Problem(("mtbf_s",), "needs keeper.standbys >= 1 (without a standby a "
+                                        "keeper failure ends the job)")
+        if self.etcd_endpoints is not None:
+            for url in self.etcd_endpoints:
+                if not url.startswith(("http://127.", "http://localhost:", "http://[::1]:")):
+                    raise _Problem(("etcd_endpoints",), f"loopback http URLs only (the run "
+                                                        f"reaches no other address), got {url!r}")
+        return self
+
+    @property
+    def takeover_s(self) -> float:
+        """The sim's time from a keeper's death to its successor's roll call."""
+        return self.lease_ttl_s if self.failover_s is None else self.failover_s
+
+
 class Scenario(_Section):
     """A whole experiment. Build it with :func:`load_scenario`/:func:`parse_scenario`."""
 
@@ -681,6 +742,7 @@ class Scenario(_Section):
     network: Network = Field(default_factory=Network)
     strategy: Strategy = Field(default_factory=Strategy)
     state: State = Field(default_factory=State)
+    keeper: KeeperSection = Field(default_factory=KeeperSection)
 
     @model_validator(mode="before")
     @classmethod
@@ -743,7 +805,10 @@ class Scenario(_Section):
             )
         limit = self.worker_id_limit
         joined = self.pool_first_id - c.workers - c.spares
+        self._check_keeper_faults()
         for i, fault in enumerate(self.failures.schedule):
+            if fault.action in ("kill_keeper", "kill_etcd"):
+                continue
             if fault.domain is not None:
                 self._check_domain(i, *fault.domain, fault.action)
                 continue
@@ -769,6 +834,28 @@ class Scenario(_Section):
                     f" + {joined} joined + {c.spare_pool} in the pool)",
                 )
         return self
+
+    def _check_keeper_faults(self) -> None:
+        """A keeper or etcd fault needs the keeper it hits: an etcd store,
+        and for ``kill_keeper`` a standby to take over."""
+        k = self.keeper
+        for i, fault in enumerate(self.failures.schedule):
+            action = fault.action
+            if action not in ("kill_keeper", "kill_etcd"):
+                continue
+            if k.store != "etcd":
+                raise _Problem(("failures", "schedule", i, action),
+                               "needs keeper.store: etcd (the keeper's record in etcd)")
+            if action == "kill_keeper" and k.standbys < 1:
+                raise _Problem(("failures", "schedule", i, action),
+                               "needs keeper.standbys >= 1 (a standby to take over)")
+            if action == "kill_etcd" and k.etcd_endpoints is not None:
+                raise _Problem(("failures", "schedule", i, action),
+                               "only on the etcd cluster the run starts itself "
+                               "(keeper.etcd_endpoints is the user's)")
+            if action == "kill_etcd" and fault.kill_etcd > 2:
+                raise _Problem(("failures", "schedule", i, action),
+                               f"the run's etcd cluster has members 0..2, got {fault.kill_etcd}")
 
     def _check_sizes(self) -> None:
         """Refuse sizes no target can run: the keeper tracks every worker id."""

@@ -128,7 +128,7 @@ import simpy
 from rollcall.config import data_spec, draws, job_policy, keeper_config, repair_shop
 from rollcall.core import (
     DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Broadcast, Checkpointed, Cursor, Enter,
-    FailureTally, Formed, IdRuns,
+    FailureTally, Formed, IdRuns, Persist,
     JobFailed, Keeper, Log, Membership, Pull, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
     Send, SendToKeeper, Stop, check, commit, describe_assignment, members_delta, members_field,
     rank_range, rec,
@@ -138,6 +138,7 @@ from rollcall.results import check_summary_keys, goodput, write_summary
 from rollcall.scenario import Scenario
 
 from sim.aging import ComputeAging
+from sim.failover import KeeperFailover
 from sim.gray import GrayFaults
 from sim.network import NetFaults
 from sim.sharded import copy_time, replicated_copy_time
@@ -238,6 +239,7 @@ class Simulation:
         self._job_wait: Optional[float] = None
         self._fail_proc: Optional[simpy.Process] = None
         self._fail_wait: Optional[float] = None
+        self.failover = KeeperFailover(self)  # the keeper's deaths and takeovers (sim.failover)
         self.net = NetFaults(self)  # per-host links: delay, loss (sim.network)
         self.gray = GrayFaults(self)  # slow workers, late heartbeats (sim.gray)
         # strategy.stragglers: evict: the members' compute goes with each vote,
@@ -311,8 +313,9 @@ class Simulation:
 
     def _kcall(self, now: float, call: Callable[..., list], *args: Any) -> None:
         """One input to the keeper at ``now``: ``call(now, *args)``, after the
-        votes that reached it first, its outputs carried out."""
-        if self.state == DONE:
+        votes that reached it first, its outputs carried out. While no
+        keeper serves (:mod:`sim.failover`) the input is lost."""
+        if self.state == DONE or self.failover.down:
             return
         if self.runs:
             self._cast(now)  # the votes that reached the keeper first
@@ -324,7 +327,8 @@ class Simulation:
 
     def _ktick(self, now: float, detection: bool = True) -> None:
         self._alarms.discard((now, detection))
-        if self.state == DONE or (not detection and self.keeper.next_round_deadline() is None):
+        if self.state == DONE or self.failover.down or (
+                not detection and self.keeper.next_round_deadline() is None):
             return  # a round timer outlived its round: the keeper has nothing due
         self._cast(now)
         self.tally.counts["keeper_calls"] += 1
@@ -384,6 +388,8 @@ class Simulation:
                 self._relaunch(now, out)
             elif isinstance(out, JobFailed):
                 self._finish(now, False, f"job failed: {out.reason}")
+            elif isinstance(out, Persist):  # always last: the keeper holds back the rest
+                self._apply(now, self.failover.persist(now, out))
         deadline = self.keeper.next_round_deadline()
         if deadline is not None and self.state != DONE:
             # The open round's own deadlines (last call, join timeout, the
@@ -521,7 +527,8 @@ class Simulation:
             self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
         self.nodes.hw[w] = False
         self.nodes.life[w] += 1
-        self.keeper.node_down(now, w)
+        if not self.failover.down:  # else the supervisor tells the next keeper
+            self.keeper.node_down(now, w)
         if self.nodes.proc[w]:
             if kind == "kill":
                 self._at(now + self.exit_notice_s, self._exited, w, int(self.nodes.inc[w]))
@@ -548,6 +555,9 @@ class Simulation:
 
     def _repaired(self, w: int, repair: Repair) -> None:
         if self.state == DONE:
+            return
+        if self.failover.back_at is not None:  # its new life is the next keeper's to hand out
+            self._at(self.failover.back_at, self._repaired, w, repair)
             return
         now = self.env.now
         self.tally.counts["repairs"] += 1
@@ -732,6 +742,10 @@ class Simulation:
             self.gray.late_heartbeats(now, f)
         elif action == "slow":
             self.gray.slow(now, f)
+        elif action == "kill_keeper":
+            self.failover.fail(now, "kill")
+        elif action == "kill_etcd":  # two of three members keep the quorum: nothing happens
+            self._write(rec(now, "info", "fault", NEMESIS, kind="kill_etcd", member=f.kill_etcd))
         elif action == "join":
             joins = []
             for _ in range(f.join):
@@ -1398,6 +1412,8 @@ class Simulation:
         else:
             self._fail_proc = env.process(self._failure_process())
         env.process(self._schedule_process())
+        if self.failover.mtbf_s is not None:
+            env.process(self.failover.process())
         ideal_total = sc.workload.steps * sc.ideal_step_s
         horizon = 1000.0 * ideal_total + 100.0 * (sc.strategy.restart_s + sc.detector.silence_s) + 3600.0
         self._at(horizon, self._horizon)
@@ -1468,6 +1484,7 @@ class Simulation:
             "retired": self.tally.counts["retired"],
             "pulled": self.tally.counts["pulled"],
             "rounds": self.tally.counts["rounds"],
+            "keeper_failovers": self.failover.count,
             "min_members": self.tally.min_members,
             "events": self.events,
             "keeper_calls": self.tally.counts["keeper_calls"],

@@ -71,8 +71,9 @@ def test_to_dict_has_every_key_resolved() -> None:
     d = parse_scenario(MINIMAL).to_dict()
     assert set(d) == {
         "name", "description", "seed", "target", "cluster", "workload", "failures",
-        "detector", "rendezvous", "network", "strategy", "state",
+        "detector", "rendezvous", "network", "strategy", "state", "keeper",
     }
+    assert d["keeper"]["store"] == "memory"
     assert d["rendezvous"]["max_workers"] == 4
     assert d["failures"]["schedule"] == []
 

@@ -44,9 +44,10 @@ from rollcall.core.history import (
 from rollcall.core.idset import EMPTY, IdRuns
 from rollcall.core.job import JobPolicy
 from rollcall.core.keeper import (
-    Broadcast, CommitVerdict, Formed, JobFailed, Keeper, KeeperConfig, Output, Record,
-    Relaunch, RestartJob, Send,
+    Broadcast, CommitVerdict, Deposed, Formed, JobFailed, Keeper, KeeperConfig, Output, Persist,
+    Record, Relaunch, RestartJob, Send,
 )
+from rollcall.core.record import KeeperRecord, record_from_data, record_to_data
 from rollcall.core.lives import Lives
 from rollcall.core.messages import (
     Checkpointed, Heartbeat, Join, JoinBatch, Leave, Membership, Refused, RollCall,
@@ -63,11 +64,11 @@ from rollcall.core.types import Cursor, WorkerId, from_ranges
 
 __all__ = [
     "Abort", "Action", "Agent", "AgentBatch", "AgentState", "Broadcast", "CheckReport",
-    "Checkpointed", "CodecError", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec",
+    "Checkpointed", "CodecError", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec", "Deposed",
     "Draws", "EMPTY", "Enter", "FailureModel", "FailureTally", "Formed", "GroupAction",
     "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
-    "Keeper", "KeeperConfig", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
-    "Output", "Phase", "Pull", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload",
+    "Keeper", "KeeperConfig", "KeeperRecord", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
+    "Output", "Persist", "Phase", "Pull", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload",
     "Repair", "RepairPolicy", "RepairShop", "RestartJob", "Retire",
     "RollCall", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepFailed", "Stop",
     "StragglerPolicy",
@@ -77,6 +78,7 @@ __all__ = [
     "WorkerId", "check", "check_cursor", "check_flag", "check_nat", "check_text", "commit",
     "describe_assignment", "expand_deltas", "from_ranges", "lr_scale", "make_detector",
     "members_delta", "members_field",
-    "message_from_data", "message_to_data", "plan_step", "rank_range", "rec", "sample_ids",
+    "message_from_data", "message_to_data", "plan_step", "rank_range", "rec", "record_from_data",
+    "record_to_data", "sample_ids",
     "split_bytes", "step_batch", "summarize_report",
 ]

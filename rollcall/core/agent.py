@@ -223,6 +223,17 @@ class Agent:
             return self._refused(now, message)
         raise TypeError(f"unknown message {message!r}")  # pragma: no cover
 
+    def reconnected(self, now: float) -> list[Action]:
+        """The worker reached a keeper again (a new connection; after a
+        failover, the next term's keeper). What it had asked and not had
+        answered went down with the old connection: ask again now, rather
+        than at the next retry (a simulator's agents have no retries)."""
+        if self.phase is Phase.JOINING:
+            return self._join(now)
+        if self.phase is Phase.BLOCKED:
+            return self._report_failure(now)
+        return []
+
     def step_committed(self, now: float, cursor: Cursor) -> list[Action]:
         """The trainer now holds the state at ``cursor``."""
         self.cursor = cursor

@@ -333,6 +333,10 @@ class AgentBatch:
                               split=lambda part, src: self._split_by(part, src, life))
         raise TypeError(f"unknown message {message!r}")
 
+    def reconnected(self, now: float, to: Optional[Ids] = None) -> list[GroupAction]:
+        """The agents of ``to`` reached a keeper again (:meth:`Agent.reconnected`)."""
+        return self._each(_ids(to), lambda a: a.reconnected(now))
+
     def step_committed(self, now: float, cursor: Cursor, to: Optional[Ids] = None
                        ) -> list[GroupAction]:
         """The trainers of ``to`` now hold the state at ``cursor``."""

@@ -190,6 +190,7 @@ class Draws:
         self._lives: dict[int, int] = {}  # node -> hardware lives drawn so far
         self._slowdowns: dict[int, int] = {}  # node -> slowdowns drawn so far
         self._picks = 0
+        self._keepers = 0  # keeper lives drawn so far
         self.cured: set[int] = set()  # bad nodes a repair fixed (rollcall.core.repairs)
 
     def cure(self, node: int) -> None:
@@ -210,6 +211,18 @@ class Draws:
         k = self._lives.get(node, 0)
         self._lives[node] = k + 1
         return self.model.lifetime(node, k, node in self.cured)
+
+    def next_keeper_life(self, mtbf_s: Optional[float]) -> Optional[float]:
+        """How long the next active record-keeper lives (exponential, mean
+        ``mtbf_s``; the k-th keeper's from draw k of the stream ``keeper``,
+        apart from the nodes' so that modelling keeper failures changes no
+        node's trace). None: keepers do not fail at random."""
+        if mtbf_s is None:
+            return None
+        assert mtbf_s > 0, mtbf_s
+        k = self._keepers
+        self._keepers = k + 1
+        return -mtbf_s * math.log(nth_uniform(self.seed, "keeper", k))
 
     def pick(self, candidates: Sequence[int]) -> Optional[int]:
         if not candidates:

@@ -1,0 +1,124 @@
+"""The record-keeper's death and its successor's takeover, on the sim (issue 20).
+
+With ``keeper.store: etcd`` the core keeper is durable: each generation it
+decides is written to the store before anyone hears of it
+(:class:`rollcall.core.keeper.Persist`); here the store is a variable that
+accepts every write (etcd's own faults are the real target's to test: a
+three-member cluster that loses one member keeps its quorum, so a
+``kill_etcd`` costs the job nothing). The write's time is not charged: it is
+milliseconds against a step (``benchmarks/`` measures it on real etcd).
+
+A keeper dies at random (``keeper.mtbf_s``, the stream ``keeper``) or when a
+``kill_keeper`` fault fires. Physically that means:
+
+- nothing decides until a standby takes over, ``keeper.takeover_s`` later
+  (the lease must lapse, then an election and a rebuild): every message sent
+  to the keeper meanwhile is lost with its connection, and so are the commit
+  requests on their way (the steps they carry are lost work);
+- the members cannot commit, so the job stalls;
+- the successor is the core's :meth:`Keeper.restored` from the last record,
+  told what the supervisor knows (the lives it started, the nodes that are
+  down, the members whose process is gone) and :meth:`Keeper.take_over`
+  opens a roll call; every agent re-sends what it had asked and not had
+  answered (:meth:`rollcall.core.agent.Agent.reconnected`).
+
+This module only carries that out; every decision is the core's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Optional
+
+import numpy as np
+
+from rollcall.core import NEMESIS, Keeper, KeeperRecord, Persist, rec
+
+if TYPE_CHECKING:
+    from sim.driver import Simulation
+
+DONE = "done"
+
+
+class KeeperFailover:
+    """One sim run's keeper deaths and takeovers."""
+
+    def __init__(self, sim: "Simulation") -> None:
+        k = sim.sc.keeper
+        self.sim = sim
+        self.mtbf_s = k.mtbf_s
+        self.takeover_s = k.takeover_s
+        self.stored: Optional[KeeperRecord] = None  # the store's latest generation
+        self.back_at: Optional[float] = None  # while no keeper serves: when one takes over
+        self.count = 0
+
+    @property
+    def down(self) -> bool:
+        """Whether no keeper serves now."""
+        return self.back_at is not None
+
+    def persist(self, now: float, out: Persist) -> list:
+        """The store takes the write (the compare-and-set holds: one keeper
+        writes at a time here) and the keeper hears so."""
+        last = 0 if self.stored is None else self.stored.generation
+        assert out.generation == last + 1, ("the store's compare-and-set", out.generation, last)
+        self.stored = out.record
+        return self.sim.keeper.persisted(now, out.generation, True)
+
+    def process(self):
+        """Random keeper deaths: each keeper lives a draw of the stream ``keeper``."""
+        sim = self.sim
+        while True:
+            life = sim.draws.next_keeper_life(self.mtbf_s)
+            if life is None:
+                return
+            yield sim.env.timeout(life)
+            if sim.state == DONE:
+                return
+            self.fail(sim.env.now, "crash")
+            yield sim.env.timeout(self.takeover_s)  # the next keeper's life starts then
+
+    def fail(self, now: float, cause: str) -> None:
+        """The active keeper dies now (``cause``: ``crash`` at random, ``kill`` by a fault)."""
+        sim = self.sim
+        if self.down or sim.state == DONE:
+            return
+        sim._write(rec(now, "info", "fault", NEMESIS, kind="kill_keeper", cause=cause,
+                       term=sim.keeper.term))
+        sim._cast(now)  # the commit requests that reached it were answered
+        sim._stall(now)  # nobody can commit: the members wait for a keeper
+        for run in sim.runs:  # requests still on their way find no keeper
+            run.refused = True
+        self.count += 1
+        self.back_at = now + self.takeover_s
+        sim._at(self.back_at, self.take_over)
+
+    def take_over(self) -> None:
+        """A standby of the next term rebuilds the keeper from the store."""
+        sim = self.sim
+        now = sim.env.now
+        if sim.state == DONE:
+            self.back_at = None
+            return
+        old = sim.keeper
+        k = Keeper.restored(old.config, self.stored, old.term + 1)
+        sim.keeper, self.back_at = k, None
+        nodes = sim.nodes
+        for w in np.flatnonzero(~nodes.hw[:sim.n_nodes]):  # the supervisor reports the down nodes
+            k.node_down(now, int(w))
+        started = {int(w): int(nodes.inc[w]) for w in np.flatnonzero(nodes.inc)}
+        sim._kcall(now, k.take_over, started)
+        for w in k.members:  # ... and the members whose process is gone
+            if not nodes.proc[w]:
+                sim._kcall(now, k.exited, w, int(nodes.inc[w]))
+        self._reconnect(now)
+        sim._alarm(now + sim.detector.silence_s())  # the verdicts on the silent ones
+
+    def _reconnect(self, now: float) -> None:
+        """Every agent reaches the new keeper and asks again what went unanswered."""
+        sim = self.sim
+        msgs: list[Any] = sim._batch_actions(now, sim.bulk.reconnected(now))
+        if msgs:
+            sim._at(now + sim.lat, sim._kreceive_at, msgs)
+        for w, a in list(sim.agents.items()):
+            if sim.nodes.proc[w] and not sim.nodes.paused[w]:
+                sim._agent_actions(now, w, a.reconnected(now))

@@ -1,0 +1,128 @@
+"""The sim's model of keeper failover (issue 20, part 4; :mod:`sim.failover`).
+
+With ``keeper.store: etcd`` the core keeper writes every generation to the
+store before announcing it; a keeper that dies (a ``kill_keeper`` fault, or
+``keeper.mtbf_s``) is replaced ``keeper.takeover_s`` later by a standby of
+the next term, rebuilt from the last record, which holds a roll call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from rollcall.core.history import members_of
+from rollcall.scenario import parse_scenario
+from sim.driver import run
+
+
+def _scenario(strategy: str = "elastic", faults: str = "", keeper: str = "",
+              steps: int = 80, extra: str = "") -> object:
+    return parse_scenario(f"""
+name: failover
+seed: 3
+cluster: {{workers: 4, spares: 1, repair_s: 5}}
+workload: {{steps: {steps}, micro_batch_s: 0.01, dataset_samples: 2048}}
+detector: {{heartbeat_s: 0.25, timeout_s: 1.0}}
+strategy: {{kind: {strategy}, checkpoint_interval_steps: 10, restart_s: 1.0,
+           checkpoint_write_s: 0.05, checkpoint_read_s: 0.05}}
+keeper: {{store: etcd, standbys: 1, lease_ttl_s: 2.0{keeper}}}
+failures:
+  schedule: [{faults}]
+{extra}""")
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
+
+
+def _gens(recs: list[dict]) -> list[tuple]:
+    return [(r["gen"], r["reason"], r.get("term", 0), members_of(r))
+            for r in recs if r["f"] == "generation" and r["type"] == "ok"]
+
+
+@pytest.mark.parametrize("strategy", ["elastic", "checkpoint-restart"])
+def test_a_killed_keeper_is_replaced_and_the_job_carries_on(tmp_path: Path,
+                                                            strategy: str) -> None:
+    sc = _scenario(strategy, "{at_step: 20, kill_keeper: active}")
+    s = run(sc, tmp_path)
+    assert s["completed"] and s["valid"], s["violations"]
+    assert s["keeper_failovers"] == 1 and s["restarts"] == 0
+    assert s["samples_duplicated"] == 0 and s["samples_skipped"] == 0
+    recs = _records(tmp_path)
+    gens = _gens(recs)
+    assert gens[0][:3] == (1, "start", 0)
+    assert gens[1][1:] == ("failover", 1, (0, 1, 2, 3)), "every member answers the new term"
+    kill = next(r for r in recs if r["f"] == "fault" and r["kind"] == "kill_keeper")
+    takeover = next(r for r in recs if r["f"] == "takeover")
+    assert takeover["t"] == pytest.approx(kill["t"] + sc.keeper.takeover_s)
+    assert takeover["term"] == 1
+    # steps committed before the death stay committed: the new generation resumes after them
+    before = [r for r in recs if r["f"] == "commit" and r["t"] <= kill["t"]]
+    resumed = next(r for r in recs if r["f"] == "generation" and r["reason"] == "failover")
+    assert resumed["cursor"][0] == before[-1]["last"] + 1
+
+
+def test_the_outage_costs_the_takeover_and_the_steps_in_flight(tmp_path: Path) -> None:
+    quiet = run(_scenario(), tmp_path / "quiet")
+    killed = run(_scenario(faults="{at_step: 20, kill_keeper: active}"), tmp_path / "killed")
+    extra = killed["elapsed_s"] - quiet["elapsed_s"]
+    sc = _scenario()
+    step = sc.ideal_step_s
+    assert sc.keeper.takeover_s <= extra <= sc.keeper.takeover_s + 3 * step + 0.01, (extra, step)
+    longer = run(_scenario(faults="{at_step: 20, kill_keeper: active}",
+                           keeper=", failover_s: 5.0"), tmp_path / "longer")
+    assert longer["elapsed_s"] - killed["elapsed_s"] == pytest.approx(3.0, abs=2 * step)
+
+
+def test_a_keeper_killed_during_a_roll_call_and_a_restart(tmp_path: Path) -> None:
+    """Deaths while a round is open: the successor's roll call replaces it."""
+    for strategy in ("elastic", "checkpoint-restart"):
+        sc = _scenario(strategy, "{at_step: 20, kill: [1]}, {at_step: 20, kill_keeper: active},"
+                                 " {at_s: 4.0, kill: [2]}, {at_s: 4.3, kill_keeper: active}")
+        s = run(sc, tmp_path / strategy)
+        assert s["completed"] and s["valid"], (strategy, s["violations"])
+        assert s["keeper_failovers"] == 2
+        gens = [g for g, *_ in _gens(_records(tmp_path / strategy))]
+        assert gens == sorted(set(gens)), "no generation number decided twice"
+
+
+def test_random_keeper_failures_come_from_their_own_stream(tmp_path: Path) -> None:
+    sc = _scenario(keeper=", mtbf_s: 3.0", steps=1000)
+    a = run(sc, tmp_path / "a")
+    b = run(sc, tmp_path / "b")
+    assert a["valid"] and a["completed"] and a["keeper_failovers"] >= 2
+    assert hashlib.sha256((tmp_path / "a" / "history.jsonl").read_bytes()).digest() == \
+        hashlib.sha256((tmp_path / "b" / "history.jsonl").read_bytes()).digest()
+    # the nodes' failure trace does not move when the keeper fails too
+    nodes = _scenario(steps=200, extra="  worker_mtbf_s: 20\n")
+    with_keeper = _scenario(keeper=", mtbf_s: 3.0", steps=200, extra="  worker_mtbf_s: 20\n")
+    r1, r2 = run(nodes, tmp_path / "n1"), run(with_keeper, tmp_path / "n2")
+    crashes = [sorted((r["t"], r["workers"]) for r in _records(tmp_path / d)
+                      if r["f"] == "fault" and r["kind"] == "crash")[:1] for d in ("n1", "n2")]
+    assert r1["crashes"] >= 1 and crashes[0] == crashes[1]
+
+
+def test_the_memory_store_writes_no_term_and_no_failover(tmp_path: Path) -> None:
+    sc = parse_scenario("name: plain\ncluster: {workers: 3}\nworkload: {steps: 20}\n")
+    s = run(sc, tmp_path)
+    assert s["keeper_failovers"] == 0
+    assert not any("term" in r for r in _records(tmp_path))
+
+
+@settings(max_examples=25, deadline=None)
+@given(kills=st.lists(st.floats(0.1, 6.0), min_size=1, max_size=3),
+       worker_kills=st.lists(st.tuples(st.floats(0.1, 6.0), st.integers(0, 4)), max_size=3),
+       strategy=st.sampled_from(["elastic", "checkpoint-restart"]))
+def test_keeper_deaths_anywhere_keep_the_history_valid(tmp_path_factory, kills, worker_kills,
+                                                        strategy) -> None:
+    faults = ", ".join([f"{{at_s: {t:.3f}, kill_keeper: active}}" for t in kills] +
+                       [f"{{at_s: {t:.3f}, kill: [{w}]}}" for t, w in worker_kills])
+    sc = _scenario(strategy, faults)
+    s = run(sc, tmp_path_factory.mktemp("f"))
+    assert s["valid"], (faults, s["violations"])
+    assert s["completed"], (faults, s["end_reason"])
