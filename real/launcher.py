@@ -42,14 +42,15 @@ from typing import Any, Callable, Optional
 
 from rollcall.config import keeper_config, repair_shop
 from rollcall.core import (
-    DRIVER, NEMESIS, Broadcast, Formed, JobFailed, Join, Keeper, Record, Refused, Relaunch,
-    Pull, Repair, RestartJob, Retire, Send, rec,
+    DRIVER, EMPTY, NEMESIS, Broadcast, CommitVerdict, Formed, IdRuns, JobFailed, Join, Keeper,
+    Record, Refused, Relaunch, Pull, Repair, RestartJob, Retire, Send, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
 
 from real import wire
 from real.faults import Due, FaultPlan
+from real.keeper_port import CommitAsk, LocalKeeper
 from real.fleet import Fleet, host_signal
 from real.netns import Network
 
@@ -167,7 +168,13 @@ class Launcher:
             hist.unlink()
         self.history = HistoryWriter(self.out)
         self.t0 = time.monotonic()
-        self.keeper = Keeper(keeper_config(scenario, "real"))
+        # the keeper's answers come back through effects, commit_answered and
+        # life_given (real.keeper_port); what the launcher knows of its record
+        # is what its outputs said: the latest generation and its members
+        self.keeper = LocalKeeper(Keeper(keeper_config(scenario, "real")), self)
+        self.generation = 0
+        self.members: IdRuns = EMPTY
+        self.completed = False  # a commit vote said the job has all its steps
         self.faults = FaultPlan(scenario)
         self.shop = repair_shop(scenario, self.faults.draws)  # repairs, retirements, pulls
         self.sel = selectors.DefaultSelector()
@@ -311,7 +318,7 @@ class Launcher:
             if now < self.batch_deadline[batch] and not all(q.join_sent for q in group):
                 continue
             del self.held_joins[batch]
-            self.effects(self.keeper.receive_many(now, [m for _, m in sorted(held, key=lambda x: x[0])]))
+            self.keeper.receive(now, [m for _, m in sorted(held, key=lambda x: x[0])])
 
     def proc_of(self, conn: Conn) -> Optional[Proc]:
         for p in reversed(self.procs):
@@ -415,6 +422,7 @@ class Launcher:
             elif isinstance(out, Record):
                 self.write(out.record)
             elif isinstance(out, Formed):
+                self.generation, self.members = out.generation, out.members
                 t = self.now()
                 self.formed.append((t, out.generation, out.members))
                 if self.train_start is None:
@@ -614,7 +622,7 @@ class Launcher:
                 self.maybe_activate()
         elif kind == "msg":
             if not self.hold_join(conn, frame[1]):
-                self.effects(self.keeper.receive(now, frame[1]))
+                self.keeper.receive(now, [frame[1]])
         elif kind == "rec":
             self.write(frame[1])
         elif kind == "commit":
@@ -625,13 +633,20 @@ class Launcher:
         elif kind == "final":
             _, w, inc, cursor, sha = frame
             self.finals[w] = (cursor, sha)
-            if self.keeper.completed and self.done_at is None:
+            if self.completed and self.done_at is None:
                 self.done_at = now + 2.0  # let the other members report their hash
 
     def commit_request(self, conn: Conn, now: float, w: int, inc: int, gen: int, step: int,
                        record: dict, compute_s: float, load: int) -> None:
-        k = self.keeper
-        verdict = k.commit(now, w, inc, gen, step)
+        """Ask the keeper's commit vote; :meth:`commit_answered` gets its answer."""
+        self.keeper.commit(now, CommitAsk(conn, w, inc, gen, step, record, compute_s, load))
+
+    def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict) -> None:
+        """The vote's answer: the history's record, the scripted faults of a
+        step every member holds, and the member's ack."""
+        now, conn, w, gen, step, record = (self.now(), ask.conn, ask.worker, ask.gen, ask.step,
+                                           ask.record)
+        self.completed = self.completed or verdict.complete
         ok = verdict.ok and self.result is None
         if ok and verdict.first:
             r = dict(record)
@@ -647,7 +662,7 @@ class Launcher:
             # left a step behind would make the run's outcome a race.
             acked = self.acked.setdefault((gen, step), set())
             acked.add(w)
-            if len(acked) >= len(k.members):  # the keeper's current member list
+            if len(acked) >= len(self.members):  # the keeper's current member list
                 del self.acked[(gen, step)]
                 due = self.faults.due_by_step(self.committed)
         # A link fault's rules, and a lost host's link-down and kills, go in
@@ -662,11 +677,10 @@ class Launcher:
         before = (*LINK_FAULTS, "lose_host", "slow")
         for d in [d for d in due if d.kind in before]:
             self.inject(d)
-        self.queue(conn, ("ack", gen, step, ok))
+        if conn.sock in self.conns:
+            self.queue(conn, ("ack", gen, step, ok))
         for d in [d for d in due if d.kind not in before]:
             self.inject(d)
-        # the step's compute, for the keeper's straggler policy (it decides)
-        self.effects(k.report_compute(now, w, inc, gen, step, compute_s, load))
 
     # --- faults ------------------------------------------------------------------------
 
@@ -681,14 +695,14 @@ class Launcher:
     def candidates(self) -> list[int]:
         """Targets of a ``random`` fault: the live members of the current
         generation, as on the sim."""
-        return [w for w in self.keeper.members
+        return [w for w in self.members
                 if (p := self.live_proc(w)) is not None and p.activated and not p.paused]
 
     def inject(self, due: Due) -> None:
         """Carry out one fault and write its ``fault`` record (one per fault,
         listing the workers it hit)."""
         now = self.now()
-        fields: dict[str, Any] = {"gen": self.keeper.generation, "origin": due.origin}
+        fields: dict[str, Any] = {"gen": self.generation, "origin": due.origin}
         if due.kind == "join":
             hit = self.join(int(due.targets))
         elif due.kind == "pause":
@@ -964,9 +978,7 @@ class Launcher:
     def timers(self) -> None:
         now = self.now()
         self.expire_unauthenticated(now)
-        kt = self.keeper.get_timer()
-        if kt is not None and now >= kt:
-            self.effects(self.keeper.handle_timer(now))
+        self.keeper.handle_timer(now)
         if self.train_start is not None:
             for due in self.faults.due_by_time(now - self.train_start):
                 self.inject(due)
@@ -987,7 +999,7 @@ class Launcher:
                 self.shop.up(now, w)
                 if self.fleet is not None:
                     self.fleet.bring_up(self.sc.host_of(w))
-                self.spawn(w, self.keeper.node_up(now, w))
+                self.keeper.node_up(now, w)  # its life: life_given
         for pull in list(self.pulls):
             if now >= pull.at_s:  # a cold spare, preempted from other work: a fresh process
                 self.pulls.remove(pull)
@@ -999,12 +1011,16 @@ class Launcher:
         if self.done_at is not None and now >= self.done_at:
             self.finish("completed", "all steps committed")
 
+    def life_given(self, worker: int, life: int) -> None:
+        """The keeper handed out the life a repaired node's process starts as."""
+        self.spawn(worker, life)
+
     def check_done(self) -> None:
-        if not self.keeper.completed or self.result is not None:
+        if not self.completed or self.result is not None:
             return
         if not self.finals:
             return
-        members = [w for w in self.keeper.members if self.live_proc(w) is not None]
+        members = [w for w in self.members if self.live_proc(w) is not None]
         if all(w in self.finals for w in members):
             self.finish("completed", "all steps committed")
 
@@ -1016,7 +1032,7 @@ class Launcher:
         self.release_joins()
         now = self.now()
         if p.fault not in ("restart", "crash"):  # a crashed machine's host reports nothing
-            self.effects(self.keeper.exited(now, p.worker, p.incarnation))
+            self.keeper.exited(now, p.worker, p.incarnation)
         if p.fault is None and self.result is None:
             self.write(rec(now, "info", "exit", DRIVER, worker=p.worker,
                            incarnation=p.incarnation, returncode=p.returncode))

@@ -1,0 +1,90 @@
+"""The launcher's way to its record-keeper: in this process, or another one.
+
+The launcher (supervisor, fault injector, the workers' relay) reports
+physical facts and carries the workers' protocol messages to the keeper, and
+does what the keeper's outputs say. Where the keeper runs is this module's
+business only:
+
+- :class:`LocalKeeper` (``keeper.store: memory``): the core
+  :class:`rollcall.core.keeper.Keeper` lives in the launcher; every call is
+  answered at once.
+- :class:`real.keeper_link.RemoteKeeper` (``keeper.store: etcd``): the active
+  keeper is a process of its own (``real.keeper_proc``) that a standby
+  replaces; calls travel over an authenticated connection and are answered
+  when its frames come back, or not at all while no keeper serves.
+
+Either way the answers come back through the launcher's three callbacks, so
+the launcher has one code path: ``effects(outputs)``,
+``commit_answered(ask, verdict)`` and ``life_given(worker, life)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Protocol
+
+from rollcall.core import CommitVerdict, Keeper
+
+
+@dataclass(frozen=True)
+class CommitAsk:
+    """One member's request to commit ``step`` of ``gen`` (its connection
+    gets the answer), with the compute it reports for the straggler policy."""
+
+    conn: Any
+    worker: int
+    incarnation: int
+    gen: int
+    step: int
+    record: dict
+    compute_s: float
+    load: int
+
+
+class Sink(Protocol):
+    """What the launcher does with the keeper's answers."""
+
+    def effects(self, outputs: list) -> None: ...
+
+    def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict) -> None: ...
+
+    def life_given(self, worker: int, life: int) -> None: ...
+
+
+class LocalKeeper:
+    """The keeper in the launcher's own process: every answer at once."""
+
+    up = True  # it is never down: it dies with the launcher
+
+    def __init__(self, keeper: Keeper, sink: Sink) -> None:
+        self.keeper = keeper
+        self.sink = sink
+
+    def receive(self, now: float, messages: list) -> None:
+        self.sink.effects(self.keeper.receive_many(now, messages))
+
+    def exited(self, now: float, worker: int, incarnation: int) -> None:
+        self.sink.effects(self.keeper.exited(now, worker, incarnation))
+
+    def node_down(self, now: float, worker: int) -> None:
+        self.keeper.node_down(now, worker)
+
+    def node_up(self, now: float, worker: int) -> None:
+        self.sink.life_given(worker, self.keeper.node_up(now, worker))
+
+    def commit(self, now: float, ask: CommitAsk) -> None:
+        verdict = self.keeper.commit(now, ask.worker, ask.incarnation, ask.gen, ask.step)
+        self.sink.commit_answered(ask, verdict)
+        self.sink.effects(self.keeper.report_compute(now, ask.worker, ask.incarnation, ask.gen,
+                                                     ask.step, ask.compute_s, ask.load))
+
+    def get_timer(self) -> Optional[float]:
+        return self.keeper.get_timer()
+
+    def handle_timer(self, now: float) -> None:
+        kt = self.keeper.get_timer()
+        if kt is not None and now >= kt:
+            self.sink.effects(self.keeper.handle_timer(now))
+
+    def close(self) -> None:
+        pass
