@@ -78,6 +78,24 @@ def recoveries(records: list[dict]) -> list[dict]:
     return out
 
 
+def failover_times(records: list[dict]) -> list[float]:
+    """For each ``kill_keeper`` fault: seconds from the kill to the first step
+    committed in a generation formed after it (issue 20's failover time)."""
+    out = []
+    kills = [r["t"] for r in records if r.get("f") == "fault" and r.get("kind") == "kill_keeper"]
+    for t in kills:
+        later = [r for r in records if r.get("f") == "generation" and r.get("type") == "ok"
+                 and r["t"] > t]
+        if not later:
+            continue
+        gen = later[0]["gen"]
+        first = min((r["t"] for r in records if r.get("f") == "commit" and r.get("gen", 0) >= gen),
+                    default=None)
+        if first is not None:
+            out.append(round(first - t, 6))
+    return out
+
+
 def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> dict[str, Any]:
     report = check(records, data_spec(scenario))
     s = summarize_report(report)
@@ -127,6 +145,9 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
         "final_weights_agree": len(shas) <= 1,
         "survivor_restarts": launcher.survivor_restarts,
         "recoveries": recs,
+        "keeper_failovers": sum(1 for r in records if r.get("f") == "takeover"
+                                and r.get("term", 0) > 1),
+        "keeper_failover_s": failover_times(records),
         "end_reason": launcher.reason,
         "result": launcher.result,
         "processes": [

@@ -69,6 +69,8 @@ class FaultPlan:
             return Due("late_heartbeats", f.targets, f.for_s, latency_s=f.delay_s, index=i)
         if f.action == "slow":
             return Due("slow", f.targets, f.for_s, rate=f.factor, index=i)
+        if f.action == "kill_etcd":
+            return Due("kill_etcd", f.kill_etcd, index=i)
         return Due(f.action, f.targets, f.for_s, index=i)
 
     def node_up(self, worker: int, at: float) -> None:

@@ -171,13 +171,18 @@ class Launcher:
         # the keeper's answers come back through effects, commit_answered and
         # life_given (real.keeper_port); what the launcher knows of its record
         # is what its outputs said: the latest generation and its members
-        self.keeper = LocalKeeper(Keeper(keeper_config(scenario, "real")), self)
+        self.sel = selectors.DefaultSelector()
+        if scenario.keeper.store == "etcd":  # keeper processes, one active, found through etcd
+            from real.keeper_link import RemoteKeeper
+
+            self.keeper: Any = RemoteKeeper(self, self.sel)
+        else:
+            self.keeper = LocalKeeper(Keeper(keeper_config(scenario, "real")), self)
         self.generation = 0
         self.members: IdRuns = EMPTY
         self.completed = False  # a commit vote said the job has all its steps
         self.faults = FaultPlan(scenario)
         self.shop = repair_shop(scenario, self.faults.draws)  # repairs, retirements, pulls
-        self.sel = selectors.DefaultSelector()
         self.procs: list[Proc] = []
         self.conns: dict[socket.socket, Conn] = {}
         self.conn_of: dict[tuple[int, int], Conn] = {}
@@ -204,6 +209,7 @@ class Launcher:
         # the nodes whose hardware is up (the sim's Nodes.hw): arrived (a
         # worker, a spare, a join that fired) and not lost since, or repaired
         self.nodes_up: set[int] = set()
+        self.nodes_down: set[int] = set()  # lost and not repaired yet (a new keeper hears of them)
         self.faults_log: list[dict] = []
         self.formed: list[tuple[float, int, tuple[int, ...]]] = []
         self.survivor_restarts = 0
@@ -384,6 +390,7 @@ class Launcher:
                     pass
                 if not p.log.closed:
                     p.log.close()
+        self.keeper.close()  # keeper processes and etcd, if any
         _LIVE.discard(self)
 
     # --- keeper outputs -------------------------------------------------------------
@@ -422,20 +429,48 @@ class Launcher:
             elif isinstance(out, Record):
                 self.write(out.record)
             elif isinstance(out, Formed):
-                self.generation, self.members = out.generation, out.members
-                t = self.now()
-                self.formed.append((t, out.generation, out.members))
-                if self.train_start is None:
-                    self.train_start = t
-                    for p in self.procs:
-                        if p.alive and p.activated:
-                            self.faults.node_up(p.worker, 0.0)
+                self.formed_generation(out.generation, out.members)
             elif isinstance(out, RestartJob):
                 self.restart_job(out)
             elif isinstance(out, Relaunch):
                 self.relaunch(out)
             elif isinstance(out, JobFailed):
                 self.finish("failed", f"job failed: {out.reason}")
+
+    def formed_generation(self, generation: int, members: IdRuns) -> None:
+        """The keeper decided ``generation`` with ``members``; the first starts training time."""
+        self.generation, self.members = generation, members
+        t = self.now()
+        self.formed.append((t, generation, tuple(members)))
+        if self.train_start is None:
+            self.train_start = t
+            for p in self.procs:
+                if p.alive and p.activated:
+                    self.faults.node_up(p.worker, 0.0)
+
+    def physical_report(self) -> tuple[list, list, list]:
+        """What a new keeper is told on taking over: the latest life started
+        for each worker id, the nodes down, and the latest lives whose
+        process exited (a crashed machine's report nothing)."""
+        latest: dict[int, Proc] = {}
+        for p in self.procs:
+            if p.worker not in latest or p.incarnation >= latest[p.worker].incarnation:
+                latest[p.worker] = p
+        started = sorted([w, p.incarnation] for w, p in latest.items())
+        exited = sorted([w, p.incarnation] for w, p in latest.items()
+                        if not p.alive and p.fault not in ("restart", "crash"))
+        return started, sorted(self.nodes_down), exited
+
+    def tell_workers(self, frame: tuple) -> None:
+        for conn in list(self.conns.values()):
+            if conn.authed and conn.worker is not None:
+                self.queue(conn, frame)
+
+    def write_reject(self, reason: str) -> None:
+        self.rejected += 1
+        if self.rejected <= MAX_REJECT_RECORDS:
+            self.write(rec(self.now(), "info", "reject", DRIVER, reason=reason[:200],
+                           worker=None, authenticated=True))
 
     def restart_job(self, out: RestartJob) -> None:
         """Checkpoint-restart: SIGKILL the process of every worker the keeper
@@ -722,6 +757,11 @@ class Launcher:
             hit = self.slow(now, due, fields)
         elif due.kind in LINK_FAULTS:
             hit = self.cut_links(now, due, fields)
+        elif due.kind == "kill_keeper":  # the active keeper process: a standby takes over
+            hit, fields["term"] = [], self.keeper.kill_active()
+        elif due.kind == "kill_etcd":  # one member of three: the quorum holds
+            hit, fields["member"] = [], int(due.targets)
+            self.keeper.kill_etcd(int(due.targets))
         else:
             assert due.kind in ("kill", "kill_rack", "lose_host", "crash"), due
             # a machine's end (a lifetime's, a lost host's) reports no exit
@@ -930,6 +970,7 @@ class Launcher:
         reported died with it, so the detector's timeout decides."""
         assert w in self.nodes_up, w
         self.nodes_up.discard(w)
+        self.nodes_down.add(w)
         p = self.live_proc(w)
         if p is not None:
             p.fault = kind
@@ -959,7 +1000,7 @@ class Launcher:
         times = []
         kt = self.keeper.get_timer()
         if kt is not None:
-            times.append(kt)
+            times.append(kt)  # the keeper's (or, while none serves, the next look in etcd)
         if self.train_start is not None:
             ft = self.faults.next_time()
             if ft is not None:
@@ -997,6 +1038,7 @@ class Launcher:
                 self.repairs.remove(entry)
                 self.write(repair.record(now))
                 self.shop.up(now, w)
+                self.nodes_down.discard(w)
                 if self.fleet is not None:
                     self.fleet.bring_up(self.sc.host_of(w))
                 self.keeper.node_up(now, w)  # its life: life_given
@@ -1071,6 +1113,8 @@ class Launcher:
             signal.signal(signal.SIGTERM, on_signal)
         try:
             self.listen()
+            if not isinstance(self.keeper, LocalKeeper):
+                self.keeper.start()  # etcd, the keeper processes, the first keeper's answer
             c = self.sc.cluster
             batch = self.new_batch()
             for w in range(c.workers):
@@ -1099,6 +1143,11 @@ class Launcher:
                         self.accept()
                     elif kind == "proc":
                         self.on_exit(obj)
+                    elif kind == "kconn":
+                        if self.keeper.up:
+                            self.keeper.on_readable()
+                    elif kind == "kproc":
+                        self.keeper.on_proc_exit(obj)
                     else:
                         if key.fileobj not in self.conns:
                             continue

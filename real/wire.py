@@ -42,6 +42,7 @@ launcher -> worker
     ("msg", ToWorker)                            the keeper's answer
     ("ack", gen, step, accepted)                 answer to a commit request
     ("activate",)                                a standby spare becomes a worker
+    ("keeper", term)                             a new keeper serves (keeper.store: etcd)
 """
 
 from __future__ import annotations
@@ -171,6 +172,9 @@ TO_WORKER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "late_beats": (_delay_s,),  # a late_heartbeats fault: hold each heartbeat this long (0: on time)
     # a slow fault: compute this many times slower (1: full speed) from this step on
     "slow": (_factor, nat),
+    # keeper.store: etcd: a keeper of this term serves now (after a failover):
+    # ask again what went unanswered (Agent.reconnected)
+    "keeper": (nat,),
 }
 
 
@@ -236,7 +240,7 @@ class FrameReader:
                 break
             out.append(decode(bytes(self._buf[4:4 + n]), self.kinds))
             del self._buf[:4 + n]
-            if out[-1][0] in ("hello", "host_hello", "challenge"):
+            if out[-1][0] in ("hello", "host_hello", "sup_hello", "challenge"):
                 break  # the rest waits for the caller to authenticate (and call again)
         return out
 

@@ -261,6 +261,8 @@ class Worker:
                 self.late.delay_s = frame[1]
             elif kind == "slow":  # a slow fault (1: full speed again)
                 self.slow_factor, self.slow_from = frame[1], frame[2]
+            elif kind == "keeper" and self.started:  # a failover: ask again what went unanswered
+                self.apply(self.agent.reconnected(self.now()))
         if kind == "activate":
             self.maybe_start()
 

@@ -158,7 +158,9 @@ def _step_cost(h: _History, shards: int) -> _StepCost:
 def _event_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
     """Samples of the costs that follow one record: a fault's detection, a
     checkpoint's write, a restart and the checkpoint read after it."""
-    out: dict[str, list[float]] = {k: [] for k in ("kill", "pause", "write", "restart", "read")}
+    out: dict[str, list[float]] = {k: [] for k in ("kill", "pause", "write", "restart", "read",
+                                                   "failover")}
+    takeovers = [float(r["t"]) for r in h.recs if r.get("f") == "takeover"]
     rounds = sorted(h.opened.values())
     commit_t = {int(c["last"]): float(c["t"]) for cs in h.commits.values() for c in cs}
     evicts = [(float(r["t"]), r.get("worker")) for r in h.recs if r.get("f") == "evict"]
@@ -169,6 +171,10 @@ def _event_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
             nxt = next((x for x in rounds if x >= t), None)
             if nxt is not None:
                 out["kill"].append(nxt - t)
+        elif f == "fault" and r.get("kind") == "kill_keeper":  # to the successor's takeover
+            nxt = next((x for x in takeovers if x >= t), None)
+            if nxt is not None:
+                out["failover"].append(nxt - t)
         elif f == "fault" and r.get("kind") == "pause":
             ws = set(r.get("workers") or [])
             ev = next((x for x, w in evicts if x >= t and w in ws), None)
@@ -258,6 +264,7 @@ def measure(run_dir: str | Path) -> dict[str, Any]:
         else (0.0 if strategy == "elastic" else None),
         "checkpoint_read_s": _median(ev["read"]),
         "restart_s": _median(ev["restart"]),
+        "keeper_failover_s": _median(ev["failover"]),
         "heartbeat_s": sc["detector"]["heartbeat_s"],
         "model_bytes": wl["model_params"] * wl["bytes_per_param"],
     }
@@ -288,6 +295,8 @@ def overrides(cal: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("checkpoint_write_s", "checkpoint_read_s", "restart_s"):
         if cal.get(key) is not None:
             out[f"strategy.{key}"] = round(cal[key], 9)
+    if cal.get("keeper_failover_s") is not None:  # applies to an etcd-backed keeper only
+        out["keeper.failover_s"] = round(cal["keeper_failover_s"], 9)
     return out
 
 
@@ -301,6 +310,8 @@ def with_keys(scenario: Scenario, keys: Mapping[str, Any], target: str = "sim") 
     data = scenario.to_dict()
     data["target"] = target
     for dotted, value in keys.items():
+        if dotted.startswith("keeper.") and data["keeper"]["store"] == "memory":
+            continue  # a keeper without a successor has no failover to model
         node = data
         *parents, leaf = dotted.split(".")
         for p in parents:

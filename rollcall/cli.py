@@ -219,12 +219,17 @@ def _hosts_problem(scenario: Scenario, external_hosts: bool) -> str | None:
 
 
 def _keeper_problem(scenario: Scenario) -> str | None:
-    """Why a real scenario's keeper cannot run yet (one line), or None: the
-    etcd-backed keeper with standbys is decided by the core and modelled by
-    the sim; the real target's keeper processes are not built yet."""
-    if scenario.target == "real" and scenario.keeper.store != "memory":
-        return (f"{scenario.name}: keeper.store: etcd runs on the sim only for now (the real "
-                f"target's keeper processes and standbys are not built yet); use --target sim")
+    """Why a real scenario's etcd-backed keeper cannot run here (one line), or None."""
+    if scenario.target != "real" or scenario.keeper.store == "memory":
+        return None
+    if scenario.keeper.etcd_endpoints is not None:
+        return (f"{scenario.name}: keeper.etcd_endpoints: the real target runs its own etcd "
+                f"cluster (it authenticates with the run's secret; a cluster of yours, with "
+                f"credentials of its own, is not supported yet); leave it unset")
+    etcd_binary = _load_target_attr("real", "etcd", "etcd_binary")
+    if etcd_binary is None or etcd_binary() is None:
+        return (f"{scenario.name}: keeper.store: etcd needs the etcd server (Debian's "
+                f"etcd-server: apt-get install etcd-server)")
     return None
 
 

@@ -81,17 +81,17 @@ SUMMARY_KEYS: tuple[str, ...] = (
 #: defines each one.
 BOTH_EXTRA_KEYS: tuple[str, ...] = (
     "fallbacks", "lost_steps", "state_bytes_moved", "steps_lost_to_fallback", "ideal_step_s",
+    "keeper_failovers",
 )
 SIM_ONLY_KEYS: tuple[str, ...] = (
     "checkpoint_s", "end_s", "checkpoints", "detections", "evictions", "crashes", "kills",
-    "rack_kills", "pauses", "joins", "repairs", "retired", "pulled", "rounds", "keeper_failovers",
-    "min_members",
+    "rack_kills", "pauses", "joins", "repairs", "retired", "pulled", "rounds", "min_members",
     "events",
     "keeper_calls", "sim_per_wall", "keeper_wall_s", "check_wall_s",
 )
 REAL_ONLY_KEYS: tuple[str, ...] = (
     "final_weights_sha256", "final_weights_agree", "survivor_restarts", "recoveries",
-    "processes",
+    "processes", "keeper_failover_s",
 )
 
 

@@ -686,8 +686,10 @@ class KeeperSection(_Section):
     real), a single point of failure as in torchrun's c10d store.
     ``store: etcd``: each decided generation is written to etcd (v3) with a
     compare-and-set before any worker hears of it; the active keeper holds a
-    lease of ``lease_ttl_s`` and ``standbys`` keepers wait to take over from
-    the last record (:mod:`rollcall.core.record`). ``etcd_endpoints``: an
+    lease of ``lease_ttl_s`` (etcd grants whole seconds, rounded up: a
+    standby can win only after that; the keeper stops deciding before the
+    time asked) and ``standbys`` keepers wait to take over from the last
+    record (:mod:`rollcall.core.record`). ``etcd_endpoints``: an
     etcd cluster of the user's (client URLs); unset, the real launcher
     starts a 3-member cluster on loopback for the run.
 
@@ -700,7 +702,7 @@ class KeeperSection(_Section):
     store: Literal["memory", "etcd"] = "memory"
     standbys: NonNegInt = 0
     etcd_endpoints: tuple[Text, ...] | None = None
-    lease_ttl_s: Annotated[float, Strict(), Field(ge=0.2, le=600.0)] = 2.0
+    lease_ttl_s: Annotated[float, Strict(), Field(ge=1.0, le=600.0)] = 2.0
     mtbf_s: PosFloat | None = None
     failover_s: PosFloat | None = None
 

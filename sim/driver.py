@@ -742,6 +742,10 @@ class Simulation:
             self.gray.late_heartbeats(now, f)
         elif action == "slow":
             self.gray.slow(now, f)
+        elif action == "kill_keeper" and f.trigger == "at_step":
+            # as on real: once every member holds the step (its votes reached
+            # the keeper, their answers came back), not while they are on their way
+            self._at(now + 2 * self.lat, lambda: self.failover.fail(self.env.now, "kill"))
         elif action == "kill_keeper":
             self.failover.fail(now, "kill")
         elif action == "kill_etcd":  # two of three members keep the quorum: nothing happens

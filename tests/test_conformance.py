@@ -1,7 +1,7 @@
 """Conformance (issue 14): on one scenario the sim and the real target decide the same.
 
 Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``
-and ``scenarios/chaos-cr-kill-join-kill.yaml``: all sixteen have a schedule,
+and ``scenarios/chaos-cr-kill-join-kill.yaml``: all seventeen have a schedule,
 none has random lifetimes, so none is skipped) runs once on each target.
 :mod:`rollcall.decisions` reads the decision sequence from each history
 alone: generations (gen, members, cursor, source, stale, reason),
@@ -100,6 +100,10 @@ real-straggler             gen 1; the straggler's eviction (worker,
                            the real worker's slowness starts at the fault's
                            step, as on the sim); gen 3 (growth: its
                            readmission after the holdout); end
+real-keeper-failover       gen 1; gen 2 (failover: the active keeper killed
+                           once every member holds step 12, on the sim too);
+                           the eviction; gen 3; gen 4 (failover); end (etcd
+                           on real: skipped, with the reason, without it)
 real-roll-call-kill        gen 1; the killed worker's eviction and the
                            paused one's; gen 2 (all but reason); gen 3 (gen,
                            members, reason); end
@@ -164,6 +168,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pair]:
     once per module whichever test asks first."""
     from real import driver as real_driver
     from sim import driver as sim_driver
+    from real.etcd import etcd_binary
 
     cache: dict[tuple[str, ...], Pair] = {}
 
@@ -173,6 +178,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pair]:
             sc = load_scenario(SCENARIOS / f"{name}.yaml", list(overrides))
             if sc.cluster.workers_per_host is not None and (why := netns_available()) is not None:
                 pytest.skip(f"{name} runs its hosts as network namespaces on real: {why}")
+            if sc.keeper.store == "etcd" and etcd_binary() is None:
+                pytest.skip(f"{name} keeps its record in etcd on real: no etcd binary "
+                            f"(Debian's etcd-server)")
             out = tmp_path_factory.mktemp(name)
             sim_driver.run(sc, out / "sim")
             real_driver.run(sc, out / "real")
@@ -209,7 +217,7 @@ def test_every_shipped_real_scenario_is_covered() -> None:
         sc = load_scenario(SCENARIOS / f"{name}.yaml", [])
         unscripted = not sc.failures.schedule or sc.failures.worker_mtbf_s is not None
         assert unscripted == (name in SKIPPED), (name, "update SKIPPED and the docstring")
-    assert len(SHIPPED) == 16, SHIPPED  # the docstring names each of them
+    assert len(SHIPPED) == 17, SHIPPED  # the docstring names each of them
 
 
 @pytest.mark.timeout(150)

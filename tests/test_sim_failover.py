@@ -72,8 +72,11 @@ def test_the_outage_costs_the_takeover_and_the_steps_in_flight(tmp_path: Path) -
     killed = run(_scenario(faults="{at_step: 20, kill_keeper: active}"), tmp_path / "killed")
     extra = killed["elapsed_s"] - quiet["elapsed_s"]
     sc = _scenario()
-    step = sc.ideal_step_s
-    assert sc.keeper.takeover_s <= extra <= sc.keeper.takeover_s + 3 * step + 0.01, (extra, step)
+    # the outage, give or take the step in flight and a checkpoint write the
+    # failover generation shifts (checkpoints count from each generation's resume)
+    step, write = sc.ideal_step_s, sc.strategy.checkpoint_write_s
+    slack = 3 * step + write + 0.01
+    assert abs(extra - sc.keeper.takeover_s) <= slack, (extra, step)
     longer = run(_scenario(faults="{at_step: 20, kill_keeper: active}",
                            keeper=", failover_s: 5.0"), tmp_path / "longer")
     assert longer["elapsed_s"] - killed["elapsed_s"] == pytest.approx(3.0, abs=2 * step)

@@ -6,12 +6,13 @@
 #
 #   chromium-headless-shell  tests/test_report.py renders report.html in it
 #   nftables                 the real target's network faults (rules inside host namespaces)
+#   etcd-server              the keeper's store (keeper.store: etcd): real/etcd.py starts a loopback cluster of /usr/bin/etcd
 #
 # Idempotent: a package dpkg reports installed is skipped, and nothing is
 # fetched when all are there.
 set -euo pipefail
 
-PACKAGES=(chromium-headless-shell nftables)
+PACKAGES=(chromium-headless-shell nftables etcd-server)
 
 installed() {
     dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"

@@ -667,8 +667,9 @@ class Keeper:
         relaunch, a repaired node): such a life is the latest of its id here
         too, so the older ones are over (their messages are refused) and no
         life is ever started twice, whichever keeper orders it."""
-        self._ready()
         assert self.term > 0 and self.round is None, "restored first (Keeper.restored)"
+        if not self._live(now):
+            return self._flush()  # its lease lapsed before it began
         moved = []
         for w, life in sorted(started.items()):
             if life > self.incarnation_of(w):

@@ -1,0 +1,281 @@
+"""A record-keeper process of its own: the active one, or a standby (issue 20).
+
+``keeper.store: etcd``. The launcher starts ``1 + keeper.standbys`` of these;
+each binds a loopback port, then campaigns for the leadership key in etcd
+(:class:`real.keeper_store.KeeperStore`). The winner rebuilds the core keeper
+from the last generation the store holds (:meth:`Keeper.restored`, its term
+the one it won), publishes its address with the key, and serves the launcher
+(one connection, :mod:`real.keeper_wire`); the others wait on the key.
+
+What this process does is I/O only; every decision is the core keeper's:
+
+- each generation it decides is written with a compare-and-set
+  (``Persist``) before the launcher hears of it; a refused or failed write
+  is the keeper's input (``persisted(ok=False)``), and it deposes itself;
+- it renews its lease every ``lease_ttl_s / 4`` and tells the keeper the
+  lease holds until the renewal's *send* time plus 90% of the TTL
+  (``Keeper.hold``): a keeper that cannot renew stops deciding on its own
+  clock before the store lets a standby win;
+- deposed, it revokes its lease (so a standby wins at once) and exits 3.
+
+Exit codes: 0 the launcher closed the link (the run is over), 3 deposed,
+2 bad arguments or an unusable store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from rollcall.config import keeper_config
+from rollcall.core import (
+    Broadcast, Deposed, Formed, JobFailed, Keeper, Persist, Record, Relaunch, RestartJob, Send,
+    message_to_data, record_from_data, record_to_data,
+)
+from rollcall.scenario import Scenario
+
+from real import wire
+from real.keeper_store import KeeperStore, StoreUnavailable
+from real.keeper_wire import TO_KEEPER_PROC, supervisor_ok
+
+DEPOSED_EXIT = 3
+LEASE_MARGIN = 0.9  # of the TTL: the keeper's own end of its lease, before the store's
+
+
+class KeeperProcess:
+    def __init__(self, args: argparse.Namespace) -> None:
+        run = Path(args.run_dir)
+        self.sc = Scenario.model_validate(json.loads((run / "real" / "scenario.json").read_text()))
+        self.t0 = args.t0
+        self.candidate = f"keeper-{args.candidate}"
+        self.secret = wire.read_secret(args.secret_file)
+        self.run_id = args.run_id
+        self.ttl_s = float(self.sc.keeper.lease_ttl_s)
+        self.store = KeeperStore(args.endpoints.split(","), args.prefix,
+                                 secret=self.secret.hex(), timeout_s=max(1.0, self.ttl_s / 2))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.setblocking(False)
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.lead: Any = None
+        self.keeper: Optional[Keeper] = None
+        self.conn: Optional[socket.socket] = None
+        self.reader = wire.FrameReader(TO_KEEPER_PROC)
+        self.nonce = wire.new_nonce()
+        self.authed = False
+        self.serving = False  # took over (the launcher's first report came)
+        self.renew_at = 0.0
+        self.sel = selectors.DefaultSelector()
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    # --- standby ------------------------------------------------------------------
+
+    def stand_by(self) -> None:
+        """Campaign until this candidate holds the leadership key."""
+        while self.lead is None:
+            try:
+                self.lead = self.store.campaign(self.candidate, self.address, self.ttl_s)
+            except StoreUnavailable:
+                self.lead = None
+            if self.lead is None:
+                try:
+                    self.store.wait_leader_change(self.ttl_s)
+                except StoreUnavailable:
+                    time.sleep(0.1)  # etcd is electing or away: look again, bounded
+        sent = self.now()
+        last = self.store.last_generation()
+        record = None if last is None else record_from_data(last["record"])
+        self.keeper = Keeper.restored(keeper_config(self.sc, "real"), record, self.lead.term)
+        self.keeper.hold(sent, sent + LEASE_MARGIN * self.ttl_s)
+        self.renew_at = sent + self.ttl_s / 4
+
+    # --- the launcher's link ----------------------------------------------------------
+
+    def send(self, *frame: Any) -> None:
+        assert self.conn is not None
+        self.conn.setblocking(True)
+        try:
+            self.conn.sendall(wire.encode(frame))
+        finally:
+            self.conn.setblocking(False)
+
+    def accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        if self.conn is not None:  # one supervisor: the newest link wins
+            self.sel.unregister(self.conn)
+            self.conn.close()
+        self.conn, self.authed = sock, False
+        self.reader, self.nonce = wire.FrameReader(TO_KEEPER_PROC), wire.new_nonce()
+        sock.setblocking(False)
+        self.sel.register(sock, selectors.EVENT_READ, "conn")
+        self.send("challenge", self.nonce, self.run_id)
+
+    def readable(self) -> bool:
+        """Read the link; False once the launcher closed it."""
+        assert self.conn is not None
+        try:
+            data = self.conn.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:
+            data = b""
+        if not data:
+            return False
+        try:
+            frames = self.reader.feed(data)
+            while frames:
+                for frame in frames:
+                    self.frame(frame)
+                frames = self.reader.more()
+        except wire.WireError:
+            return False  # a bad peer: drop it (the launcher reconnects)
+        return True
+
+    def frame(self, frame: tuple) -> None:
+        kind, now, k = frame[0], self.now(), self.keeper
+        assert k is not None
+        if not self.authed:
+            if kind != "sup_hello" or not supervisor_ok(self.secret, self.nonce, self.run_id, frame):
+                raise wire.WireError("the first frame must be the run's sup_hello")
+            self.authed = True
+            self.reader.authenticated()
+            return
+        if kind == "report":
+            _, started, down, exited = frame
+            self.send("term", k.term)
+            if self.serving:
+                return  # the launcher's link came back: this keeper took over already
+            self.serving = True
+            for w in down:
+                k.node_down(now, w)
+            self.emit(k.take_over(now, dict(started)))
+            for w, life in exited:
+                self.emit(k.exited(now, w, life))
+        elif not self.serving:
+            raise wire.WireError(f"{kind} before the report")
+        elif kind == "msgs":
+            self.emit(k.receive_many(now, frame[1]))
+        elif kind == "exited":
+            self.emit(k.exited(now, frame[1], frame[2]))
+        elif kind == "node_down":
+            k.node_down(now, frame[1])
+        elif kind == "node_up":
+            self.send("life", frame[1], k.node_up(now, frame[1]))
+        elif kind == "commit":
+            self.commit(now, *frame[1:])
+        else:
+            raise wire.WireError(f"{kind} is not a frame a supervisor sends")
+
+    def commit(self, now: float, ask: int, w: int, inc: int, gen: int, step: int,
+               compute_s: float, load: int) -> None:
+        k = self.keeper
+        assert k is not None
+        v = k.commit(now, w, inc, gen, step)
+        self.send("verdict", ask, v.ok, v.first, v.complete, v.reason)
+        self.emit(k.report_compute(now, w, inc, gen, step, compute_s, load))
+
+    # --- the keeper's outputs ---------------------------------------------------------
+
+    def emit(self, outputs: list) -> None:
+        for out in outputs:
+            if isinstance(out, Persist):
+                self.emit(self.keeper.persisted(self.now(), out.generation, self.persist(out)))
+            elif isinstance(out, Deposed):
+                self.depose()
+            elif isinstance(out, Send):
+                self.send("send", out.to, message_to_data(out.message))
+            elif isinstance(out, Broadcast):
+                self.send("broadcast", out.to.runs(), message_to_data(out.message))
+            elif isinstance(out, Record):
+                self.send("rec", out.record)
+            elif isinstance(out, Formed):
+                self.send("formed", out.generation, out.members.runs())
+            elif isinstance(out, RestartJob):
+                self.send("restart", out.generation, out.reason, out.teardown.runs())
+            elif isinstance(out, Relaunch):
+                self.send("relaunch", out.generation, sorted(map(list, out.lives().items())))
+            elif isinstance(out, JobFailed):
+                self.send("job_failed", out.reason)
+
+    def persist(self, out: Persist) -> bool:
+        """The compare-and-set of one generation; any doubt is a refusal."""
+        try:
+            return self.store.commit_generation(self.lead, out.generation,
+                                                record_to_data(out.record))
+        except StoreUnavailable:
+            return False
+
+    def depose(self) -> None:
+        try:
+            self.store.resign(self.lead)
+        except StoreUnavailable:
+            pass
+        raise SystemExit(DEPOSED_EXIT)
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def renew(self) -> None:
+        sent = self.now()
+        try:
+            alive = self.store.keep_alive(self.lead)
+        except StoreUnavailable:
+            alive = False
+        if alive:
+            self.keeper.hold(sent, sent + LEASE_MARGIN * self.ttl_s)
+        self.renew_at = sent + self.ttl_s / 4
+
+    def serve(self) -> int:
+        self.sel.register(self.listener, selectors.EVENT_READ, "listen")
+        while True:
+            k = self.keeper
+            assert k is not None
+            due = [t for t in (k.get_timer(), self.renew_at) if t is not None]
+            timeout = max(0.0, min(due) - self.now()) if due else 0.5
+            for key, _ in self.sel.select(min(timeout, 0.5)):
+                if key.data == "listen":
+                    self.accept()
+                elif self.conn is not None and not self.readable():
+                    return 0  # the launcher is gone: the run is over
+            now = self.now()
+            if now >= self.renew_at:
+                self.renew()
+            if self.conn is not None and self.serving:
+                self.emit(k.handle_timer(now))
+
+    def run(self) -> int:
+        self.stand_by()
+        return self.serve()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="real.keeper_proc")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--candidate", type=int, required=True)
+    p.add_argument("--t0", type=float, required=True)
+    p.add_argument("--secret-file", required=True)
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--endpoints", required=True)
+    p.add_argument("--prefix", required=True)
+    args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        return KeeperProcess(args).run()
+    except StoreUnavailable as exc:
+        print(f"real.keeper_proc: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
