@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 from rollcall.core import (
-    EMPTY, Broadcast, CommitVerdict, IdRuns, JobFailed, Record, Relaunch, RestartJob, Send,
-    message_to_data,
+    DRIVER, EMPTY, Broadcast, CommitVerdict, IdRuns, JobFailed, Record, Relaunch, RestartJob,
+    Send, message_to_data, rec,
 )
 
 from real import wire
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 POLL_S = 0.05  # while no keeper serves: how often etcd is asked who leads
 START_TIMEOUT_S = 60.0  # the first keeper, from the processes' start to its answer
 LOST = CommitVerdict(False, "keeper-lost")
+MAX_BACKLOG = 8 << 20  # bytes queued for a keeper that does not read: then its link is given up
 
 
 @dataclass
@@ -70,11 +71,13 @@ class RemoteKeeper:
         self.store: Optional[KeeperStore] = None
         self.procs: list[KeeperProc] = []
         self.next_candidate = 0
-        self.term = 0
+        self.term = 0  # the term of the keeper linked (or last linked), as etcd named it
+        self.served = False  # a keeper took over already (the next one is a failover)
         self.leader: Optional[str] = None  # the candidate that serves now
         self.sock: Optional[socket.socket] = None
         self.reader = wire.FrameReader(TO_SUPERVISOR)
         self.asks: dict[int, CommitAsk] = {}
+        self.out = bytearray()  # frames the keeper's socket has not taken yet
         self.next_ask = 0
         self.pending_lives: list[int] = []  # repaired nodes waiting for a keeper
         self.poll_at: Optional[float] = 0.0
@@ -178,10 +181,18 @@ class RemoteKeeper:
         link; a standby takes its place (the run keeps 1 + standbys)."""
         self._reap(kp, kill=False)
         self.procs.remove(kp)
+        self.l.write(rec(self.l.now(), "info", "keeper_exit", DRIVER, candidate=kp.candidate,
+                         returncode=kp.popen.returncode))
         if f"keeper-{kp.candidate}" == self.leader:
-            self.lost()
+            self.lost("exited")
         if self.l.result is None:
             self.spawn()
+
+    def on_event(self) -> None:
+        """The link is readable or writable (the launcher's selector)."""
+        self.flush()
+        if self.sock is not None:
+            self.on_readable()
 
     def on_readable(self) -> None:
         assert self.sock is not None
@@ -192,7 +203,7 @@ class RemoteKeeper:
         except OSError:
             data = b""
         if not data:
-            self.lost()
+            self.lost("closed")
             return
         try:
             frames = self.reader.feed(data)
@@ -202,12 +213,14 @@ class RemoteKeeper:
                 frames = self.reader.more()
         except wire.WireError as exc:
             self.l.write_reject(f"keeper link: {exc}")
-            self.lost()
+            self.lost("bad-frame")
 
-    def lost(self) -> None:
-        """The serving keeper is gone: what it owed the launcher is lost."""
+    def lost(self, reason: str) -> None:
+        """The serving keeper is gone (``reason``): what it owed the launcher is lost."""
         if self.sock is None:
             return
+        self.l.write(rec(self.l.now(), "info", "keeper_link", DRIVER, term=self.term,
+                         candidate=self.leader, reason=reason))
         self.drop_link()
         self.lost_at = self.l.now()
         self.poll_at = self.l.now()
@@ -216,6 +229,7 @@ class RemoteKeeper:
             self.l.commit_answered(ask, LOST)
 
     def drop_link(self) -> None:
+        self.out = bytearray()
         if self.sock is not None:
             try:
                 self.sel.unregister(self.sock)
@@ -227,16 +241,19 @@ class RemoteKeeper:
     # --- finding and greeting the keeper ------------------------------------------------
 
     def get_timer(self) -> Optional[float]:
-        return None if self.up else self.poll_at
+        return self.poll_at
 
     def handle_timer(self, now: float) -> None:
-        if not self.up and self.poll_at is not None and now >= self.poll_at:
+        """Look in etcd: often while no keeper serves, every half lease while
+        one does (a keeper paused or cut off from etcd loses its lease
+        without closing its link: a newer term's keeper is the one to serve)."""
+        if self.poll_at is not None and now >= self.poll_at:
             self.poll()
 
     def poll(self) -> None:
         """Ask etcd who leads; greet a keeper of a newer term."""
         assert self.store is not None
-        self.poll_at = self.l.now() + POLL_S
+        self.poll_at = self.l.now() + (self.ttl_s / 2 if self.up else POLL_S)
         try:
             found = self.store.leader()
         except StoreUnavailable:
@@ -244,15 +261,19 @@ class RemoteKeeper:
         if found is None or found[0] <= self.term:
             return
         term, candidate, address = found
+        if self.up:  # a newer term leads: the keeper we talk to was deposed
+            self.lost("superseded")
         host, port = address.rsplit(":", 1)
         try:
             sock = socket.create_connection((host, int(port)), timeout=1.0)
             self.greet(sock)
         except (OSError, wire.WireError):
             return  # not listening yet, or gone again: the next poll
-        self.sock, self.leader = sock, candidate
+        self.sock, self.leader, self.term = sock, candidate, term
         sock.setblocking(False)
         self.sel.register(sock, selectors.EVENT_READ, ("kconn", None))
+        self.l.write(rec(self.l.now(), "info", "keeper_link", DRIVER, term=term,
+                         candidate=candidate, reason="connected"))
 
     def greet(self, sock: socket.socket) -> None:
         """The challenge, our hello, and the report the new keeper takes over with."""
@@ -308,8 +329,9 @@ class RemoteKeeper:
 
     def took_over(self, term: int) -> None:
         """A keeper of ``term`` serves: the workers ask again, repaired nodes get lives."""
-        first = self.term == 0
-        self.term = term
+        if term != self.term:
+            raise wire.WireError(f"the keeper says term {term}, etcd said {self.term}")
+        first, self.served = not self.served, True
         if not first:
             now = self.l.now()
             self.failovers.append({"term": term, "lost_at": self.lost_at, "up_at": now})
@@ -321,14 +343,30 @@ class RemoteKeeper:
     # --- the port's methods (real.keeper_port.LocalKeeper's) ---------------------------------
 
     def _send(self, *frame: Any) -> None:
+        """Queue one frame and send what the socket takes now. A keeper that
+        stops reading (frozen, cut off) must not stall the launcher: past
+        MAX_BACKLOG bytes unsent its link is given up."""
         if self.sock is None:
             return
+        self.out += wire.encode(frame)
+        self.flush()
+
+    def flush(self) -> None:
+        if self.sock is None or not self.out:
+            return
         try:
-            self.sock.setblocking(True)
-            self.sock.sendall(wire.encode(frame))
-            self.sock.setblocking(False)
+            n = self.sock.send(self.out)
+        except BlockingIOError:
+            n = 0
         except OSError:
-            self.lost()
+            self.lost("send-failed")
+            return
+        del self.out[:n]
+        if len(self.out) > MAX_BACKLOG:
+            self.lost("backlog")
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0)
+        self.sel.modify(self.sock, events, ("kconn", None))
 
     def receive(self, now: float, messages: list) -> None:
         self._send("msgs", [message_to_data(m) for m in messages])

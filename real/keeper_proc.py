@@ -101,12 +101,16 @@ class KeeperProcess:
     # --- the launcher's link ----------------------------------------------------------
 
     def send(self, *frame: Any) -> None:
-        assert self.conn is not None
-        self.conn.setblocking(True)
+        """One frame to the launcher; a broken link drops it (the launcher
+        found another keeper, or ended the run: the loop sees the end)."""
+        if self.conn is None:
+            return
         try:
+            self.conn.setblocking(True)
             self.conn.sendall(wire.encode(frame))
-        finally:
             self.conn.setblocking(False)
+        except OSError:
+            pass
 
     def accept(self) -> None:
         try:
@@ -132,6 +136,8 @@ class KeeperProcess:
         except OSError:
             data = b""
         if not data:
+            print(f"real.keeper_proc: {self.candidate}: the launcher closed the link",
+                  file=sys.stderr, flush=True)
             return False
         try:
             frames = self.reader.feed(data)
@@ -139,7 +145,9 @@ class KeeperProcess:
                 for frame in frames:
                     self.frame(frame)
                 frames = self.reader.more()
-        except wire.WireError:
+        except wire.WireError as exc:
+            print(f"real.keeper_proc: {self.candidate}: dropped the launcher's link: {exc}",
+                  file=sys.stderr, flush=True)
             return False  # a bad peer: drop it (the launcher reconnects)
         return True
 
@@ -243,16 +251,18 @@ class KeeperProcess:
             assert k is not None
             due = [t for t in (k.get_timer(), self.renew_at) if t is not None]
             timeout = max(0.0, min(due) - self.now()) if due else 0.5
-            for key, _ in self.sel.select(min(timeout, 0.5)):
+            events = self.sel.select(min(timeout, 0.5))
+            # the keeper's own clock first: one that was paused past its lease
+            # deposes itself before it reads (and could act on) anything
+            if self.serving:
+                self.emit(k.handle_timer(self.now()))
+            for key, _ in events:
                 if key.data == "listen":
                     self.accept()
                 elif self.conn is not None and not self.readable():
                     return 0  # the launcher is gone: the run is over
-            now = self.now()
-            if now >= self.renew_at:
+            if self.now() >= self.renew_at:
                 self.renew()
-            if self.conn is not None and self.serving:
-                self.emit(k.handle_timer(now))
 
     def run(self) -> int:
         self.stand_by()

@@ -1145,7 +1145,7 @@ class Launcher:
                         self.on_exit(obj)
                     elif kind == "kconn":
                         if self.keeper.up:
-                            self.keeper.on_readable()
+                            self.keeper.on_event()
                     elif kind == "kproc":
                         self.keeper.on_proc_exit(obj)
                     else:

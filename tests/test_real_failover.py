@@ -94,3 +94,76 @@ def test_one_etcd_member_lost_changes_nothing(tmp_path: Path) -> None:
     assert [g["gen"] for g in _generations(recs)] == [1], "the job did not notice"
     assert s["keeper_failovers"] == 0
     assert any(r["f"] == "fault" and r.get("kind") == "kill_etcd" for r in recs)
+
+
+@skip_no_etcd
+def test_a_keeper_that_lost_its_lease_stops_deciding(tmp_path: Path) -> None:
+    """The active keeper is frozen (SIGSTOP: as cut off from etcd, it cannot
+    renew) past its lease: a standby of the next term takes over, the
+    launcher follows etcd to it, and the old keeper, woken, finds its lease
+    over on its own clock and deposes itself (exit 3) before it reads anything:
+    nothing it could decide reaches a worker or etcd."""
+    import os
+    import signal
+    import threading
+
+    from polling import wait_for
+    from rollcall.results import read_jsonl_so_far
+
+    sc = _scenario("", steps=150, ttl_s=1.0)
+    hist = tmp_path / "history.jsonl"
+    done = threading.Event()
+    frozen: list[int] = []
+    errors: list[str] = []
+
+    def keeper_pid() -> int | None:
+        """The process of the keeper the launcher talks to (its ``keeper_link``)."""
+        links = [r for r in read_jsonl_so_far(hist)
+                 if r["f"] == "keeper_link" and r["reason"] == "connected"]
+        if not links:
+            return None
+        number = links[-1]["candidate"].rsplit("-", 1)[1]
+        for c in psutil.Process().children(recursive=True):
+            cmd = c.cmdline()
+            if "real.keeper_proc" in cmd and cmd[cmd.index("--candidate") + 1] == number:
+                return c.pid
+        return None
+
+    def freeze_then_wake() -> None:
+        try:
+            wait_for(lambda: done.is_set() or any(
+                r["f"] == "generation" for r in read_jsonl_so_far(hist)), 120, "generation 1")
+            pid = keeper_pid()
+            if done.is_set() or pid is None:
+                return
+            os.kill(pid, signal.SIGSTOP)
+            frozen.append(pid)
+            wait_for(lambda: done.is_set() or any(
+                r["f"] == "takeover" and r["term"] == 2 for r in read_jsonl_so_far(hist)),
+                60, "the standby's takeover")
+        except AssertionError as exc:
+            errors.append(str(exc))
+        finally:
+            for pid in frozen:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+
+    t = threading.Thread(target=freeze_then_wake)
+    t.start()
+    try:
+        s, recs = _run(sc, tmp_path)
+    finally:
+        done.set()
+        t.join(timeout=30)
+    assert not errors and frozen, errors or "the active keeper was never frozen"
+    assert s["completed"] and s["valid"], (s["end_reason"], s["violations"])
+    assert [r["term"] for r in recs if r["f"] == "takeover"][:2] == [1, 2]
+    first = next(r["candidate"] for r in recs if r["f"] == "keeper_link")
+    exits = {f"keeper-{r['candidate']}": r["returncode"] for r in recs if r["f"] == "keeper_exit"}
+    assert exits.get(first) == 3, exits  # deposed: its lease lapsed on its own clock
+    lost = [r["reason"] for r in recs if r["f"] == "keeper_link" and r["reason"] != "connected"]
+    assert lost[:1] == ["superseded"], lost  # the launcher followed etcd to the new term
+    gens = [g["gen"] for g in _generations(recs)]
+    assert gens == sorted(set(gens))
