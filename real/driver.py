@@ -3,8 +3,9 @@
 Runs the launcher (record-keeper service, workers, faults), merges the
 history by time, checks it with the core's checkers and writes
 ``summary.json`` with the same keys as the sim target (times in real
-seconds) plus ``final_weights_sha256``, ``survivor_restarts`` and
-``recoveries``.
+seconds) plus ``final_weights_sha256``, ``survivor_restarts``,
+``recoveries`` and what it ran on (``torch_version``, ``backend``,
+``device``, ``nccl_version``).
 
 Clock zero for ``at_s`` faults and for ``elapsed_s`` is the moment the first
 generation formed (training start), so the seconds in a scenario are seconds
@@ -25,6 +26,7 @@ from rollcall.core import FailureTally, check, summarize_report
 from rollcall.results import HISTORY_FILE, check_summary_keys, goodput, history_line, write_summary
 from rollcall.scenario import Scenario
 
+from real.device import device_problem, platform_keys
 from real.launcher import Launcher
 
 
@@ -157,6 +159,7 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
             for p in launcher.procs],
     }
     summary.update(s)
+    summary.update(platform_keys(scenario.cluster.device, scenario.cluster.backend))
     if launcher.result == "completed" and len(shas) > 1:
         summary["valid"] = False
         summary["violations"] = list(summary["violations"]) + [
@@ -186,6 +189,9 @@ def run(scenario: Scenario, out_dir: str | Path, max_wall_s: Optional[float] = N
     """Run ``scenario`` as real processes; ``max_wall_s``: end it (not
     completed, result failed) after that many wall seconds, as on the sim.
     ``bind`` and ``external_hosts``: ``rollcall keeper`` (see :class:`Launcher`)."""
+    problem = device_problem(scenario)  # the CLI says it first (exit 2); a direct caller here
+    if problem is not None:
+        raise ValueError(problem)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     launcher = Launcher(scenario, out, max_wall_s, bind=bind, external_hosts=external_hosts)

@@ -7,6 +7,12 @@ exactly what was trained on. Parameters live in one flat tensor (the module's
 parameters are views into it), and so does the SGD momentum: the state a
 newcomer copies, a checkpoint stores and the final hash covers is the pair
 ``(params, momentum)`` in registration order.
+
+On ``cluster.device: cuda`` the state, the gradients and the model live on
+the worker's GPU; the model is still initialised and every sample still
+generated on the CPU (seeded CPU generators), then moved, so every worker
+starts from the same bits and trains on the same data whatever its device.
+Checkpoints are written from CPU copies and loaded onto the worker's device.
 """
 
 from __future__ import annotations
@@ -42,12 +48,17 @@ def _views(flat: torch.Tensor, params: Sequence[torch.Tensor]) -> list[torch.Ten
 class Workload:
     """Model, data and optimizer state of one worker."""
 
-    def __init__(self, seed: int, model_params: int, lr: float) -> None:
+    def __init__(self, seed: int, model_params: int, lr: float,
+                 device: str | torch.device = "cpu") -> None:
         self.seed = seed
         self.lr = lr
+        self.device = torch.device(device)
         torch.manual_seed(seed)
         h = hidden_for(model_params)
-        self.model = nn.Sequential(nn.Linear(IN_DIM, h), nn.Tanh(), nn.Linear(h, OUT_DIM))
+        # initialised on the CPU (the seeded generator), then moved, so the
+        # same bits on any device; on the CPU .to() is the module itself
+        self.model = nn.Sequential(nn.Linear(IN_DIM, h), nn.Tanh(),
+                                   nn.Linear(h, OUT_DIM)).to(self.device)
         params = list(self.model.parameters())
         self.n = sum(p.numel() for p in params)
         self.flat = torch.cat([p.detach().reshape(-1) for p in params]).clone()
@@ -55,14 +66,14 @@ class Workload:
         # Gradients live in one flat buffer too (each .grad a view into it):
         # backward accumulates in place, with no per-step allocation and no
         # concatenation to hand the gradient to a collective.
-        self.grad_buf = torch.zeros(self.n)
+        self.grad_buf = torch.zeros(self.n, device=self.device)
         for p, data, grad in zip(params, _views(self.flat, params), _views(self.grad_buf, params)):
             p.data = data
             p.grad = grad
         self.params = params
-        self.momentum = torch.zeros(self.n)
+        self.momentum = torch.zeros(self.n, device=self.device)
         g = torch.Generator().manual_seed(seed * 7919 + 1)
-        self.teacher = torch.randn(IN_DIM, OUT_DIM, generator=g) / IN_DIM ** 0.5
+        self.teacher = (torch.randn(IN_DIM, OUT_DIM, generator=g) / IN_DIM ** 0.5).to(self.device)
 
     # --- data -------------------------------------------------------------------
 
@@ -71,7 +82,7 @@ class Workload:
         return torch.randn(IN_DIM, generator=g)
 
     def batch(self, ids: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.stack([self.sample(i) for i in ids])
+        x = torch.stack([self.sample(i) for i in ids]).to(self.device)
         return x, torch.tanh(x @ self.teacher)
 
     # --- compute ------------------------------------------------------------
@@ -123,7 +134,7 @@ class Workload:
             self.momentum.zero_()
 
     def initial_state(self) -> torch.Tensor:
-        return torch.cat([self.initial, torch.zeros(self.n)])
+        return torch.cat([self.initial, torch.zeros(self.n, device=self.device)])
 
     def state(self) -> torch.Tensor:
         return torch.cat([self.flat, self.momentum])
@@ -134,7 +145,7 @@ class Workload:
             self.momentum.copy_(state[self.n:])
 
     def weights_sha256(self) -> str:
-        return hashlib.sha256(self.flat.detach().contiguous().numpy().tobytes()).hexdigest()
+        return hashlib.sha256(self.flat.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
 
 
 def checkpoint_path(run_dir: str | Path, step: int) -> Path:
@@ -145,15 +156,20 @@ def save_checkpoint(run_dir: str | Path, step: int, sample: int, state: torch.Te
     path = checkpoint_path(run_dir, step)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    torch.save({"step": step, "sample": sample, "state": state.clone()}, tmp)
+    # a CPU copy (on the CPU .cpu() is the tensor itself): a checkpoint
+    # loads on any device, and on a machine without the GPU it came from
+    torch.save({"step": step, "sample": sample, "state": state.cpu().clone()}, tmp)
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     return path
 
 
-def load_checkpoint(run_dir: str | Path, step: int) -> Optional[dict]:
+def load_checkpoint(run_dir: str | Path, step: int,
+                    map_location: str | torch.device | None = None) -> Optional[dict]:
+    """The checkpoint at ``step`` (None if there is none), its tensors on
+    ``map_location`` (the worker's device; None: where they were saved)."""
     path = checkpoint_path(run_dir, step)
     if not path.exists():
         return None
-    return torch.load(path, weights_only=True)
+    return torch.load(path, weights_only=True, map_location=map_location)

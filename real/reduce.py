@@ -127,13 +127,18 @@ class ExactPart:
     """
 
     def __init__(self, n: int, n_shards: int, top: Optional[int],
-                 scratch: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> None:
+                 scratch: Optional[tuple[torch.Tensor, torch.Tensor]] = None,
+                 device: str | torch.device = "cpu") -> None:
         """``scratch``: a float32 and an int32 buffer of ``n`` entries to encode
         in, kept by the caller from step to step (never sent on the wire);
-        fresh 4 MB tensors per micro-batch cost more than the arithmetic."""
+        fresh 4 MB tensors per micro-batch cost more than the arithmetic.
+        ``device``: where the gradients are and the payload goes (the
+        worker's GPU under ``cluster.device: cuda``; the integers, and so the
+        bits, are the same on any device)."""
         self.n, self.n_shards, self.top = n, n_shards, top
+        self.device = torch.device(device)
         self.exp = None if top is None else scale_exp(top, n_shards)
-        self.payload = torch.empty(n + 1 + 2 * n_shards, dtype=torch.int32)
+        self.payload = torch.empty(n + 1 + 2 * n_shards, dtype=torch.int32, device=self.device)
         self.payload[n:].zero_()
         self.blank = True  # the gradient sum holds nothing yet (not even zeros)
         self.kept: dict[int, tuple[torch.Tensor, float]] = {}
@@ -162,7 +167,8 @@ class ExactPart:
                 self._put(body, encode(torch.cat(pieces), self.exp))
                 return
             if self.scratch is None:
-                self.scratch = (torch.empty(n), torch.empty(n, dtype=torch.int32))
+                self.scratch = (torch.empty(n, device=self.device),
+                                torch.empty(n, dtype=torch.int32, device=self.device))
             f32, i32 = self.scratch
             # encode() into reused buffers: each piece scaled straight into its
             # place in the flat buffer (no concatenation pass), the rest flat
@@ -190,8 +196,10 @@ class ExactPart:
             self.blank = False
         if self.losses:
             idx = sorted(self.losses)
-            slots = torch.tensor([n + 1 + 2 * j + k for j in idx for k in (0, 1)])
-            vals = torch.tensor([w for j in idx for w in _loss_words(self.losses[j])], dtype=torch.int32)
+            slots = torch.tensor([n + 1 + 2 * j + k for j in idx for k in (0, 1)],
+                                 device=words.device)
+            vals = torch.tensor([w for j in idx for w in _loss_words(self.losses[j])],
+                                dtype=torch.int32, device=words.device)
             words.index_copy_(0, slots, vals)
         return words
 
@@ -220,7 +228,7 @@ class ExactPart:
         """The same shards encoded under the agreed ``top`` (from the MAX
         collective). ``shards``: ``(index, grad, loss)`` recomputed by the
         caller for those not kept."""
-        part = ExactPart(self.n, self.n_shards, top, self.scratch)
+        part = ExactPart(self.n, self.n_shards, top, self.scratch, self.device)
         for j, (g, loss) in sorted(self.kept.items()):
             part.add(j, g, loss)
         for j, g, loss in shards:
@@ -231,7 +239,7 @@ class ExactPart:
 def fast_payload(grad: torch.Tensor, losses: list[float]) -> torch.Tensor:
     """This worker's float32 contribution: its accumulated gradient plus its loss sum
     (a fresh tensor: an abandoned collective may still write into an old one)."""
-    out = torch.empty(grad.numel() + 1, dtype=grad.dtype)
+    out = torch.empty(grad.numel() + 1, dtype=grad.dtype, device=grad.device)
     out[:-1].copy_(grad)
     out[-1] = sum(losses)
     return out

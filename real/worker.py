@@ -8,7 +8,8 @@ Two threads:
   the agent's actions into effects (messages, history records, a new target
   generation for the trainer, an abort flag);
 - the *training* thread trains a real torch model: per generation it builds a
-  fresh gloo group over a fresh store connection and key prefix, takes the
+  fresh group (gloo, or NCCL on GPUs: ``cluster.backend``) over a fresh store
+  connection and key prefix, takes the
   state as the keeper decided (the agent's ``Enter``: who is stale, who is the
   source), and runs steps whose micro-batches come from the core planner.
   It reports to the agent only what happened (a step committed, the state
@@ -19,7 +20,12 @@ Two threads:
 A third, the *reaper*, tears down the groups of generations the trainer has
 left (see :class:`Reaper`): a gloo group's destructor may block on a paused
 peer, and a worker that kept its old groups instead grew by a group's fds
-and threads every generation.
+and threads every generation. NCCL groups are never torn down: each is
+aborted when its generation ends here and kept until the process exits
+(:class:`real.device.Communicators`), since a collective whose peer died
+never ends on its own and destroying a communicator a dead peer holds can
+hang. The worker computes on ``cluster.device`` (its GPU: worker id to GPU
+by :func:`real.device.pick_device`); on the CPU nothing of this runs.
 
 A step counts only when the keeper service accepts its commit: the request
 carries the generation stamp, and the service answers on the same ordered
@@ -56,6 +62,11 @@ from rollcall.core import (
 from rollcall.scenario import Scenario
 
 from real import reduce, wire
+from real.device import Communicators, nccl_backend, pick_device, worker_env
+
+#: A group's collective timeout (gloo and NCCL) and NCCL's non-blocking init
+#: and abort limit: a backstop only; the keeper ends a generation long before.
+GROUP_TIMEOUT_S = 60.0
 
 
 class Aborted(Exception):
@@ -80,6 +91,12 @@ class Worker:
         self.scenario = Scenario.model_validate(
             json.loads((self.run_dir / "real" / "scenario.json").read_text()))
         sc = self.scenario
+        # read by torch when it first touches CUDA or builds a group: set
+        # before either (empty on the CPU)
+        os.environ.update(worker_env(sc.cluster.device, sc.cluster.backend, GROUP_TIMEOUT_S))
+        self.nccl = sc.cluster.backend == "nccl"
+        # NCCL only: every communicator of a generation that ended here is aborted
+        self.comms: Optional[Communicators] = Communicators() if self.nccl else None
         self.keeper_host = args.keeper_host  # the keeper service's and the TCPStore's address
         self.addr = args.addr  # this host's own address: the gloo groups run over it
         # the keeper link: direct, or through the host agent's relay (real/relay.py)
@@ -165,10 +182,14 @@ class Worker:
                     self.send(("msg", a.message))
             elif isinstance(a, Enter):
                 self.target = a
+                if self.comms is not None:  # every earlier generation is over here
+                    self.comms.abort_through(a.generation - 1)
                 self.wake.set()
                 self.cond.notify_all()
             elif isinstance(a, Abort):
                 self.aborted_gen = max(self.aborted_gen, a.generation)
+                if self.comms is not None:  # a roll call opened: free the stream now
+                    self.comms.abort_through(a.generation)
                 self.wake.set()
                 self.cond.notify_all()
             elif isinstance(a, Stop):
@@ -288,6 +309,8 @@ class Worker:
             self.check(gen)
             wake.wait(0.005)
             wake.clear()
+        if self.nccl:  # an NCCL work fails when we abort it: that ends the generation
+            self.check(gen)
         work.wait()  # completed: raises if the collective failed
 
     def train_loop(self) -> None:
@@ -299,7 +322,13 @@ class Worker:
         from real.model import Workload
 
         sc = self.scenario
-        self.wl = Workload(sc.seed, sc.workload.model_params, sc.workload.lr)
+        cl = sc.cluster
+        count = torch.cuda.device_count() if cl.device == "cuda" else 0
+        where = torch.device(pick_device(self.worker, cl.device, cl.backend, count,
+                                         cl.gpus_per_worker))
+        if where.type == "cuda":
+            torch.cuda.set_device(where)  # this process's GPU: NCCL's, the allocator's
+        self.wl = Workload(sc.seed, sc.workload.model_params, sc.workload.lr, where)
         self.scratch = None  # exact mode's encoding buffers, kept from step to step
         self.zero = None
         if sc.state.sharding == "sharded":
@@ -347,10 +376,14 @@ class Worker:
                 store = dist.TCPStore(self.keeper_host, self.store_port, is_master=False,
                                       timeout=timedelta(seconds=60))
                 prefixed = dist.PrefixStore(f"rollcall/gen{enter.generation}/", store)
-                # gloo on CPU tensors. (NCCL needs the model on one GPU per
-                # worker; this workload runs on CPU, see docs/known-gaps.md.)
+                out["gen"] = enter.generation
+                if self.nccl:
+                    out["pg"] = self.nccl_group(prefixed, enter)
+                    out["store"] = store
+                    return
+                # gloo, on CPU or CUDA tensors
                 opts = dist.ProcessGroupGloo._Options()
-                opts._timeout = timedelta(seconds=60)
+                opts._timeout = timedelta(seconds=GROUP_TIMEOUT_S)
                 opts._devices = [dist.ProcessGroupGloo.create_device(hostname=self.addr)]
                 out["pg"] = dist.ProcessGroupGloo(prefixed, enter.rank, len(enter.members), opts)
                 out["store"] = store
@@ -369,6 +402,14 @@ class Worker:
         self.group = out
         return out["pg"]
 
+    def nccl_group(self, prefixed, enter: Enter):
+        """This generation's NCCL backend, registered for abort before it
+        connects (a peer may die while it does)."""
+        comms = self.comms
+        assert comms is not None
+        return nccl_backend(self.dist, prefixed, enter.rank, len(enter.members), self.wl.device,
+                            GROUP_TIMEOUT_S, lambda b: comms.add(enter.generation, b))
+
     def retire_group(self) -> None:
         """Hand the last generation's group to the reaper. Called when the
         trainer takes a later generation, not when it leaves one: the keeper
@@ -378,6 +419,9 @@ class Worker:
         there once this side closes cannot fail a live generation."""
         group, self.group = self.group, None
         if group is None:
+            return
+        if self.comms is not None:  # NCCL: aborted (if the control thread has not yet) and kept
+            self.comms.abort_through(group["gen"])
             return
         if sys.getrefcount(group["pg"]) > 2:
             gc.collect()  # a frame of the last generation kept in a reference cycle
@@ -410,7 +454,7 @@ class Worker:
 
     def max_over(self, pg, value: float, gen: int) -> float:
         """``value``'s maximum over the generation (a scalar MAX collective)."""
-        t = self.torch.tensor([value], dtype=self.torch.float64)
+        t = self.torch.tensor([value], dtype=self.torch.float64, device=self.wl.device)
         if pg is not None:
             opts = self.dist.AllreduceOptions()
             opts.reduceOp = self.dist.ReduceOp.MAX
@@ -435,7 +479,7 @@ class Worker:
         if cursor == Cursor():
             return self.wl.initial_state()
         from real.model import load_checkpoint
-        ck = load_checkpoint(self.run_dir, cursor.step)
+        ck = load_checkpoint(self.run_dir, cursor.step, map_location=self.wl.device)
         if ck is None or ck["sample"] != cursor.sample:
             raise RuntimeError(f"no checkpoint at {cursor}")
         return ck["state"]
@@ -494,7 +538,7 @@ class Worker:
         if enter.source == self.worker:
             buf = self.wl.flat.clone() if sharded else self.wl.state()
         else:
-            buf = torch.empty(self.wl.n if sharded else 2 * self.wl.n)
+            buf = torch.empty(self.wl.n if sharded else 2 * self.wl.n, device=self.wl.device)
         if pg is not None:
             self.wait_work(pg.broadcast(buf, enter.members.index(enter.source)),
                            enter.generation)
@@ -577,7 +621,7 @@ class Worker:
                 hint = reduce.hint_top(self.wl.momentum)
             else:  # sliced: the owners' maxima, MAX-reduced
                 hint = reduce.hint_from_max(self.max_over(pg, self.zero.momentum_max(), gen))
-            part = reduce.ExactPart(self.wl.n, plan.n_shards, hint, self.scratch)
+            part = reduce.ExactPart(self.wl.n, plan.n_shards, hint, self.scratch, self.wl.device)
         mine = plan.shards_of(self.worker)
         for j in mine:
             self.check(gen)

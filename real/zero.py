@@ -39,8 +39,9 @@ def bounds(n: int, n_shards: int) -> list[tuple[int, int]]:
     return list(zip(ends, ends[1:]))
 
 
-def gather_buffer(n: int) -> torch.Tensor:
-    return torch.full((n,), -0.0)
+def gather_buffer(n: int, device: str | torch.device = "cpu") -> torch.Tensor:
+    """``n`` entries of ``-0.0`` on ``device`` (the worker's: a gather runs there)."""
+    return torch.full((n,), -0.0, device=device)
 
 
 class ZeroState:
@@ -121,7 +122,7 @@ class ZeroState:
         wl = self.wl
         rate = wl.lr * lr_scale
         moms: dict[int, torch.Tensor] = {}
-        buf = gather_buffer(wl.n)
+        buf = gather_buffer(wl.n, wl.flat.device)
         for s in sorted(self.held):
             sl = self._sl(s)
             m = wl.momentum[sl].mul(MOMENTUM).add_(grad[sl])
@@ -142,7 +143,7 @@ class ZeroState:
 
     def _momentum_of(self, shards) -> torch.Tensor:
         """A gather buffer holding this worker's momentum of ``shards``, ``-0.0`` elsewhere."""
-        buf = gather_buffer(self.wl.n)
+        buf = gather_buffer(self.wl.n, self.wl.flat.device)
         for s in shards:
             sl = self._sl(s)
             buf[sl] = self.wl.momentum[sl]

@@ -218,6 +218,17 @@ def _hosts_problem(scenario: Scenario, external_hosts: bool) -> str | None:
             f"real target: {reason}")
 
 
+def _device_problem(scenario: Scenario) -> str | None:
+    """Why a real scenario's ``cluster.device``/``backend`` cannot run on this
+    machine (one line), or None: CUDA absent, or fewer GPUs than ``nccl``'s
+    one per worker. Checked here, at run time, not when the file is parsed:
+    a scenario is often validated on a machine without GPUs."""
+    if scenario.target != "real" or scenario.cluster.device == "cpu":
+        return None  # no torch import for the common case
+    problem = _load_target_attr("real", "device", "device_problem")
+    return None if problem is None else problem(scenario)
+
+
 def _keeper_problem(scenario: Scenario) -> str | None:
     """Why a real scenario's etcd-backed keeper cannot run here (one line), or None."""
     if scenario.target != "real" or scenario.keeper.store == "memory":
@@ -304,6 +315,7 @@ def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bo
                          f"without --ledger for the compact ledger")
     problem = _hosts_problem(scenario, bool((driver_options or {}).get("external_hosts")))
     problem = problem or _keeper_problem(scenario)
+    problem = problem or _device_problem(scenario)
     problem = problem or _size_problem(scenario, _per_sample_ledger(scenario, ledger),
                                        MAX_HISTORY_MB if max_history_mb is None else max_history_mb,
                                        force)
@@ -393,7 +405,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if compare is None:
         _err(f"target '{scenario.target}' is not built yet (no {scenario.target}.compare)")
         return 2
-    problem = _hosts_problem(scenario, False) or _size_problem(
+    problem = _hosts_problem(scenario, False) or _device_problem(scenario) or _size_problem(
         scenario, _per_sample_ledger(scenario, False), args.max_history_mb, args.force)
     if problem is not None:
         _err(problem)
@@ -450,7 +462,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             name += "-" + hashlib.sha1(json.dumps(sorted(args.set)).encode()).hexdigest()[:8]
         out_dir = Path("runs") / scenario.name / name
     strategies = tuple(args.strategy) if args.strategy else sweep.STRATEGIES
-    problem = _hosts_problem(scenario, False) or _size_problem(
+    problem = _hosts_problem(scenario, False) or _device_problem(scenario) or _size_problem(
         scenario, _per_sample_ledger(scenario, False), args.max_history_mb, args.force)
     if problem is not None:
         _err(problem)

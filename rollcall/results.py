@@ -91,7 +91,7 @@ SIM_ONLY_KEYS: tuple[str, ...] = (
 )
 REAL_ONLY_KEYS: tuple[str, ...] = (
     "final_weights_sha256", "final_weights_agree", "survivor_restarts", "recoveries",
-    "processes", "keeper_failover_s",
+    "processes", "keeper_failover_s", "torch_version", "backend", "device", "nccl_version",
 )
 
 

@@ -167,6 +167,16 @@ class Cluster(_Section):
     ``lose_host`` fault takes one down: every process on it dies at once and
     nothing reports an exit. Unset: every worker is its own machine. Racks
     group whole hosts (``rack_size`` a multiple of ``workers_per_host``).
+
+    ``device`` and ``backend`` say where the real target's workers compute
+    and what carries their collectives: ``cpu`` with ``gloo`` (the
+    default), ``cuda`` with ``gloo`` (workers share the GPUs, gloo stages
+    CUDA tensors through host memory) or ``cuda`` with ``nccl`` (one GPU per
+    worker process). The file alone decides only that ``nccl`` needs
+    ``cuda``; whether this machine has CUDA and a GPU per worker is checked
+    when a real run starts (``real.device.device_problem``), since a
+    scenario is often validated on a machine without GPUs. The sim target
+    ignores both: its step costs come from ``workload``.
     """
 
     workers: PosInt = 4
@@ -178,12 +188,23 @@ class Cluster(_Section):
     preempt_s: NonNegFloat = 1200.0
     rack_size: PosInt | None = None
     workers_per_host: PosInt | None = None
+    device: Literal["cpu", "cuda"] = "cpu"
+    backend: Literal["gloo", "nccl"] = "gloo"
 
     @model_validator(mode="after")
     def _one_repair(self) -> "Cluster":
         if self.repair_s is not None and self.repair is not None:
             raise _Problem(("repair",), "give repair_s (a fixed time) or repair (a pipeline), "
                                         "not both")
+        return self
+
+    @model_validator(mode="after")
+    def _nccl_needs_cuda(self) -> "Cluster":
+        # NCCL moves GPU memory only: a CPU tensor in an NCCL collective is an
+        # error at the first step, so say it before anything starts
+        if self.backend == "nccl" and self.device != "cuda":
+            raise _Problem(("backend",), f"nccl needs cluster.device: cuda (NCCL runs on GPUs "
+                                         f"only), got device: {self.device}; use gloo on cpu")
         return self
 
 

@@ -1,0 +1,246 @@
+"""The prepared GPU check of issue 21 (run it through ``benchmarks/gpu_check.sh``).
+
+Prints one line per check, ``PASS``/``FAIL``/``SKIP`` and what; exits 1 if
+any check failed, else 0 (a machine without CUDA: every line ``SKIP``).
+
+- One GPU (``CUDA_VISIBLE_DEVICES`` narrowed to the first): four workers
+  share it, gloo over CUDA tensors (``benchmarks/gpu-gloo-one-gpu.yaml``):
+  one killed, then one paused past the detector timeout. The run completes,
+  the per-sample ledger says every sample exactly once (the summary's
+  ``valid``, from the core's checkers over ``history.jsonl``), kill ->
+  resume and pause -> resume are printed, and exact mode's final weights
+  equal those of the same run without faults (a different membership history).
+- Two or more GPUs: the same over NCCL, one worker per GPU
+  (``benchmarks/gpu-nccl-kill.yaml``, ``gpu-nccl-pause.yaml``: one run
+  each, a slowed peer SIGKILLed or SIGSTOPped), plus: the fault lands while
+  the survivors are inside the allreduce (their ledger record of the step
+  in flight precedes the fault, its commit does not), they resume within
+  the detector timeout + 1 s, and no survivor was torn down.
+
+Each run goes through ``rollcall run`` (what a user runs), bounded by
+``--max-wall-s``; the results stay in the directory printed last.
+
+``--rehearse-on-cpu N`` runs the same checks as if there were N GPUs, on
+the CPU over gloo (``cluster.device=cpu``, ``cluster.backend=gloo``): it
+tests this harness, not the GPU paths, on a machine without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+MAX_WALL_S = 50  # one run (about 10-20 s here); five runs fit the 5 minutes
+NCCL_MAX_WORKERS = 8
+
+ONE_GPU_CHECKS = ("gloo-cuda run completes", "gloo-cuda exactly-once", "gloo-cuda kill -> resume",
+                  "gloo-cuda pause -> resume", "gloo-cuda exact hash equal across histories")
+NCCL_CHECKS = ("nccl-kill run completes", "nccl-kill exactly-once", "nccl SIGKILL mid-allreduce",
+               "nccl-kill survivors never torn down", "nccl-pause run completes",
+               "nccl-pause exactly-once", "nccl SIGSTOP mid-allreduce",
+               "nccl-pause survivors never torn down", "nccl exact hash equal across histories")
+
+
+class Report:
+    """The check lines, and whether any failed."""
+
+    def __init__(self) -> None:
+        self.failed = 0
+
+    def line(self, status: str, what: str) -> None:
+        self.failed += status == "FAIL"
+        print(f"{status} {what}", flush=True)
+
+    def check(self, ok: bool, what: str, detail: str) -> None:
+        self.line("PASS" if ok else "FAIL", f"{what}: {detail}")
+
+
+def cuda_count() -> tuple[int, str]:
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return n, str(torch.__version__)
+
+
+#: ``--set`` overrides every run gets (``--rehearse-on-cpu``: the CPU and gloo)
+REHEARSAL: list[str] = []
+
+
+def run(scenario: Path, out: Path, sets: list[str], env: Optional[dict[str, str]] = None,
+        ) -> tuple[Optional[dict], list[dict], str]:
+    """``rollcall run`` on the real target: its summary (None if it wrote
+    none), its history records and the last line it printed on stderr."""
+    cmd = [sys.executable, "-m", "rollcall", "run", str(scenario), "--target", "real",
+           "--out", str(out), "--quiet", "--max-wall-s", str(MAX_WALL_S)]
+    for s in sets + REHEARSAL:
+        cmd += ["--set", s]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
+                          timeout=MAX_WALL_S + 60, env={**os.environ, **(env or {})})
+    err = (proc.stderr.strip().splitlines() or [""])[-1]
+    if not (out / "summary.json").exists():
+        return None, [], err or f"exit {proc.returncode}"
+    sys.path.insert(0, str(ROOT))
+    from rollcall.results import read_history
+
+    return json.loads((out / "summary.json").read_text()), list(read_history(out)), err
+
+
+def faults(recs: list[dict], kind: str) -> list[dict]:
+    return [r for r in recs if r.get("f") == "fault" and r.get("kind") == kind]
+
+
+def mid_allreduce(recs: list[dict], fault: dict) -> tuple[bool, str]:
+    """Whether every survivor of ``fault``'s generation was inside the step's
+    exchange when it struck: its ledger record of the step in flight (written
+    just before the exchange) came before the fault, the step's commit not."""
+    gen, t, hit = fault.get("gen"), fault["t"], set(fault.get("workers") or [])
+    formed = [r for r in recs if r.get("f") == "generation" and r.get("type") == "ok"
+              and r["gen"] == gen]
+    if not formed or not hit:
+        return False, f"no generation {gen} or no worker hit"
+    members = {w for lo, hi in formed[0]["members"] for w in range(lo, hi + 1)}
+    survivors = members - hit
+    done = [r["step"] for r in recs if r.get("f") == "commit" and r["gen"] == gen and r["t"] < t]
+    step = max(done) + 1 if done else None
+    if step is None or not survivors:
+        return False, f"no step of generation {gen} in flight with survivors"
+    waiting = {r["process"] for r in recs if r.get("f") == "contribute" and r["gen"] == gen
+               and r["step"] == step and r["t"] < t}
+    inside = survivors <= waiting
+    return inside, (f"survivors {sorted(survivors)} {'were' if inside else 'were NOT all'} "
+                    f"in step {step}'s allreduce")
+
+
+def resume_of(summary: dict, kind: str) -> Optional[float]:
+    got = [r["kill_to_resume_s"] for r in summary.get("recoveries", []) if r["kind"] == kind]
+    return got[0] if got else None
+
+
+def common_checks(rep: Report, tag: str, summary: Optional[dict], err: str) -> bool:
+    """Completed and exactly-once; False when there is nothing more to check."""
+    if summary is None:
+        rep.check(False, f"{tag} run completes", f"no summary ({err})")
+        return False
+    rep.check(summary["completed"], f"{tag} run completes",
+              f"{summary['steps_committed']}/{summary['steps_target']} steps, "
+              f"{summary['generations']} generations, torch {summary.get('torch_version')}, "
+              f"{summary.get('device')}/{summary.get('backend')}, nccl {summary.get('nccl_version')}"
+              + ("" if summary["completed"] else f" ({summary['end_reason']})"))
+    once = (summary["valid"] and summary["samples_duplicated"] == 0
+            and summary["samples_skipped"] == 0)
+    rep.check(once, f"{tag} exactly-once",
+              f"valid {summary['valid']}, {summary['samples_consumed']} samples, "
+              f"{summary['samples_duplicated']} duplicated, {summary['samples_skipped']} skipped"
+              + ("" if once else f"; {summary['violations'][:2]}"))
+    return True
+
+
+def hash_check(rep: Report, tag: str, runs: list[tuple[Optional[dict], list[dict]]]) -> None:
+    """Exact mode: one final hash over runs whose membership histories differ."""
+    what = f"{tag} exact hash equal across histories"
+    if len(runs) < 2 or any(s is None for s, _ in runs):
+        rep.check(False, what, "a run wrote no summary")
+        return
+    hashes = [s["final_weights_sha256"] for s, _ in runs if s is not None]
+    gens = [[r["members"] for r in recs if r.get("f") == "generation" and r.get("type") == "ok"]
+            for _, recs in runs]
+    differ = len({json.dumps(g) for g in gens}) > 1
+    rep.check(all(hashes) and len(set(hashes)) == 1 and differ, what,
+              f"{' vs '.join((h or 'none')[:16] for h in hashes)} after "
+              f"{' and '.join(str(len(g)) for g in gens)} generations"
+              + ("" if differ else " (the histories did not differ)"))
+
+
+def one_gpu(rep: Report, out: Path) -> None:
+    scenario, env = HERE / "gpu-gloo-one-gpu.yaml", {"CUDA_VISIBLE_DEVICES": "0"}
+    s, recs, err = run(scenario, out / "gloo-faults", [], env)
+    if not common_checks(rep, "gloo-cuda", s, err):
+        for what in ONE_GPU_CHECKS[2:]:
+            rep.line("FAIL", f"{what}: the run wrote no summary")
+        return
+    timeout = 2.0
+    for kind, what in (("kill", "gloo-cuda kill -> resume"), ("pause", "gloo-cuda pause -> resume")):
+        r = resume_of(s, kind)
+        rep.check(r is not None, what, f"{r} s (detector timeout {timeout} s)")
+    twin, twin_recs, _ = run(scenario, out / "gloo-no-faults", ["failures.schedule=[]"], env)
+    hash_check(rep, "gloo-cuda", [(s, recs), (twin, twin_recs)])
+
+
+def survivors_kept(rep: Report, tag: str, s: dict, recs: list[dict]) -> None:
+    """Every worker no fault touched ran as one process: torch's watchdog
+    tore none down (a torn-down survivor would be relaunched or missing)."""
+    hit = {w for r in recs if r.get("f") == "fault" for w in (r.get("workers") or [])}
+    lives: dict[int, list[dict]] = {}
+    for p in s["processes"]:
+        lives.setdefault(p["worker"], []).append(p)
+    torn = sorted(w for w, ps in lives.items() if w not in hit and len(ps) != 1)
+    kept = len([w for w in lives if w not in hit])
+    rep.check(not torn and kept > 0 and s["survivor_restarts"] == 0,
+              f"{tag} survivors never torn down",
+              f"{kept} unfaulted workers, each one process" if not torn
+              else f"workers {torn} ran as more than one process")
+
+
+def nccl(rep: Report, out: Path, gpus: int) -> None:
+    n = min(gpus, NCCL_MAX_WORKERS)
+    limit = 2.0 + 1.0  # the scenarios' detector timeout + 1 s
+    runs = []
+    for kind, signal_name in (("kill", "SIGKILL"), ("pause", "SIGSTOP")):
+        tag = f"nccl-{kind}"
+        s, recs, err = run(HERE / f"gpu-nccl-{kind}.yaml", out / tag, [f"cluster.workers={n}"])
+        if not common_checks(rep, tag, s, err):
+            rep.line("FAIL", f"nccl {signal_name} mid-allreduce: the run wrote no summary")
+            rep.line("FAIL", f"{tag} survivors never torn down: the run wrote no summary")
+            continue
+        assert s is not None
+        fs, r = faults(recs, kind), resume_of(s, kind)
+        inside, why = mid_allreduce(recs, fs[0]) if fs else (False, "no such fault happened")
+        rep.check(inside and r is not None and r <= limit, f"nccl {signal_name} mid-allreduce",
+                  f"survivors resumed in {r} s (limit {limit} s); {why}")
+        survivors_kept(rep, tag, s, recs)
+        runs.append((s, recs))
+    twin, twin_recs, _ = run(HERE / "gpu-nccl-kill.yaml", out / "nccl-no-faults",
+                             [f"cluster.workers={n}", "failures.schedule=[]"])
+    hash_check(rep, "nccl", runs + [(twin, twin_recs)])
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="benchmarks/gpu_check.sh", description=__doc__.split("\n")[0])
+    p.add_argument("--rehearse-on-cpu", type=int, metavar="N", default=None,
+                   help="run the checks on the CPU over gloo as if there were N GPUs "
+                        "(tests this harness, not the GPU paths)")
+    args = p.parse_args(argv)
+    rep = Report()
+    gpus, torch_version = cuda_count()
+    if args.rehearse_on_cpu is not None:
+        gpus = args.rehearse_on_cpu
+        REHEARSAL[:] = ["cluster.device=cpu", "cluster.backend=gloo"]
+        rep.line("INFO", f"CPU rehearsal as if {gpus} GPU(s): gloo on CPU, not a GPU check")
+    if gpus < 1:
+        for what in ONE_GPU_CHECKS + NCCL_CHECKS:
+            rep.line("SKIP", f"{what}: no CUDA device here (torch {torch_version})")
+        return 0
+    out = Path(tempfile.mkdtemp(prefix="gpu-check-", dir=os.environ.get("TMPDIR")))
+    began = time.monotonic()
+    one_gpu(rep, out)
+    if gpus < 2:
+        for what in NCCL_CHECKS:
+            rep.line("SKIP", f"{what}: needs 2 or more GPUs, this machine has {gpus}")
+    else:
+        nccl(rep, out, gpus)
+    print(f"INFO {gpus} GPU(s), torch {torch_version}, {time.monotonic() - began:.0f} s; "
+          f"runs in {out}", flush=True)
+    return 1 if rep.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
