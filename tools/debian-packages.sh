@@ -41,3 +41,10 @@ export DEBIAN_FRONTEND=noninteractive
 if ! { apt-get update -qq && apt-get install -y --no-install-recommends "${missing[@]}"; }; then
     echo "debian-packages: could not install ${missing[*]}; the tests that need them skip" >&2
 fi
+# etcd-server's package enables a system etcd (etcd.service: no auth, on
+# 127.0.0.1:2379). The runs start their own clusters, so one we installed
+# just now is stopped and disabled where systemd runs (not in containers).
+if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ] \
+        && command -v systemctl >/dev/null 2>&1; then
+    systemctl disable --now etcd.service >/dev/null 2>&1 || true
+fi
