@@ -99,7 +99,7 @@ except (OSError, AttributeError):
     _PRCTL = None
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGKILL it if the thread that started it dies."""
     if _PRCTL is not None:
         _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -167,7 +167,7 @@ class EtcdCluster:
         try:
             proc = subprocess.Popen(self._command(i, state), stdin=subprocess.DEVNULL,
                                     stdout=log, stderr=log, env=env, close_fds=True,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=die_with_parent)
         except BaseException:
             log.close()
             raise

@@ -124,8 +124,11 @@ class RemoteKeeper:
         env["PYTHONPATH"] = os.pathsep.join(
             [str(Path(__file__).resolve().parent.parent)]
             + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        from real.etcd import die_with_parent  # a SIGKILLed launcher leaves no keeper
+
         popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, env=env, cwd=str(l.out))
+                                 stderr=subprocess.STDOUT, env=env, cwd=str(l.out),
+                                 preexec_fn=die_with_parent)
         kp = KeeperProc(c, popen, os.pidfd_open(popen.pid), log)
         self.procs.append(kp)
         self.sel.register(kp.pidfd, selectors.EVENT_READ, ("kproc", kp))
