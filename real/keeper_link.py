@@ -150,16 +150,9 @@ class RemoteKeeper:
         except subprocess.TimeoutExpired:
             kp.popen.kill()
             kp.popen.wait()
-        try:
-            self.sel.unregister(kp.pidfd)
-        except (KeyError, ValueError):
-            pass
-        try:
-            os.close(kp.pidfd)
-        except OSError:
-            pass
-        if not kp.log.closed:
-            kp.log.close()
+        from real.launcher import release
+
+        release(self.sel, kp.pidfd, kp.log)
 
     # --- faults ------------------------------------------------------------------------
 
@@ -199,21 +192,14 @@ class RemoteKeeper:
 
     def on_readable(self) -> None:
         assert self.sock is not None
-        try:
-            data = self.sock.recv(1 << 20)
-        except (BlockingIOError, InterruptedError):
+        data = wire.recv_some(self.sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self.lost("closed")
             return
         try:
-            frames = self.reader.feed(data)
-            while frames and self.sock is not None:
-                for frame in frames:
-                    self.frame(frame)
-                frames = self.reader.more()
+            wire.feed_frames(self.reader, data, self.frame, lambda: self.sock is not None)
         except wire.WireError as exc:
             self.l.write_reject(f"keeper link: {exc}")
             self.lost("bad-frame")

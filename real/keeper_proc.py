@@ -127,24 +127,17 @@ class KeeperProcess:
         self.send("challenge", self.nonce, self.run_id)
 
     def readable(self) -> bool:
-        """Read the link; False once the launcher closed it."""
+        """Read the link; False once the launcher closed it (or sent a bad frame)."""
         assert self.conn is not None
-        try:
-            data = self.conn.recv(1 << 20)
-        except (BlockingIOError, InterruptedError):
+        data = wire.recv_some(self.conn)
+        if data is None:
             return True
-        except OSError:
-            data = b""
         if not data:
             print(f"real.keeper_proc: {self.candidate}: the launcher closed the link",
                   file=sys.stderr, flush=True)
             return False
         try:
-            frames = self.reader.feed(data)
-            while frames:
-                for frame in frames:
-                    self.frame(frame)
-                frames = self.reader.more()
+            wire.feed_frames(self.reader, data, self.frame)
         except wire.WireError as exc:
             print(f"real.keeper_proc: {self.candidate}: dropped the launcher's link: {exc}",
                   file=sys.stderr, flush=True)

@@ -77,6 +77,20 @@ def _cleanup_all() -> None:
         launcher.kill_all()
 
 
+def release(sel: selectors.BaseSelector, pidfd: int, log: Any) -> None:
+    """What watching an ended process held: its pidfd (in ``sel``) and its log."""
+    try:
+        sel.unregister(pidfd)
+    except (KeyError, ValueError):
+        pass
+    try:
+        os.close(pidfd)
+    except OSError:
+        pass
+    if not log.closed:
+        log.close()
+
+
 class Interrupted(Exception):
     pass
 
@@ -349,12 +363,7 @@ class Launcher:
             p.popen.kill()
             p.returncode = p.popen.wait()
         p.exited_t = self.now()
-        try:
-            self.sel.unregister(p.pidfd)
-        except (KeyError, ValueError):
-            pass
-        os.close(p.pidfd)
-        p.log.close()
+        release(self.sel, p.pidfd, p.log)
 
     def kill_all(self) -> None:
         """SIGKILL and reap every process this launcher started (idempotent);
@@ -380,16 +389,7 @@ class Launcher:
                     pass
                 p.exited_t = self.now()
                 p.returncode = p.popen.returncode
-                try:
-                    self.sel.unregister(p.pidfd)
-                except Exception:  # noqa: BLE001
-                    pass
-                try:
-                    os.close(p.pidfd)
-                except OSError:
-                    pass
-                if not p.log.closed:
-                    p.log.close()
+                release(self.sel, p.pidfd, p.log)
         self.keeper.close()  # keeper processes and etcd, if any
         _LIVE.discard(self)
 
@@ -534,23 +534,15 @@ class Launcher:
         self.conns.pop(conn.sock, None)
 
     def readable(self, conn: Conn) -> None:
-        try:
-            data = conn.sock.recv(1 << 20)
-        except (BlockingIOError, InterruptedError):
+        data = wire.recv_some(conn.sock)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self.drop(conn)
             return
-        try:
-            frames = conn.reader.feed(data)
-            while frames and conn.sock in self.conns:
-                for frame in frames:
-                    self.frame(conn, frame)
-                    if conn.sock not in self.conns:
-                        return  # rejected
-                frames = conn.reader.more()
+        try:  # (a frame may get its connection rejected: the rest is not read)
+            wire.feed_frames(conn.reader, data, lambda frame: self.frame(conn, frame),
+                             lambda: conn.sock in self.conns)
         except wire.WireError as exc:
             self.reject(conn, f"bad frame: {exc}")
 
@@ -1220,26 +1212,23 @@ class Launcher:
     def drain_read(self, conn: Conn) -> Optional[str]:
         """One read of a draining link: None while it is open, "" at its end,
         else what was wrong with its bytes."""
-        try:
-            data = conn.sock.recv(1 << 20)
-        except (BlockingIOError, InterruptedError):
+        data = wire.recv_some(conn.sock)
+        if data is None:
             return None
-        except OSError:
-            data = b""
         if not data:
             return ""
         try:
-            frames = conn.reader.feed(data)
-            while frames:
-                for frame in frames:
-                    if frame[0] == "rec":
-                        self.write(frame[1])
-                    elif frame[0] == "final":
-                        self.finals[frame[1]] = (frame[3], frame[4])
-                frames = conn.reader.more()
+            wire.feed_frames(conn.reader, data, self.drained_frame)
         except wire.WireError as exc:
             return f"bad frame: {exc}"
         return None
+
+    def drained_frame(self, frame: tuple) -> None:
+        """What a draining link still brings that counts: records and final reports."""
+        if frame[0] == "rec":
+            self.write(frame[1])
+        elif frame[0] == "final":
+            self.finals[frame[1]] = (frame[3], frame[4])
 
     def listen(self) -> None:
         """Open the keeper service: on loopback, on the bridge of the run's own

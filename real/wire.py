@@ -55,7 +55,7 @@ import secrets
 import signal
 import struct
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import orjson
 
@@ -247,6 +247,32 @@ class FrameReader:
     def more(self) -> list[tuple]:
         """Frames already buffered (after a ``hello`` or ``challenge`` stopped :meth:`feed`)."""
         return self.feed(b"")
+
+
+def recv_some(sock: Any) -> Optional[bytes]:
+    """What a non-blocking socket holds now: None if nothing yet, ``b""`` at
+    its end (or on an error: the link is over either way)."""
+    try:
+        return sock.recv(1 << 20)
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
+        return b""
+
+
+def feed_frames(reader: FrameReader, data: bytes, handle: Callable[[tuple], Any],
+                alive: Callable[[], bool] = lambda: True) -> None:
+    """Hand each whole frame of ``data`` to ``handle`` in order, while
+    ``alive()``: after a hello the reader stops until the handler has
+    authenticated the peer, then goes on (:meth:`FrameReader.more`).
+    A :class:`WireError` propagates: the caller drops the peer."""
+    frames = reader.feed(data)
+    while frames and alive():
+        for frame in frames:
+            handle(frame)
+            if not alive():
+                return
+        frames = reader.more()
 
 
 # --- the run's secret and the handshake ----------------------------------------
