@@ -405,7 +405,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if compare is None:
         _err(f"target '{scenario.target}' is not built yet (no {scenario.target}.compare)")
         return 2
-    problem = _hosts_problem(scenario, False) or _device_problem(scenario) or _size_problem(
+    problem = _hosts_problem(scenario, False) or _device_problem(scenario) or \
+        _keeper_problem(scenario) or _size_problem(
         scenario, _per_sample_ledger(scenario, False), args.max_history_mb, args.force)
     if problem is not None:
         _err(problem)
@@ -462,7 +463,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             name += "-" + hashlib.sha1(json.dumps(sorted(args.set)).encode()).hexdigest()[:8]
         out_dir = Path("runs") / scenario.name / name
     strategies = tuple(args.strategy) if args.strategy else sweep.STRATEGIES
-    problem = _hosts_problem(scenario, False) or _device_problem(scenario) or _size_problem(
+    problem = _hosts_problem(scenario, False) or _device_problem(scenario) or \
+        _keeper_problem(scenario) or _size_problem(
         scenario, _per_sample_ledger(scenario, False), args.max_history_mb, args.force)
     if problem is not None:
         _err(problem)

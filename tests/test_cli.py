@@ -133,3 +133,29 @@ def test_python_dash_m_validate() -> None:
     proc = subprocess.run([sys.executable, "-m", "rollcall", "validate", QUICK],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "ok: quickstart (sim, elastic)\n", "")
+
+
+@pytest.mark.parametrize("command", ["run", "compare", "sweep"])
+@pytest.mark.parametrize("case, needle", [
+    ("endpoints", "keeper.etcd_endpoints"),
+    ("no-etcd", "needs the etcd server"),
+])
+def test_an_etcd_keeper_that_cannot_run_here_is_refused_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        command: str, case: str, needle: str) -> None:
+    """keeper.store: etcd on real: a user's cluster, or no etcd binary, is
+    refused before anything starts (exit 2, one line), by every command."""
+    seen = _fake_driver(monkeypatch, "real")
+    extra = ["--set", "keeper.etcd_endpoints=[http://127.0.0.1:2379]"] if case == "endpoints" else []
+    if case == "no-etcd":
+        import real.etcd
+
+        monkeypatch.setattr(real.etcd, "etcd_binary", lambda: None)
+    path = tmp_path / "s.yaml"
+    path.write_text("name: k\ntarget: real\ncluster: {workers: 2}\n"
+                    "keeper: {store: etcd, standbys: 1}\n")
+    args = [command, str(path), *extra, "--out", str(tmp_path / "out")]
+    code = cli.main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and needle in err[0], err
+    assert not seen
