@@ -71,6 +71,8 @@ class FaultPlan:
             return Due("slow", f.targets, f.for_s, rate=f.factor, index=i)
         if f.action == "kill_etcd":
             return Due("kill_etcd", f.kill_etcd, index=i)
+        if f.action == "partition_keeper":
+            return Due("partition_keeper", "active", f.for_s, index=i)
         return Due(f.action, f.targets, f.for_s, index=i)
 
     def node_up(self, worker: int, at: float) -> None:

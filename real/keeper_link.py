@@ -26,8 +26,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -38,6 +39,7 @@ from rollcall.core import (
 
 from real import wire
 from real.keeper_port import CommitAsk
+from real.relay import Relay
 from real.keeper_store import KeeperStore, StoreUnavailable
 from real.keeper_wire import TO_SUPERVISOR, supervisor_mac
 
@@ -56,6 +58,72 @@ class KeeperProc:
     popen: subprocess.Popen
     pidfd: int
     log: Any
+    paths: list = field(default_factory=list)  # its relays to the etcd members
+
+
+class EtcdPaths:
+    """Each keeper process's way to etcd: a relay per etcd member
+    (:class:`real.relay.Relay`), so that a ``partition_keeper`` fault can cut
+    one keeper off from etcd (the relays hold what it sends, as a cut link
+    would, until the heal) while its link to the launcher goes on. A thread
+    of its own drives them (their selector is not the launcher's); it reads
+    and decides nothing."""
+
+    TICK_S = 0.05
+
+    def __init__(self) -> None:
+        self.sel = selectors.DefaultSelector()
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="etcd-paths", daemon=True)
+        self.thread.start()
+
+    def open(self, endpoints: list[str]) -> list[Relay]:
+        """One relay to each endpoint (``http://host:port``)."""
+        with self.lock:
+            return [Relay(self.sel, (u.rsplit(":", 1)[0].split("//")[1], int(u.rsplit(":", 1)[1])))
+                    for u in endpoints]
+
+    def cut(self, relays: list[Relay], on: bool) -> None:
+        with self.lock:
+            for r in relays:
+                if on:
+                    r.hold()
+                else:
+                    r.release(time.monotonic())
+
+    def shut(self, relays: list[Relay]) -> None:
+        with self.lock:
+            for r in relays:
+                r.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+        self.sel.close()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                events = self.sel.select(self.TICK_S)
+            except (OSError, ValueError):  # closed under us at the end
+                return
+            with self.lock:
+                now = time.monotonic()
+                for key, mask in events:
+                    owner = key.data if isinstance(key.data, Relay) else self._owner(key.data)
+                    if owner is not None:
+                        owner.event(key.data, mask, now)
+                for r in self._relays():
+                    r.flush(now)
+
+    def _relays(self) -> list[Relay]:
+        return list({id(k.data): k.data for k in self.sel.get_map().values()
+                     if isinstance(k.data, Relay)}.values())
+
+    def _owner(self, data: Any) -> Optional[Relay]:
+        pair = data[0]
+        return next((r for r in self._relays() if pair in r.pairs), None)
 
 
 class RemoteKeeper:
@@ -70,6 +138,8 @@ class RemoteKeeper:
         self.prefix = f"/rollcall/{launcher.run_id}"
         self.store: Optional[KeeperStore] = None
         self.procs: list[KeeperProc] = []
+        self.paths = EtcdPaths()  # each keeper's relays to etcd (partition_keeper cuts them)
+        self.cut: Optional[KeeperProc] = None  # the keeper cut off from etcd now
         self.next_candidate = 0
         self.term = 0  # the term of the keeper linked (or last linked), as etcd named it
         self.served = False  # a keeper took over already (the next one is a failover)
@@ -116,10 +186,11 @@ class RemoteKeeper:
         l, c = self.l, self.next_candidate
         self.next_candidate += 1
         log = open(l.real_dir / "logs" / f"keeper-{c}.log", "ab")
+        paths = self.paths.open(self.endpoints)  # its own way to each etcd member
         cmd = [sys.executable, "-m", "real.keeper_proc", "--run-dir", str(l.out),
                "--candidate", str(c), "--t0", repr(l.t0), "--secret-file", str(l.secret_path),
-               "--run-id", l.run_id, "--endpoints", ",".join(self.endpoints),
-               "--prefix", self.prefix]
+               "--run-id", l.run_id, "--prefix", self.prefix,
+               "--endpoints", ",".join(f"http://127.0.0.1:{r.port}" for r in paths)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(Path(__file__).resolve().parent.parent)]
@@ -129,7 +200,7 @@ class RemoteKeeper:
         popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                  stderr=subprocess.STDOUT, env=env, cwd=str(l.out),
                                  preexec_fn=die_with_parent)
-        kp = KeeperProc(c, popen, os.pidfd_open(popen.pid), log)
+        kp = KeeperProc(c, popen, os.pidfd_open(popen.pid), log, paths)
         self.procs.append(kp)
         self.sel.register(kp.pidfd, selectors.EVENT_READ, ("kproc", kp))
 
@@ -139,6 +210,7 @@ class RemoteKeeper:
         for kp in self.procs:
             self._reap(kp, kill=True)
         self.procs.clear()
+        self.paths.close()
         if self.etcd is not None:
             self.etcd.stop()
 
@@ -153,6 +225,8 @@ class RemoteKeeper:
         from real.launcher import release
 
         release(self.sel, kp.pidfd, kp.log)
+        self.paths.shut(kp.paths)
+        kp.paths = []
 
     # --- faults ------------------------------------------------------------------------
 
@@ -163,6 +237,23 @@ class RemoteKeeper:
             return None
         kp.popen.send_signal(signal.SIGKILL)
         return self.term
+
+    def cut_active(self) -> Optional[int]:
+        """``partition_keeper: active``: the serving keeper loses etcd (its
+        relays hold what it sends) but not the launcher; its term."""
+        kp = next((p for p in self.procs if f"keeper-{p.candidate}" == self.leader), None)
+        if kp is None or self.cut is not None:
+            return None
+        self.cut = kp
+        self.paths.cut(kp.paths, True)
+        return self.term
+
+    def heal_cut(self) -> None:
+        """The cut ends: what the keeper sent meanwhile goes on (it is
+        deposed by then, and etcd refuses a deposed keeper's writes)."""
+        if self.cut is not None:
+            self.paths.cut(self.cut.paths, False)
+            self.cut = None
 
     def kill_etcd(self, member: int) -> bool:
         if self.etcd is None:

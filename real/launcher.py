@@ -751,6 +751,9 @@ class Launcher:
             hit = self.cut_links(now, due, fields)
         elif due.kind == "kill_keeper":  # the active keeper process: a standby takes over
             hit, fields["term"] = [], self.keeper.kill_active()
+        elif due.kind == "partition_keeper":  # cut from etcd, not from us: it must depose itself
+            hit, fields["term"], fields["for_s"] = [], self.keeper.cut_active(), due.for_s
+            self.heals.append((now + float(due.for_s), ("keeper_cut",), [], []))
         elif due.kind == "kill_etcd":  # one member of three: the quorum holds
             hit, fields["member"] = [], int(due.targets)
             self.keeper.kill_etcd(int(due.targets))
@@ -896,7 +899,9 @@ class Launcher:
             self.heals.remove(item)
             _, fault, hosts, lives = item
             extra: dict[str, Any] = {}
-            if isinstance(fault, tuple) and fault[0] == "slow":  # one slowdown ends
+            if isinstance(fault, tuple) and fault[0] == "keeper_cut":  # the keeper reaches etcd again
+                self.keeper.heal_cut()
+            elif isinstance(fault, tuple) and fault[0] == "slow":  # one slowdown ends
                 self.order_slow(fault[1:3], 1.0 / fault[3])
             elif isinstance(fault, tuple) and fault[0] == "late_beats":  # on time from now
                 conn = self.conn_of.get(fault[1:])

@@ -32,6 +32,7 @@ from collections import deque
 from typing import Optional
 
 MAX_QUEUED = 16 << 20  # bytes held per direction before the pair is dropped
+HELD = float("inf")  # the due time of a chunk read while the relay holds (a cut)
 CHUNK = 1 << 16
 
 
@@ -71,6 +72,7 @@ class Relay:
         self.sel = sel
         self.keeper = keeper
         self.extra_s = 0.0
+        self.holding = False  # cut off: what is read waits for release(), as TCP's retransmissions
         self.pairs: list[Pair] = []
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.setblocking(False)
@@ -81,6 +83,21 @@ class Relay:
         """From now on, each chunk read goes on ``extra_s`` later (0: at once)."""
         assert extra_s >= 0.0, extra_s
         self.extra_s = extra_s
+
+    def hold(self) -> None:
+        """A cut: from now on nothing read goes on until :meth:`release`."""
+        self.holding = True
+
+    def release(self, now: float) -> None:
+        """The cut heals: what it held goes on now, in order (TCP's
+        retransmissions after a partition), and new reads at once again."""
+        self.holding = False
+        for pair in self.pairs:
+            for side in (pair.down, pair.up):
+                side.queue = deque((now if due == HELD else due, chunk)
+                                   for due, chunk in side.queue)
+                side.last_due = min(side.last_due, now)
+        self.flush(now)
 
     # --- the selector's events --------------------------------------------------
 
@@ -125,7 +142,7 @@ class Relay:
         if not data:  # this side closed: the other follows, after what it is due
             side.reading = False
             self._watch(pair, side)
-        due = max(now + self.extra_s, dst.last_due)
+        due = HELD if self.holding else max(now + self.extra_s, dst.last_due)
         dst.last_due = due
         dst.queue.append((due, memoryview(data) if data else None))
         dst.queued += len(data)

@@ -263,9 +263,11 @@ def _worker_id(value: Any) -> int:
 # the failure domains, each with the cluster key of its size (workers per domain)
 _DOMAINS = {"rack": "rack_size", "host": "workers_per_host"}
 _ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "delay", "loss",
-            "pause", "slow", "late_heartbeats", "join", "kill_keeper", "kill_etcd")
+            "pause", "slow", "late_heartbeats", "join", "kill_keeper", "kill_etcd",
+            "partition_keeper")
 # the actions that last for_s
-_TIMED = ("pause", "partition", "isolate_keeper", "delay", "loss", "slow", "late_heartbeats")
+_TIMED = ("pause", "partition", "isolate_keeper", "delay", "loss", "slow", "late_heartbeats",
+          "partition_keeper")
 # the faults' own parameter: action -> key (required with it, allowed only with it)
 _LINK_KEYS = {"delay": "latency_s", "loss": "rate", "slow": "factor", "late_heartbeats": "delay_s"}
 _PARAM_WHAT = {"latency_s": "extra one-way seconds (> 0)",
@@ -310,7 +312,11 @@ class Fault(_Section):
     ("active": the active record-keeper dies, a standby takes over; needs
     ``keeper.store: etcd`` and ``keeper.standbys >= 1``), ``kill_etcd`` (the
     index of one member of the keeper's etcd cluster, which dies: with two
-    of three left the job must not notice; needs ``keeper.store: etcd``).
+    of three left the job must not notice; needs ``keeper.store: etcd``),
+    ``partition_keeper`` ("active", for ``for_s`` seconds: the active keeper
+    is cut off from etcd, not from its workers; it cannot renew its lease,
+    stops deciding when the lease ends on its own clock, and a standby takes
+    over; needs what ``kill_keeper`` needs).
     """
 
     at_s: NonNegFloat | None = None
@@ -333,6 +339,7 @@ class Fault(_Section):
     join: PosInt | None = None
     kill_keeper: Literal["active"] | None = None
     kill_etcd: NonNegInt | None = None
+    partition_keeper: Literal["active"] | None = None
 
     @field_validator("kill", mode="before")
     @classmethod
@@ -451,11 +458,13 @@ class Fault(_Section):
     @property
     def action(self) -> Literal["kill", "kill_rack", "lose_host", "partition", "isolate_keeper",
                                 "delay", "loss", "pause", "slow", "late_heartbeats", "join",
-                                "kill_keeper", "kill_etcd"]:
+                                "kill_keeper", "kill_etcd", "partition_keeper"]:
         if self.kill is not None:
             return "kill"
         if self.kill_keeper is not None:
             return "kill_keeper"
+        if self.partition_keeper is not None:
+            return "partition_keeper"
         if self.kill_etcd is not None:
             return "kill_etcd"
         if self.kill_rack is not None:
@@ -525,7 +534,8 @@ class Fault(_Section):
             return self.join
         if self.kill_rack is not None or self.lose_host is not None:
             return 1
-        if self.kill_keeper is not None or self.kill_etcd is not None:
+        if self.kill_keeper is not None or self.kill_etcd is not None or \
+                self.partition_keeper is not None:
             return 0  # no worker
         if self.partition is not None:
             return len(self.partition)
@@ -830,7 +840,7 @@ class Scenario(_Section):
         joined = self.pool_first_id - c.workers - c.spares
         self._check_keeper_faults()
         for i, fault in enumerate(self.failures.schedule):
-            if fault.action in ("kill_keeper", "kill_etcd"):
+            if fault.action in ("kill_keeper", "kill_etcd", "partition_keeper"):
                 continue
             if fault.domain is not None:
                 self._check_domain(i, *fault.domain, fault.action)
@@ -864,12 +874,12 @@ class Scenario(_Section):
         k = self.keeper
         for i, fault in enumerate(self.failures.schedule):
             action = fault.action
-            if action not in ("kill_keeper", "kill_etcd"):
+            if action not in ("kill_keeper", "kill_etcd", "partition_keeper"):
                 continue
             if k.store != "etcd":
                 raise _Problem(("failures", "schedule", i, action),
                                "needs keeper.store: etcd (the keeper's record in etcd)")
-            if action == "kill_keeper" and k.standbys < 1:
+            if action in ("kill_keeper", "partition_keeper") and k.standbys < 1:
                 raise _Problem(("failures", "schedule", i, action),
                                "needs keeper.standbys >= 1 (a standby to take over)")
             if action == "kill_etcd" and k.etcd_endpoints is not None:

@@ -748,6 +748,8 @@ class Simulation:
             self._at(now + 2 * self.lat, lambda: self.failover.fail(self.env.now, "kill"))
         elif action == "kill_keeper":
             self.failover.fail(now, "kill")
+        elif action == "partition_keeper":
+            self.failover.cut(now, float(f.for_s))
         elif action == "kill_etcd":  # two of three members keep the quorum: nothing happens
             self._write(rec(now, "info", "fault", NEMESIS, kind="kill_etcd", member=f.kill_etcd))
         elif action == "join":

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sim.driver import Simulation
 
 DONE = "done"
+LEASE_MARGIN = 0.9  # of the TTL: where a keeper ends its lease on its own clock (real.keeper_proc)
 
 
 class KeeperFailover:
@@ -77,19 +78,36 @@ class KeeperFailover:
             self.fail(sim.env.now, "crash")
             yield sim.env.timeout(self.takeover_s)  # the next keeper's life starts then
 
-    def fail(self, now: float, cause: str) -> None:
-        """The active keeper dies now (``cause``: ``crash`` at random, ``kill`` by a fault)."""
+    def cut(self, now: float, for_s: float) -> None:
+        """``partition_keeper``: the active keeper loses etcd, not its workers.
+        It decides on until its lease ends on its own clock (90% of the TTL
+        after its last renewal, taken as now), then stops; a standby takes
+        over ``takeover_s`` after the cut (not before the keeper stopped)."""
         sim = self.sim
         if self.down or sim.state == DONE:
             return
-        sim._write(rec(now, "info", "fault", NEMESIS, kind="kill_keeper", cause=cause,
-                       term=sim.keeper.term))
+        sim._write(rec(now, "info", "fault", NEMESIS, kind="partition_keeper",
+                       term=sim.keeper.term, for_s=for_s))
+        stop = now + LEASE_MARGIN * sim.sc.keeper.lease_ttl_s
+        back = max(now + self.takeover_s, stop)
+        sim._at(stop, lambda: self.fail(sim.env.now, "partition", back_at=back))
+
+    def fail(self, now: float, cause: str, back_at: Optional[float] = None) -> None:
+        """The active keeper stops now (``cause``: ``crash`` at random, ``kill``
+        by a fault, ``partition``: deposed on its own clock, cut off from etcd);
+        a standby takes over at ``back_at`` (default ``takeover_s`` from now)."""
+        sim = self.sim
+        if self.down or sim.state == DONE:
+            return
+        if cause != "partition":
+            sim._write(rec(now, "info", "fault", NEMESIS, kind="kill_keeper", cause=cause,
+                           term=sim.keeper.term))
         sim._cast(now)  # the commit requests that reached it were answered
         sim._stall(now)  # nobody can commit: the members wait for a keeper
         for run in sim.runs:  # requests still on their way find no keeper
             run.refused = True
         self.count += 1
-        self.back_at = now + self.takeover_s
+        self.back_at = now + self.takeover_s if back_at is None else back_at
         sim._at(self.back_at, self.take_over)
 
     def take_over(self) -> None:

@@ -167,3 +167,25 @@ def test_a_keeper_that_lost_its_lease_stops_deciding(tmp_path: Path) -> None:
     assert lost[:1] == ["superseded"], lost  # the launcher followed etcd to the new term
     gens = [g["gen"] for g in _generations(recs)]
     assert gens == sorted(set(gens))
+
+
+@skip_no_etcd
+def test_a_keeper_cut_off_from_etcd_stops_deciding(tmp_path: Path) -> None:
+    """``partition_keeper``: the active keeper loses etcd (its relays to the
+    members hold what it sends) but not its workers. It cannot renew, stops
+    deciding when its lease ends on its own clock, and a standby of the next
+    term takes over; nothing of the old term is decided after that."""
+    sc = _scenario("{at_step: 12, partition_keeper: active, for_s: 2}", steps=80)
+    s, recs = _run(sc, tmp_path)
+    assert s["completed"] and s["valid"], (s["end_reason"], s["violations"])
+    assert s["keeper_failovers"] == 1
+    takeovers = [r for r in recs if r["f"] == "takeover"]
+    assert [r["term"] for r in takeovers] == [1, 2]
+    first = next(r["candidate"] for r in recs if r["f"] == "keeper_link")
+    exits = {f"keeper-{r['candidate']}": r["returncode"] for r in recs if r["f"] == "keeper_exit"}
+    assert exits.get(first) == 3, exits  # deposed: it could not renew
+    later = [g for g in _generations(recs) if g["t"] > takeovers[1]["t"]]
+    assert later and all(g.get("term") == 2 for g in later), later
+    cut = next(r for r in recs if r["f"] == "fault" and r["kind"] == "partition_keeper")
+    heal = [r for r in recs if r["f"] == "fault" and r["kind"] == "heal" and r["t"] > cut["t"]]
+    assert heal, "the cut is healed after for_s"

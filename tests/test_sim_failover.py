@@ -129,3 +129,20 @@ def test_keeper_deaths_anywhere_keep_the_history_valid(tmp_path_factory, kills, 
     s = run(sc, tmp_path_factory.mktemp("f"))
     assert s["valid"], (faults, s["violations"])
     assert s["completed"], (faults, s["end_reason"])
+
+
+def test_a_keeper_cut_off_from_etcd_decides_until_its_lease_ends(tmp_path: Path) -> None:
+    """``partition_keeper`` on the sim: the job commits on while the cut
+    keeper's lease holds (90% of the TTL, on its own clock), then a
+    standby takes over ``takeover_s`` after the cut."""
+    sc = _scenario(faults="{at_step: 20, partition_keeper: active, for_s: 5}")
+    s = run(sc, tmp_path)
+    assert s["completed"] and s["valid"], s["violations"]
+    assert s["keeper_failovers"] == 1
+    recs = _records(tmp_path)
+    cut = next(r for r in recs if r["f"] == "fault" and r["kind"] == "partition_keeper")
+    takeover = next(r for r in recs if r["f"] == "takeover")
+    assert takeover["t"] == pytest.approx(cut["t"] + sc.keeper.takeover_s)
+    stop = cut["t"] + 0.9 * sc.keeper.lease_ttl_s
+    commits = [r["t"] for r in recs if r["f"] == "commit" and cut["t"] < r["t"] <= takeover["t"]]
+    assert commits and max(commits) <= stop + 1e-9, "it decides while its lease holds, not after"
