@@ -182,6 +182,11 @@ def _run_pool(pending: Sequence[Point], jobs: int, advance: Callable[[], None],
         mine = [c for c in psutil.Process().children() if c.pid not in before]
         pool.shutdown(wait=False, cancel_futures=True)
         _end_processes(mine, timeout_s=10.0)
+        # its processes gone, the pool's manager thread ends: join it now, or it
+        # may close its wake-up pipe while the interpreter's exit handler writes
+        # to it (CPython 3.11's concurrent.futures race: an "Exception ignored"
+        # traceback on stderr, seen in CI once)
+        pool.shutdown(wait=True)
         raise
     pool.shutdown(wait=True)
 
