@@ -19,7 +19,6 @@ that started them (PR_SET_PDEATHSIG), so a SIGKILLed test leaves none.
 from __future__ import annotations
 
 import atexit
-import ctypes
 import os
 import secrets
 import shutil
@@ -32,6 +31,8 @@ from typing import IO, Any, Optional
 from urllib.parse import urlsplit
 
 from etcd3gw import exceptions as gw_errors
+
+from real.procs import die_with_parent
 from etcd3gw.client import Etcd3Client
 
 POLL_S = 0.05  # between two looks at a starting cluster's health
@@ -91,18 +92,6 @@ def gateway(url: str, path: str, body: dict[str, Any], timeout_s: float,
         return client.post(client.get_url(path), json=body)  # type: ignore[no-any-return]
     finally:
         client.session.close()
-
-
-try:  # loaded here, not in the child: between fork and exec only the call runs
-    _PRCTL: Any = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-except (OSError, AttributeError):
-    _PRCTL = None
-
-
-def die_with_parent() -> None:
-    """In the child before exec: SIGKILL it if the thread that started it dies."""
-    if _PRCTL is not None:
-        _PRCTL(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 class EtcdCluster:

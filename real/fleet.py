@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from real.host import REPO_ROOT, boot_id
+from real.host import boot_id
+from real.procs import REPO_ROOT, python_env
 from real.netns import Network
 
 
@@ -69,9 +70,7 @@ class Fleet:
 
     def spawn_agent(self, h: HostState) -> None:
         assert self.network is not None and self.keeper is not None
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env = python_env()
         argv = [sys.executable, "-m", "real.host", "--keeper", f"{self.keeper[0]}:{self.keeper[1]}",
                 "--token-file", str(self.secret_path), "--host", str(h.index), "--die-with-parent"]
         h.agent = self.network.spawn(h.index, argv, stdin=subprocess.DEVNULL, env=env,

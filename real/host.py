@@ -30,7 +30,6 @@ keeper's reading onto its own clock (off by the one-way delay of the frame).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import selectors
 import signal
@@ -43,9 +42,10 @@ from pathlib import Path
 from typing import Optional
 
 from real import wire
+from real.procs import REPO_ROOT, python_env
+from real.procs import die_with_parent as _die_with_parent  # serve() has a flag of the name
 from real.relay import Relay
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 BOOT_ID = "/proc/sys/kernel/random/boot_id"
 CONNECT_TIMEOUT_S = 60.0  # the keeper may start after its hosts: retry this long
 
@@ -168,9 +168,7 @@ class HostAgent:
                "--t0", repr(self.t0), "--run-dir", self.run_dir, "--secret-file", self.token_file]
         if spare:
             cmd.append("--spare")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env = python_env()
         env.setdefault("OMP_NUM_THREADS", "1")
         popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                  env=env, cwd=str(REPO_ROOT))
@@ -250,13 +248,6 @@ class HostAgent:
         for frame in frames:
             self.order(frame)
         return True
-
-
-def _die_with_parent() -> None:
-    try:  # Linux: SIGKILL this agent if the process that started it goes away
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def serve(keeper: tuple[str, int], token_file: str, host: int, die_with_parent: bool = False) -> int:

@@ -29,8 +29,8 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
+from urllib.parse import urlsplit
 
 from rollcall.core import (
     DRIVER, EMPTY, Broadcast, CommitVerdict, IdRuns, JobFailed, Record, Relaunch, RestartJob,
@@ -42,6 +42,7 @@ from real.keeper_port import CommitAsk
 from real.relay import Relay
 from real.keeper_store import KeeperStore, StoreUnavailable
 from real.keeper_wire import TO_SUPERVISOR, supervisor_mac
+from real.procs import die_with_parent, python_env, release
 
 if TYPE_CHECKING:
     from real.launcher import Launcher
@@ -81,7 +82,7 @@ class EtcdPaths:
     def open(self, endpoints: list[str]) -> list[Relay]:
         """One relay to each endpoint (``http://host:port``)."""
         with self.lock:
-            return [Relay(self.sel, (u.rsplit(":", 1)[0].split("//")[1], int(u.rsplit(":", 1)[1])))
+            return [Relay(self.sel, (str(urlsplit(u).hostname), int(urlsplit(u).port or 0)))
                     for u in endpoints]
 
     def cut(self, relays: list[Relay], on: bool) -> None:
@@ -151,8 +152,6 @@ class RemoteKeeper:
         self.next_ask = 0
         self.pending_lives: list[int] = []  # repaired nodes waiting for a keeper
         self.poll_at: Optional[float] = 0.0
-        self.lost_at: Optional[float] = None  # the serving keeper's link broke then
-        self.failovers: list[dict] = []
 
     @property
     def up(self) -> bool:
@@ -191,15 +190,9 @@ class RemoteKeeper:
                "--candidate", str(c), "--t0", repr(l.t0), "--secret-file", str(l.secret_path),
                "--run-id", l.run_id, "--prefix", self.prefix,
                "--endpoints", ",".join(f"http://127.0.0.1:{r.port}" for r in paths)]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(Path(__file__).resolve().parent.parent)]
-            + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        from real.etcd import die_with_parent  # a SIGKILLed launcher leaves no keeper
-
         popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, env=env, cwd=str(l.out),
-                                 preexec_fn=die_with_parent)
+                                 stderr=subprocess.STDOUT, env=python_env(), cwd=str(l.out),
+                                 preexec_fn=die_with_parent)  # a SIGKILLed launcher leaves none
         kp = KeeperProc(c, popen, os.pidfd_open(popen.pid), log, paths)
         self.procs.append(kp)
         self.sel.register(kp.pidfd, selectors.EVENT_READ, ("kproc", kp))
@@ -222,17 +215,19 @@ class RemoteKeeper:
         except subprocess.TimeoutExpired:
             kp.popen.kill()
             kp.popen.wait()
-        from real.launcher import release
-
         release(self.sel, kp.pidfd, kp.log)
         self.paths.shut(kp.paths)
         kp.paths = []
 
     # --- faults ------------------------------------------------------------------------
 
+    def _serving(self) -> Optional[KeeperProc]:
+        """The process of the keeper the launcher talks to."""
+        return next((p for p in self.procs if f"keeper-{p.candidate}" == self.leader), None)
+
     def kill_active(self) -> Optional[int]:
         """``kill_keeper: active``: SIGKILL the serving keeper's process; its term."""
-        kp = next((p for p in self.procs if f"keeper-{p.candidate}" == self.leader), None)
+        kp = self._serving()
         if kp is None or kp.popen.poll() is not None:
             return None
         kp.popen.send_signal(signal.SIGKILL)
@@ -241,7 +236,7 @@ class RemoteKeeper:
     def cut_active(self) -> Optional[int]:
         """``partition_keeper: active``: the serving keeper loses etcd (its
         relays hold what it sends) but not the launcher; its term."""
-        kp = next((p for p in self.procs if f"keeper-{p.candidate}" == self.leader), None)
+        kp = self._serving()
         if kp is None or self.cut is not None:
             return None
         self.cut = kp
@@ -302,7 +297,6 @@ class RemoteKeeper:
         self.l.write(rec(self.l.now(), "info", "keeper_link", DRIVER, term=self.term,
                          candidate=self.leader, reason=reason))
         self.drop_link()
-        self.lost_at = self.l.now()
         self.poll_at = self.l.now()
         asks, self.asks = self.asks, {}
         for ask in asks.values():
@@ -413,8 +407,6 @@ class RemoteKeeper:
             raise wire.WireError(f"the keeper says term {term}, etcd said {self.term}")
         first, self.served = not self.served, True
         if not first:
-            now = self.l.now()
-            self.failovers.append({"term": term, "lost_at": self.lost_at, "up_at": now})
             self.l.tell_workers(("keeper", term))
         for w in self.pending_lives:
             self._send("node_up", w)

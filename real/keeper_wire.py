@@ -39,19 +39,13 @@ import json
 from typing import Any, Callable
 
 from rollcall.core import (
-    TO_KEEPER_TYPES, TO_WORKER_TYPES, CodecError, IdRuns, check_flag, check_nat, check_text,
-    message_from_data,
+    TO_KEEPER_TYPES, TO_WORKER_TYPES, CodecError, check_flag, check_id_set, check_list,
+    check_nat, check_text, message_from_data,
 )
 from real.wire import _compute_s, _hexdigest, _record
 
-nat, flag, text = check_nat, check_flag, check_text
+nat, flag, text, listed = check_nat, check_flag, check_text, check_list
 MAX_LIST = 1 << 20  # ids or lives in one frame
-
-
-def listed(v: Any, where: str) -> list:
-    if not isinstance(v, list):
-        raise CodecError(f"{where}: expected a list, got {type(v).__name__}")
-    return v
 
 
 def _pairs(v: Any, where: str) -> list[tuple[int, int]]:
@@ -74,13 +68,11 @@ def _nats(v: Any, where: str) -> list[int]:
     return [nat(x, f"{where}[{i}]") for i, x in enumerate(items)]
 
 
-def _ids(v: Any, where: str) -> IdRuns:
-    """An id set as its inclusive runs ``[[lo, hi], ...]``."""
-    runs = _pairs(v, where)
-    try:
-        return IdRuns(runs)
-    except ValueError as exc:
-        raise CodecError(f"{where}: {exc}") from None
+def _ids(v: Any, where: str) -> Any:
+    """An id set as its inclusive runs ``[[lo, hi], ...]`` (at most MAX_LIST)."""
+    if len(listed(v, where)) > MAX_LIST:
+        raise CodecError(f"{where}: more than {MAX_LIST} items")
+    return check_id_set(v, where)
 
 
 def _messages(v: Any, where: str) -> list:

@@ -51,10 +51,10 @@ from rollcall.scenario import Scenario
 from real import wire
 from real.faults import Due, FaultPlan
 from real.keeper_port import CommitAsk, LocalKeeper
+from real.procs import REPO_ROOT, python_env, release
 from real.fleet import Fleet, host_signal
 from real.netns import Network
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 # Scripted joins whose processes are started (idle) at launch; more are
 # started when their join fires.
 PREWARM_MAX = 8
@@ -75,20 +75,6 @@ _LIVE: set["Launcher"] = set()
 def _cleanup_all() -> None:
     for launcher in list(_LIVE):
         launcher.kill_all()
-
-
-def release(sel: selectors.BaseSelector, pidfd: int, log: Any) -> None:
-    """What watching an ended process held: its pidfd (in ``sel``) and its log."""
-    try:
-        sel.unregister(pidfd)
-    except (KeyError, ValueError):
-        pass
-    try:
-        os.close(pidfd)
-    except OSError:
-        pass
-    if not log.closed:
-        log.close()
 
 
 class Interrupted(Exception):
@@ -255,9 +241,7 @@ class Launcher:
                "--secret-file", str(self.secret_path)]
         if spare:
             cmd.append("--spare")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(REPO_ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        env = python_env()
         env.setdefault("OMP_NUM_THREADS", "1")
         popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                  stderr=subprocess.STDOUT, env=env, cwd=str(REPO_ROOT))

@@ -37,7 +37,6 @@ refused when it wakes (nothing it computed for an old generation counts).
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gc
 import json
 import os
@@ -62,6 +61,7 @@ from rollcall.core import (
 from rollcall.scenario import Scenario
 
 from real import reduce, wire
+from real.procs import die_with_parent
 from real.device import Communicators, nccl_backend, pick_device, worker_env
 
 #: A group's collective timeout (gloo and NCCL) and NCCL's non-blocking init
@@ -71,14 +71,6 @@ GROUP_TIMEOUT_S = 60.0
 
 class Aborted(Exception):
     """The generation being trained in is over for this worker."""
-
-
-def _die_with_parent() -> None:
-    try:  # Linux: SIGKILL this process if the launcher goes away
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 class Worker:
@@ -837,7 +829,7 @@ def main(argv=None) -> int:
     p.add_argument("--secret-file", required=True, help="the run's key (a 0600 file)")
     args = p.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the launcher owns Ctrl-C
-    _die_with_parent()
+    die_with_parent()
     w = Worker(args)
     ctl = threading.Thread(target=w.control_loop, daemon=True, name="control")
     ctl.start()

@@ -32,6 +32,7 @@ from rollcall.core.agent import (
 from rollcall.core.agents import AgentBatch, GroupAction, LifeSource
 from rollcall.core.codec import (
     TO_KEEPER_TYPES, TO_WORKER_TYPES, WIRE_MESSAGE_TYPES, CodecError, check_cursor, check_flag,
+    check_id_set, check_list,
     check_nat, check_text, message_from_data, message_to_data,
 )
 from rollcall.core.checkers import CheckReport, DataSpec, check, summarize_report
@@ -75,7 +76,8 @@ __all__ = [
     "TO_KEEPER_TYPES",
     "TO_WORKER_TYPES", "Detector", "PhiDetector", "TimeoutDetector", "ToKeeper", "ToWorker",
     "WIRE_MESSAGE_TYPES",
-    "WorkerId", "check", "check_cursor", "check_flag", "check_nat", "check_text", "commit",
+    "WorkerId", "check", "check_cursor", "check_flag", "check_id_set", "check_list", "check_nat",
+    "check_text", "commit",
     "describe_assignment", "expand_deltas", "from_ranges", "lr_scale", "make_detector",
     "members_delta", "members_field",
     "message_from_data", "message_to_data", "plan_step", "rank_range", "rec", "record_from_data",

@@ -26,7 +26,7 @@ from rollcall.core.placement import Copy, Placement, RecoveryPlan, Reload
 from rollcall.core.types import Cursor
 
 __all__ = ["CodecError", "WIRE_MESSAGE_TYPES", "TO_KEEPER_TYPES", "TO_WORKER_TYPES", "check_cursor",
-           "plan_data", "plan_from_data",
+           "plan_data", "plan_from_data", "check_id_set", "check_list",
            "check_flag", "check_nat", "check_text", "message_from_data", "message_to_data"]
 
 Message = Union[ToKeeper, ToWorker]
@@ -222,3 +222,4 @@ def plan_from_data(data: Any, where: str) -> RecoveryPlan:
 
 # the field checks a wire of a driver's reuses for its own frames' fields
 check_nat, check_text, check_flag, check_cursor = nat, text, flag, cursor
+check_list, check_id_set = listed, id_set
