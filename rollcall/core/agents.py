@@ -368,6 +368,8 @@ class AgentBatch:
 
         def split(part: IdRuns, src: LifeSource) -> list[tuple[IdRuns, LifeSource, LifeSource]]:
             admitted = self._agreeing(part & members, src, theirs)
+            if not admitted:  # the whole part, as it is (a group no change reached stays put)
+                return [(part, src, src)]
             return [(admitted & stale, src, theirs), (admitted - stale, src, theirs),
                     (part - admitted, src, src)]
 

@@ -105,13 +105,15 @@ def expand_deltas(records: Iterable[dict], lists: bool = True) -> Iterator[dict]
     (a delta's or a whole one) instead of its runs: a checker that only
     tests membership and equality derives no runs and builds each set once."""
     last: dict[str, IdRuns] = {}
+    built: list[tuple[list, IdRuns]] = []  # the latest whole lists read (runs, set)
     for r in records:
         key = _DELTA_KEYS.get(r.get("f"))  # type: ignore[arg-type]
         if key is None or (key not in r and f"{key}_add" not in r):
             yield r
             continue
         if key in r:
-            last[r["f"]] = whole = IdRuns(r[key])
+            whole = _whole(r[key], built)
+            last[r["f"]] = whole
             yield r if lists else {**r, key: whole}  # a set either way when asked: built once
             continue
         before = last.get(r["f"])
@@ -121,6 +123,18 @@ def expand_deltas(records: Iterable[dict], lists: bool = True) -> Iterator[dict]
         out = {k: v for k, v in r.items() if k not in (f"{key}_add", f"{key}_drop")}
         out[key] = now.runs() if lists else now
         yield out
+
+
+def _whole(runs: list, built: list[tuple[list, IdRuns]]) -> IdRuns:
+    """The set of a whole member list, reusing one of the few read last (a
+    generation's ledger records repeat its generation record's list)."""
+    for seen, ids in built:
+        if runs is seen or runs == seen:
+            return ids
+    ids = IdRuns(runs)
+    built.insert(0, (runs, ids))
+    del built[2:]
+    return ids
 
 
 def members_of(record: dict) -> tuple[WorkerId, ...]:
