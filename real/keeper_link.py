@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import urlsplit
 
@@ -40,7 +41,7 @@ from rollcall.core import (
 from real import wire
 from real.keeper_port import CommitAsk
 from real.relay import Relay
-from real.keeper_store import KeeperStore, StoreUnavailable
+from real.keeper_store import KeeperStore, StoreUnavailable, read_password
 from real.keeper_wire import TO_SUPERVISOR, supervisor_mac
 from real.procs import die_with_parent, python_env, release
 
@@ -157,6 +158,38 @@ class RemoteKeeper:
     def up(self) -> bool:
         return self.sock is not None
 
+    @property
+    def users_cluster(self) -> bool:
+        """``keeper.etcd_endpoints``: the record lives in the user's etcd."""
+        return self.l.sc.keeper.etcd_endpoints is not None
+
+    @property
+    def user(self) -> str:
+        return self.l.sc.keeper.etcd_user or "root"
+
+    def password_file(self) -> Optional[str]:
+        """The user's password file, made absolute against the launcher's
+        directory (the keeper processes run in the run's)."""
+        path = self.l.sc.keeper.etcd_password_file
+        return None if path is None else str(Path(path).expanduser().resolve())
+
+    def password(self) -> Optional[str]:
+        """etcd's password: the run's secret for the run's own cluster, the
+        user's (read from its file now) for theirs, None where theirs has no auth."""
+        if not self.users_cluster:
+            return self.l.secret.hex()
+        path = self.password_file()
+        return None if path is None else read_password(path)
+
+    def _credentials(self) -> list[str]:
+        """How a keeper process authenticates to etcd (never the password on its command line)."""
+        if not self.users_cluster:
+            return []  # root, with the run's secret (its --secret-file)
+        path = self.password_file()
+        if path is None:
+            return ["--etcd-no-auth"]
+        return ["--etcd-user", self.user, "--etcd-password-file", path]
+
     # --- start and stop ----------------------------------------------------------------
 
     def start(self) -> None:
@@ -168,8 +201,8 @@ class RemoteKeeper:
                                     secret=self.l.secret.hex())
             self.etcd.start(timeout_s=START_TIMEOUT_S)
             self.endpoints = list(self.etcd.endpoints)
-        self.store = KeeperStore(self.endpoints, self.prefix, secret=self.l.secret.hex(),
-                                 timeout_s=max(1.0, self.ttl_s / 2))
+        self.store = KeeperStore(self.endpoints, self.prefix, secret=self.password(),
+                                 timeout_s=max(1.0, self.ttl_s / 2), user=self.user)
         for _ in range(1 + self.standbys):
             self.spawn()
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -189,7 +222,8 @@ class RemoteKeeper:
         cmd = [sys.executable, "-m", "real.keeper_proc", "--run-dir", str(l.out),
                "--candidate", str(c), "--t0", repr(l.t0), "--secret-file", str(l.secret_path),
                "--run-id", l.run_id, "--prefix", self.prefix,
-               "--endpoints", ",".join(f"http://127.0.0.1:{r.port}" for r in paths)]
+               "--endpoints", ",".join(f"http://127.0.0.1:{r.port}" for r in paths),
+               *self._credentials()]
         popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
                                  stderr=subprocess.STDOUT, env=python_env(), cwd=str(l.out),
                                  preexec_fn=die_with_parent)  # a SIGKILLed launcher leaves none
@@ -206,6 +240,14 @@ class RemoteKeeper:
         self.paths.close()
         if self.etcd is not None:
             self.etcd.stop()
+        elif self.store is not None:  # the user's cluster outlives the run: not its keys
+            try:
+                self.store.delete_prefix()
+            except StoreUnavailable as exc:
+                self.l.write(rec(self.l.now(), "info", "etcd_cleanup", DRIVER,
+                                        prefix=self.prefix, error=str(exc)))
+        if self.store is not None:
+            self.store.close()
 
     def _reap(self, kp: KeeperProc, kill: bool) -> None:
         if kill and kp.popen.poll() is None:

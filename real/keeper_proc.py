@@ -43,11 +43,20 @@ from rollcall.core import (
 from rollcall.scenario import Scenario
 
 from real import wire
-from real.keeper_store import KeeperStore, StoreUnavailable
+from real.keeper_store import KeeperStore, StoreUnavailable, read_password
 from real.keeper_wire import TO_KEEPER_PROC, supervisor_ok
 
 DEPOSED_EXIT = 3
 LEASE_MARGIN = 0.9  # of the TTL: the keeper's own end of its lease, before the store's
+
+
+def _etcd_password(args: argparse.Namespace, secret: bytes) -> Optional[str]:
+    """The password the keeper gives etcd (None: the user's cluster has no auth)."""
+    if args.etcd_no_auth:
+        return None
+    if args.etcd_password_file is not None:
+        return read_password(args.etcd_password_file)
+    return secret.hex()
 
 
 class KeeperProcess:
@@ -60,7 +69,8 @@ class KeeperProcess:
         self.run_id = args.run_id
         self.ttl_s = float(self.sc.keeper.lease_ttl_s)
         self.store = KeeperStore(args.endpoints.split(","), args.prefix,
-                                 secret=self.secret.hex(), timeout_s=max(1.0, self.ttl_s / 2))
+                                 secret=_etcd_password(args, self.secret),
+                                 timeout_s=max(1.0, self.ttl_s / 2), user=args.etcd_user)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.listener.setblocking(False)
         self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
@@ -271,11 +281,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--run-id", required=True)
     p.add_argument("--endpoints", required=True)
     p.add_argument("--prefix", required=True)
+    # etcd's credentials: by default root with the run's secret (the run's own
+    # cluster); the user's cluster: a user and a password file, or no auth
+    p.add_argument("--etcd-user", default="root")
+    p.add_argument("--etcd-password-file")
+    p.add_argument("--etcd-no-auth", action="store_true")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         return KeeperProcess(args).run()
-    except StoreUnavailable as exc:
+    except (StoreUnavailable, ValueError) as exc:  # etcd unreachable or refusing; bad credentials
         print(f"real.keeper_proc: {exc}", file=sys.stderr)
         return 2
 

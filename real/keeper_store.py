@@ -14,8 +14,9 @@ Retries: each operation tries the endpoints in turn within its timeout; a repeat
 recognises its own earlier success (its lease in the leader key; the marker's term and
 digest), so a write whose answer was lost is not misread as refused. One thread per store.
 Client: etcd3gw (OpenStack's; pure Python over etcd's /v3/ JSON gateway, no grpcio build).
-It has no auth: the token from /v3/auth/authenticate (user root, the run's secret) goes in
-its session's Authorization header. Its watch runs an unjoined thread with no bound:
+It has no auth: the token from /v3/auth/authenticate (user root with the run's secret on the
+run's own cluster; on the user's, keeper.etcd_user with the password in
+keeper.etcd_password_file) goes in its session's Authorization header. Its watch runs an unjoined thread with no bound:
 wait_leader_change streams /v3/watch itself under a read timeout instead.
 """
 
@@ -25,8 +26,10 @@ import base64
 import hashlib
 import json
 import math
+import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
 from urllib.parse import urlsplit
 
@@ -92,17 +95,22 @@ def _digest(record_json: str) -> str:
 
 class KeeperStore:
     """The keeper's record under ``prefix`` in the etcd cluster at ``endpoints``
-    (client URLs). ``secret``: the root password (auth on); None: auth off.
-    ``timeout_s`` bounds every operation, retries over the endpoints included."""
+    (client URLs). ``secret``: the password of etcd user ``user`` (auth on:
+    the run's own cluster's root password is the run's secret); None: auth
+    off. ``timeout_s`` bounds every operation, retries over the endpoints
+    included."""
 
     def __init__(self, endpoints: Sequence[str], prefix: str, secret: Optional[str] = None,
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0, user: str = "root") -> None:
         if isinstance(endpoints, str) or not endpoints:
             raise ValueError(f"endpoints: a non-empty list of etcd client URLs, got {endpoints!r}")
         if not isinstance(prefix, str) or not prefix.strip("/"):
             raise ValueError(f"prefix: a non-empty key prefix, got {prefix!r}")
         if secret is not None and (not isinstance(secret, str) or not secret):
-            raise ValueError("secret: a non-empty str (the run's secret) or None")
+            raise ValueError("secret: a non-empty str (a password) or None")
+        if not isinstance(user, str) or not user:
+            raise ValueError(f"user: a non-empty etcd user name, got {user!r}")
+        self.user = user
         if not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
             raise ValueError(f"timeout_s: a positive number of seconds, got {timeout_s!r}")
         self.endpoints = list(endpoints)
@@ -176,7 +184,7 @@ class KeeperStore:
     def _authenticate(self, client: Etcd3Client) -> None:
         self._session.headers.pop("Authorization", None)
         got = client.post(client.get_url("/auth/authenticate"),
-                          json={"name": "root", "password": self._secret})
+                          json={"name": self.user, "password": self._secret})
         self._token = str(got["token"])
         self._session.headers["Authorization"] = self._token
 
@@ -354,9 +362,64 @@ class KeeperStore:
         doc = _value(self._range("generation")[0])
         return None if doc is None else dict(doc)
 
+    def probe(self) -> None:
+        """Write and delete one key under the prefix: the credentials may do
+        what a keeper does (raises :class:`StoreDenied`, :class:`StoreUnavailable`)."""
+        key = _b64(self.key("probe"))
+        self._txn("probe", [], [{"request_put": {"key": key, "value": _b64("{}")}}], [])
+        self._txn("probe", [], [{"request_delete_range": {"key": key}}], [])
+
     def delete_prefix(self) -> None:
         """Delete every key of this store (``prefix`` + "/..."), leadership included."""
         start = self.prefix + "/"
         end = self.prefix + "0"  # "/" + 1: the end of the range of keys under start
         self._call("delete", lambda c: c.post(c.get_url("/kv/deleterange"),
                                              json={"key": _b64(start), "range_end": _b64(end)}))
+
+
+PASSWORD_MAX_BYTES = 1024
+
+
+def read_password(path: str | Path) -> str:
+    """The etcd password in file ``path`` (one line; a trailing newline is
+    dropped). Raises ValueError saying what is wrong, in one line."""
+    p = Path(path).expanduser()
+    try:
+        with open(p, "rb") as f:
+            raw = f.read(PASSWORD_MAX_BYTES + 1)
+    except OSError as exc:
+        raise ValueError(f"{p}: cannot read the etcd password file ({exc.strerror})") from None
+    if len(raw) > PASSWORD_MAX_BYTES:
+        raise ValueError(f"{p}: not an etcd password file (over {PASSWORD_MAX_BYTES} bytes)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{p}: the etcd password is not UTF-8 text") from None
+    password = text[:-1] if text.endswith("\n") else text
+    password = password[:-1] if password.endswith("\r") else password
+    if not password or "\n" in password:
+        raise ValueError(f"{p}: the etcd password file must hold one non-empty line")
+    return password
+
+
+def cluster_problem(endpoints: Sequence[str], user: Optional[str], password_file: Optional[str],
+                    timeout_s: float = 5.0) -> Optional[str]:
+    """Why a run cannot keep its record in the user's etcd cluster at
+    ``endpoints`` with these credentials (one line), or None: the password
+    file is read and the cluster must let the user write and delete a key
+    under ``/rollcall/``, as a keeper will."""
+    try:
+        password = None if password_file is None else read_password(password_file)
+    except ValueError as exc:
+        return str(exc)
+    store = KeeperStore(list(endpoints), f"/rollcall/.probe-{os.getpid()}", secret=password,
+                        timeout_s=timeout_s, user=user or "root")
+    try:
+        store.probe()
+    except StoreDenied as exc:
+        return f"keeper.etcd_endpoints: {exc} (check keeper.etcd_user and etcd_password_file)"
+    except StoreUnavailable as exc:
+        return f"keeper.etcd_endpoints: {exc}"
+    finally:
+        store.close()
+    return None

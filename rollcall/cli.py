@@ -233,10 +233,12 @@ def _keeper_problem(scenario: Scenario) -> str | None:
     """Why a real scenario's etcd-backed keeper cannot run here (one line), or None."""
     if scenario.target != "real" or scenario.keeper.store == "memory":
         return None
-    if scenario.keeper.etcd_endpoints is not None:
-        return (f"{scenario.name}: keeper.etcd_endpoints: the real target runs its own etcd "
-                f"cluster (it authenticates with the run's secret; a cluster of yours, with "
-                f"credentials of its own, is not supported yet); leave it unset")
+    k = scenario.keeper
+    if k.etcd_endpoints is not None:  # the user's cluster: reachable, and these credentials do
+        cluster_problem = _load_target_attr("real", "keeper_store", "cluster_problem")
+        assert cluster_problem is not None, "real/keeper_store.py has cluster_problem"
+        problem = cluster_problem(k.etcd_endpoints, k.etcd_user, k.etcd_password_file)
+        return None if problem is None else f"{scenario.name}: {problem}"
     etcd_binary = _load_target_attr("real", "etcd", "etcd_binary")
     if etcd_binary is None or etcd_binary() is None:
         return (f"{scenario.name}: keeper.store: etcd needs the etcd server (Debian's "

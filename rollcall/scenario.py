@@ -89,6 +89,7 @@ PosFloat = Annotated[float, Strict(), Field(gt=0)]
 NonNegFloat = Annotated[float, Strict(), Field(ge=0)]
 Text = Annotated[str, Strict()]
 Name = Annotated[str, StringConstraints(strict=True, pattern=r"^[A-Za-z0-9_.-]+$")]
+SomeText = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=4096)]
 
 WorkerTargets = Union[int, tuple[int, ...], Literal["random"]]
 
@@ -722,7 +723,11 @@ class KeeperSection(_Section):
     time asked) and ``standbys`` keepers wait to take over from the last
     record (:mod:`rollcall.core.record`). ``etcd_endpoints``: an
     etcd cluster of the user's (client URLs); unset, the real launcher
-    starts a 3-member cluster on loopback for the run.
+    starts a 3-member cluster on loopback for the run. A cluster of the
+    user's with auth on takes ``etcd_user`` (default root) and the path of a
+    file holding its password, ``etcd_password_file`` (read when the run
+    starts, never copied into the run's files); the run keeps its keys under
+    ``/rollcall/<run id>/`` and deletes them when it ends.
 
     The sim models the failover: the keeper fails at random with mean
     ``mtbf_s`` (None: only ``kill_keeper`` faults), and a standby takes over
@@ -733,6 +738,8 @@ class KeeperSection(_Section):
     store: Literal["memory", "etcd"] = "memory"
     standbys: NonNegInt = 0
     etcd_endpoints: tuple[Text, ...] | None = None
+    etcd_user: SomeText | None = None
+    etcd_password_file: SomeText | None = None
     lease_ttl_s: Annotated[float, Strict(), Field(ge=1.0, le=600.0)] = 2.0
     mtbf_s: PosFloat | None = None
     failover_s: PosFloat | None = None
@@ -740,13 +747,20 @@ class KeeperSection(_Section):
     @model_validator(mode="after")
     def _etcd_only(self) -> "KeeperSection":
         if self.store == "memory":
-            for key in ("standbys", "etcd_endpoints", "mtbf_s", "failover_s"):
+            for key in ("standbys", "etcd_endpoints", "etcd_user", "etcd_password_file",
+                        "mtbf_s", "failover_s"):
                 if getattr(self, key) not in (None, 0):
                     raise _Problem((key,), "needs keeper.store: etcd (a keeper whose record "
                                            "lives in memory has no successor)")
         if self.mtbf_s is not None and self.standbys < 1:
             raise _Problem(("mtbf_s",), "needs keeper.standbys >= 1 (without a standby a "
                                         "keeper failure ends the job)")
+        for key in ("etcd_user", "etcd_password_file"):
+            if getattr(self, key) is not None and self.etcd_endpoints is None:
+                raise _Problem((key,), "needs keeper.etcd_endpoints (the run's own etcd "
+                                       "authenticates with the run's secret)")
+        if self.etcd_user is not None and self.etcd_password_file is None:
+            raise _Problem(("etcd_user",), "needs keeper.etcd_password_file (the user's password)")
         if self.etcd_endpoints is not None:
             for url in self.etcd_endpoints:
                 if not url.startswith(("http://127.", "http://localhost:", "http://[::1]:")):

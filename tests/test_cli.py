@@ -137,16 +137,25 @@ def test_python_dash_m_validate() -> None:
 
 @pytest.mark.parametrize("command", ["run", "compare", "sweep"])
 @pytest.mark.parametrize("case, needle", [
-    ("endpoints", "keeper.etcd_endpoints"),
+    ("endpoints", "keeper.etcd_endpoints: refused at http://127.0.0.1:2379"),
     ("no-etcd", "needs the etcd server"),
 ])
 def test_an_etcd_keeper_that_cannot_run_here_is_refused_in_one_line(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         command: str, case: str, needle: str) -> None:
-    """keeper.store: etcd on real: a user's cluster, or no etcd binary, is
-    refused before anything starts (exit 2, one line), by every command."""
+    """keeper.store: etcd on real: a user's cluster that will not do (its
+    own check, real/keeper_store.cluster_problem, which
+    tests/test_real_failover.py runs against real clusters), or no etcd
+    binary, is refused before anything starts (exit 2, one line), by every
+    command."""
     seen = _fake_driver(monkeypatch, "real")
     extra = ["--set", "keeper.etcd_endpoints=[http://127.0.0.1:2379]"] if case == "endpoints" else []
+    if case == "endpoints":
+        import real.keeper_store
+
+        asked: list[tuple] = []
+        monkeypatch.setattr(real.keeper_store, "cluster_problem", lambda *a: asked.append(a) or
+                            f"keeper.etcd_endpoints: refused at {a[0][0]}")
     if case == "no-etcd":
         import real.etcd
 
@@ -159,3 +168,5 @@ def test_an_etcd_keeper_that_cannot_run_here_is_refused_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and needle in err[0], err
     assert not seen
+    if case == "endpoints":
+        assert asked == [(("http://127.0.0.1:2379",), None, None)]

@@ -11,6 +11,7 @@ etcd members) is left behind. Nothing sleeps to synchronise.
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,8 @@ def _etcd_missing() -> str | None:
 skip_no_etcd = pytest.mark.skipif(_etcd_missing() is not None, reason=str(_etcd_missing()))
 
 
-def _scenario(faults: str, steps: int = 60, workers: int = 3, ttl_s: float = 1.0) -> Scenario:
+def _scenario(faults: str, steps: int = 60, workers: int = 3, ttl_s: float = 1.0,
+              keeper: str = "") -> Scenario:
     return parse_scenario(f"""
 name: real-keeper-failover
 target: real
@@ -44,7 +46,7 @@ workload: {{steps: {steps}, global_batch: 24, micro_batch: 4, dataset_samples: 4
 detector: {{heartbeat_s: 0.1, timeout_s: 2.0}}
 rendezvous: {{min_workers: 2, last_call_s: 0.2, join_timeout_s: 20.0}}
 strategy: {{kind: elastic, checkpoint_interval_steps: 10}}
-keeper: {{store: etcd, standbys: 1, lease_ttl_s: {ttl_s}}}
+keeper: {{store: etcd, standbys: 1, lease_ttl_s: {ttl_s}{keeper}}}
 failures:
   schedule: [{faults}]
 """)
@@ -189,3 +191,97 @@ def test_a_keeper_cut_off_from_etcd_stops_deciding(tmp_path: Path) -> None:
     cut = next(r for r in recs if r["f"] == "fault" and r["kind"] == "partition_keeper")
     heal = [r for r in recs if r["f"] == "fault" and r["kind"] == "heal" and r["t"] > cut["t"]]
     assert heal, "the cut is healed after for_s"
+
+
+def _users_cluster(tmp_path: Path, root_password: str) -> Any:
+    """An etcd cluster standing for the user's: auth on, and a user
+    ``trainer`` whose role may read and write only under ``/rollcall/``."""
+    from real.etcd import EtcdCluster, gateway
+
+    cluster = EtcdCluster(tmp_path / "users-etcd", members=3, secret=root_password).start(60)
+    url = cluster.endpoints[0]
+    token = gateway(url, "/auth/authenticate", {"name": "root", "password": root_password},
+                    10)["token"]
+    b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+    for path, body in [
+            ("/auth/role/add", {"name": "trainers"}),
+            ("/auth/role/grant", {"name": "trainers", "perm": {
+                "permType": "READWRITE", "key": b64("/rollcall/"), "range_end": b64("/rollcall0")}}),
+            ("/auth/user/add", {"name": "trainer", "password": "pw-of-the-trainer"}),
+            ("/auth/user/grant", {"user": "trainer", "role": "trainers"})]:
+        gateway(url, path, body, 10, token)
+    return cluster, token
+
+
+@skip_no_etcd
+def test_a_users_etcd_cluster_with_a_user_of_its_own(tmp_path: Path) -> None:
+    """``keeper.etcd_endpoints``: the record lives in the user's cluster, as
+    the user ``keeper.etcd_user`` (password in ``etcd_password_file``) whose
+    role reaches only ``/rollcall/``. The keeper fails over through it, the
+    run leaves none of its keys there, the cluster keeps running, and the
+    password is in none of the run's files."""
+    import base64 as b64mod
+
+    from real.etcd import gateway
+
+    cluster, token = _users_cluster(tmp_path, "root-pw-of-the-user")
+    try:
+        pw = tmp_path / "etcd-password"
+        pw.write_text("pw-of-the-trainer\n")
+        urls = ", ".join(f'"{u}"' for u in cluster.endpoints)
+        sc = _scenario("{at_step: 12, kill_keeper: active}", steps=40, keeper=(
+            f", etcd_endpoints: [{urls}], etcd_user: trainer, etcd_password_file: '{pw}'"))
+        from rollcall.cli import _keeper_problem
+
+        assert _keeper_problem(sc) is None, "the CLI's check lets these credentials through"
+        s, recs = _run(sc, tmp_path / "run")
+        assert s["completed"] and s["valid"], (s["end_reason"], s["violations"])
+        assert s["keeper_failovers"] == 1
+        assert [r["term"] for r in recs if r["f"] == "takeover"] == [1, 2]
+        assert all(cluster.pid(i) is not None for i in range(3)), "the user's cluster runs on"
+        left = gateway(cluster.endpoints[0], "/kv/range", {
+            "key": b64mod.b64encode(b"/rollcall/").decode(),
+            "range_end": b64mod.b64encode(b"/rollcall0").decode(), "count_only": True}, 10, token)
+        assert int(left.get("count", 0)) == 0, "the run deletes its keys from the user's cluster"
+        for f in (tmp_path / "run").rglob("*"):
+            if f.is_file():
+                assert b"pw-of-the-trainer" not in f.read_bytes(), f"the password is in {f}"
+    finally:
+        cluster.stop()
+
+
+@skip_no_etcd
+@pytest.mark.parametrize("case, needle", [
+    ("wrong-password", "refused"),
+    ("no-password-file", "cannot read the etcd password file"),
+    ("no-credentials", "refused"),
+    ("unreachable", "no answer"),
+])
+def test_a_users_etcd_cluster_that_will_not_do_is_refused_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str, needle: str) -> None:
+    """Credentials the user's cluster refuses, a password file that cannot
+    be read, or a cluster that does not answer: ``rollcall run`` says which
+    in one line and exits 2 before it starts anything."""
+    from real.etcd import free_ports
+    from rollcall import cli
+
+    cluster, _ = _users_cluster(tmp_path, "root-pw-of-the-user")
+    try:
+        pw = tmp_path / "etcd-password"
+        pw.write_text("not-the-password" if case == "wrong-password" else "pw-of-the-trainer")
+        urls = list(cluster.endpoints)
+        if case == "unreachable":
+            urls = [f"http://127.0.0.1:{p}" for p in free_ports(1)]
+        keeper = f"etcd_endpoints: [{', '.join(repr(u) for u in urls)}]"
+        if case != "no-credentials":
+            path = tmp_path / "absent" if case == "no-password-file" else pw
+            keeper += f", etcd_user: trainer, etcd_password_file: '{path}'"
+        scenario = tmp_path / "s.yaml"
+        scenario.write_text("name: k\ntarget: real\ncluster: {workers: 2}\n"
+                            f"keeper: {{store: etcd, standbys: 1, {keeper}}}\n")
+        code = cli.main(["run", str(scenario), "--out", str(tmp_path / "out")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and needle in err[0], err
+        assert not (tmp_path / "out" / "history.jsonl").exists()
+    finally:
+        cluster.stop()
