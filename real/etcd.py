@@ -1,8 +1,10 @@
 """A throwaway etcd v3 cluster on loopback, for a run or a test (issue 20).
 
 :class:`EtcdCluster` starts N members of the ``etcd`` binary (Debian's
-``etcd-server``), every client and peer URL on 127.0.0.1 with ports the
-kernel chose (bind port 0), each member's data under one directory. With a
+``etcd-server``), every client and peer URL on 127.0.0.1 (or, given
+``addresses`` and a ``spawn``, each member in a host namespace of the run,
+on its address) with ports the kernel chose (bind port 0), each member's
+data under one directory. With a
 ``secret`` it turns etcd's own authentication on from the client side
 (user ``root``, password the run's secret, role ``root``, ``auth enable``),
 so every client connection must present a token obtained with the secret
@@ -27,7 +29,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Any, Callable, Optional, Sequence
 from urllib.parse import urlsplit
 
 from etcd3gw import exceptions as gw_errors
@@ -38,6 +40,8 @@ from etcd3gw.client import Etcd3Client
 POLL_S = 0.05  # between two looks at a starting cluster's health
 HEARTBEAT_MS, ELECTION_MS = 50, 500  # raft timing on loopback (see EtcdCluster._command)
 KILL_WAIT_S = 10.0  # for a SIGKILLed member to be reaped
+
+Spawn = Callable[..., "subprocess.Popen[bytes]"]  # (member, argv, **popen_kwargs) -> the process
 
 # Every started cluster in this interpreter, so atexit can stop the ones a
 # caller forgot (or an exception skipped).
@@ -103,7 +107,13 @@ class EtcdCluster:
     """
 
     def __init__(self, data_dir: str | Path, members: int = 3, secret: Optional[str] = None,
-                 binary: Optional[str] = None, keep_data: bool = False) -> None:
+                 binary: Optional[str] = None, keep_data: bool = False,
+                 addresses: Optional[Sequence[str]] = None,
+                 spawn: Optional[Spawn] = None) -> None:
+        """``addresses``: each member's IP (default 127.0.0.1 for all); with
+        ``spawn(i, argv, **popen_kwargs)`` member ``i`` is started elsewhere
+        than here (a host's network namespace, :meth:`real.netns.Network.spawn`,
+        whose address it then has)."""
         if isinstance(members, bool) or not isinstance(members, int) or members < 1:
             raise ValueError(f"members: a positive int, got {members!r}")
         if secret is not None and (not isinstance(secret, str) or not secret):
@@ -115,9 +125,13 @@ class EtcdCluster:
         self.dir = Path(data_dir)
         self.secret = secret
         self.keep_data = keep_data
+        self.addresses = list(addresses) if addresses is not None else ["127.0.0.1"] * members
+        if len(self.addresses) != members:
+            raise ValueError(f"addresses: one per member ({members}), got {len(self.addresses)}")
+        self._start = spawn
         ports = free_ports(2 * members)
         self.client_ports, self.peer_ports = ports[:members], ports[members:]
-        self.endpoints = [f"http://127.0.0.1:{p}" for p in self.client_ports]
+        self.endpoints = [f"http://{a}:{p}" for a, p in zip(self.addresses, self.client_ports)]
         self.names = [f"m{i}" for i in range(members)]
         self.procs: list[Optional[subprocess.Popen[bytes]]] = [None] * members
         self.started_pids: list[int] = []  # every PID this cluster ever started
@@ -134,8 +148,9 @@ class EtcdCluster:
         return self.dir / f"{self.names[i]}.log"
 
     def _command(self, i: int, state: str) -> list[str]:
-        peer = f"http://127.0.0.1:{self.peer_ports[i]}"
-        initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(self.names, self.peer_ports))
+        peers = [f"http://{a}:{p}" for a, p in zip(self.addresses, self.peer_ports)]
+        peer = peers[i]
+        initial = ",".join(f"{n}={u}" for n, u in zip(self.names, peers))
         return [self.binary, "--name", self.names[i], "--data-dir", str(self.member_dir(i)),
                 "--listen-client-urls", self.endpoints[i],
                 "--advertise-client-urls", self.endpoints[i],
@@ -154,9 +169,14 @@ class EtcdCluster:
         # the user's ETCD_* settings would silently override the flags
         env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
         try:
-            proc = subprocess.Popen(self._command(i, state), stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, env=env, close_fds=True,
-                                    preexec_fn=die_with_parent)
+            if self._start is not None:
+                proc = self._start(i, self._command(i, state), stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=log, env=env, close_fds=True,
+                                   preexec_fn=die_with_parent)
+            else:
+                proc = subprocess.Popen(self._command(i, state), stdin=subprocess.DEVNULL,
+                                        stdout=log, stderr=log, env=env, close_fds=True,
+                                        preexec_fn=die_with_parent)
         except BaseException:
             log.close()
             raise

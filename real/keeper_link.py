@@ -61,6 +61,39 @@ class KeeperProc:
     pidfd: int
     log: Any
     paths: list = field(default_factory=list)  # its relays to the etcd members
+    host: Optional[int] = None  # its host namespace (hosts mode), if it has one
+
+
+ETCD_MEMBERS = 3
+
+
+def keeper_hosts(keeper: Any) -> int:
+    """How many host namespaces a hosts-mode run adds for its keeper side:
+    one per keeper process (1 + standbys) and one per member of its own etcd
+    cluster, so that a ``partition_keeper`` is an nftables cut between hosts.
+    0 for a memory keeper, or for the user's etcd (on this machine's
+    loopback, which a namespace does not reach)."""
+    if keeper.store != "etcd" or keeper.etcd_endpoints is not None:
+        return 0
+    return 1 + int(keeper.standbys) + ETCD_MEMBERS
+
+
+@dataclass(frozen=True)
+class KeeperHosts:
+    """Hosts mode: the run's :class:`real.netns.Network` and the hosts in it
+    that hold keeper processes (one slot each) and etcd members."""
+
+    network: Any
+    keepers: tuple[int, ...]
+    etcd: tuple[int, ...]
+
+    @classmethod
+    def after(cls, network: Any, first: int, standbys: int) -> "KeeperHosts":
+        """The hosts after the workers' (``first`` on), in the order :func:`keeper_hosts` counts."""
+        k = 1 + standbys
+        assert network.hosts >= first + k + ETCD_MEMBERS, (network.hosts, first, k)
+        return cls(network, tuple(range(first, first + k)),
+                   tuple(range(first + k, first + k + ETCD_MEMBERS)))
 
 
 class EtcdPaths:
@@ -142,6 +175,8 @@ class RemoteKeeper:
         self.procs: list[KeeperProc] = []
         self.paths = EtcdPaths()  # each keeper's relays to etcd (partition_keeper cuts them)
         self.cut: Optional[KeeperProc] = None  # the keeper cut off from etcd now
+        self.cut_rule: Any = None  # hosts mode: the nftables partition doing it
+        self.hosts: Optional[KeeperHosts] = None  # hosts mode, the run's own etcd
         self.next_candidate = 0
         self.term = 0  # the term of the keeper linked (or last linked), as etcd named it
         self.served = False  # a keeper took over already (the next one is a failover)
@@ -197,8 +232,16 @@ class RemoteKeeper:
         if not self.endpoints:
             from real.etcd import EtcdCluster
 
-            self.etcd = EtcdCluster(self.l.real_dir / "etcd", members=3,
-                                    secret=self.l.secret.hex())
+            net = self.l.fleet.network if self.l.fleet is not None else None
+            if net is not None and net.hosts > self.l.sc.n_hosts:  # hosts of their own
+                self.hosts = KeeperHosts.after(net, self.l.sc.n_hosts, self.standbys)
+            where: dict[str, Any] = {}
+            if self.hosts is not None:
+                h = self.hosts
+                where = {"addresses": [h.network.address(e) for e in h.etcd],
+                         "spawn": lambda i, argv, **kw: h.network.spawn(h.etcd[i], argv, **kw)}
+            self.etcd = EtcdCluster(self.l.real_dir / "etcd", members=ETCD_MEMBERS,
+                                    secret=self.l.secret.hex(), **where)
             self.etcd.start(timeout_s=START_TIMEOUT_S)
             self.endpoints = list(self.etcd.endpoints)
         self.store = KeeperStore(self.endpoints, self.prefix, secret=self.password(),
@@ -215,19 +258,32 @@ class RemoteKeeper:
                 time.sleep(POLL_S)  # a bounded wait for a process's start, not a sync
 
     def spawn(self) -> None:
+        """One more keeper process: on a host of its own in hosts mode (the
+        slot a dead one left), reaching etcd directly; else on this machine,
+        through relays of its own (:class:`EtcdPaths`)."""
         l, c = self.l, self.next_candidate
         self.next_candidate += 1
         log = open(l.real_dir / "logs" / f"keeper-{c}.log", "ab")
-        paths = self.paths.open(self.endpoints)  # its own way to each etcd member
+        host, paths = None, []
+        if self.hosts is not None:
+            taken = {p.host for p in self.procs}
+            host = next(h for h in self.hosts.keepers if h not in taken)
+            listen, endpoints = self.hosts.network.address(host), self.endpoints
+        else:
+            paths = self.paths.open(self.endpoints)  # its own way to each etcd member
+            listen, endpoints = "127.0.0.1", [f"http://127.0.0.1:{r.port}" for r in paths]
         cmd = [sys.executable, "-m", "real.keeper_proc", "--run-dir", str(l.out),
                "--candidate", str(c), "--t0", repr(l.t0), "--secret-file", str(l.secret_path),
-               "--run-id", l.run_id, "--prefix", self.prefix,
-               "--endpoints", ",".join(f"http://127.0.0.1:{r.port}" for r in paths),
-               *self._credentials()]
-        popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, env=python_env(), cwd=str(l.out),
-                                 preexec_fn=die_with_parent)  # a SIGKILLed launcher leaves none
-        kp = KeeperProc(c, popen, os.pidfd_open(popen.pid), log, paths)
+               "--run-id", l.run_id, "--prefix", self.prefix, "--listen", listen,
+               "--endpoints", ",".join(endpoints), *self._credentials()]
+        how: dict[str, Any] = dict(stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   env=python_env(), cwd=str(l.out),
+                                   preexec_fn=die_with_parent)  # a SIGKILLed launcher leaves none
+        if host is not None:
+            popen = self.hosts.network.spawn(host, cmd, **how)  # type: ignore[union-attr]
+        else:
+            popen = subprocess.Popen(cmd, **how)
+        kp = KeeperProc(c, popen, os.pidfd_open(popen.pid), log, paths, host)
         self.procs.append(kp)
         self.sel.register(kp.pidfd, selectors.EVENT_READ, ("kproc", kp))
 
@@ -245,7 +301,7 @@ class RemoteKeeper:
                 self.store.delete_prefix()
             except StoreUnavailable as exc:
                 self.l.write(rec(self.l.now(), "info", "etcd_cleanup", DRIVER,
-                                        prefix=self.prefix, error=str(exc)))
+                                 prefix=self.prefix, error=str(exc)))
         if self.store is not None:
             self.store.close()
 
@@ -276,21 +332,34 @@ class RemoteKeeper:
         return self.term
 
     def cut_active(self) -> Optional[int]:
-        """``partition_keeper: active``: the serving keeper loses etcd (its
-        relays hold what it sends) but not the launcher; its term."""
+        """``partition_keeper: active``: the serving keeper loses etcd but not
+        the launcher; its term. In hosts mode an nftables partition of its
+        host from the etcd members' hosts; else its relays hold what it sends."""
         kp = self._serving()
         if kp is None or self.cut is not None:
             return None
         self.cut = kp
-        self.paths.cut(kp.paths, True)
+        if kp.host is not None:
+            assert self.hosts is not None
+            self.cut_rule = self.hosts.network.partition([kp.host], peers=list(self.hosts.etcd))
+        else:
+            self.paths.cut(kp.paths, True)
         return self.term
 
-    def heal_cut(self) -> None:
+    def heal_cut(self) -> Optional[int]:
         """The cut ends: what the keeper sent meanwhile goes on (it is
-        deposed by then, and etcd refuses a deposed keeper's writes)."""
-        if self.cut is not None:
+        deposed by then, and etcd refuses a deposed keeper's writes).
+        Returns the packets the rules dropped (hosts mode), else None."""
+        dropped = None
+        if self.cut_rule is not None:
+            assert self.hosts is not None
+            dropped = self.hosts.network.dropped(self.cut_rule)
+            self.hosts.network.heal(self.cut_rule)
+            self.cut_rule = None
+        elif self.cut is not None:
             self.paths.cut(self.cut.paths, False)
-            self.cut = None
+        self.cut = None
+        return dropped
 
     def kill_etcd(self, member: int) -> bool:
         if self.etcd is None:

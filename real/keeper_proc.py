@@ -71,9 +71,9 @@ class KeeperProcess:
         self.store = KeeperStore(args.endpoints.split(","), args.prefix,
                                  secret=_etcd_password(args, self.secret),
                                  timeout_s=max(1.0, self.ttl_s / 2), user=args.etcd_user)
-        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener = socket.create_server((args.listen, 0))  # its host's address
         self.listener.setblocking(False)
-        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.address = f"{args.listen}:{self.listener.getsockname()[1]}"
         self.lead: Any = None
         self.keeper: Optional[Keeper] = None
         self.conn: Optional[socket.socket] = None
@@ -281,6 +281,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--run-id", required=True)
     p.add_argument("--endpoints", required=True)
     p.add_argument("--prefix", required=True)
+    p.add_argument("--listen", default="127.0.0.1")  # hosts mode: its namespace's address
     # etcd's credentials: by default root with the run's secret (the run's own
     # cluster); the user's cluster: a user and a password file, or no auth
     p.add_argument("--etcd-user", default="root")

@@ -884,7 +884,9 @@ class Launcher:
             _, fault, hosts, lives = item
             extra: dict[str, Any] = {}
             if isinstance(fault, tuple) and fault[0] == "keeper_cut":  # the keeper reaches etcd again
-                self.keeper.heal_cut()
+                dropped = self.keeper.heal_cut()
+                if dropped is not None:  # an nftables cut (hosts mode): what it stopped
+                    extra["dropped_packets"] = dropped
             elif isinstance(fault, tuple) and fault[0] == "slow":  # one slowdown ends
                 self.order_slow(fault[1:3], 1.0 / fault[3])
             elif isinstance(fault, tuple) and fault[0] == "late_beats":  # on time from now
@@ -1225,7 +1227,12 @@ class Launcher:
         where ``bind`` says (``rollcall keeper``)."""
         network = None
         if self.hosts_mode and not self.external_hosts:
-            network = Network(self.run_id, self.sc.n_hosts)
+            extra = 0  # the workers' hosts, then the keeper side's (keepers, etcd members)
+            if self.sc.keeper.store == "etcd":
+                from real.keeper_link import keeper_hosts
+
+                extra = keeper_hosts(self.sc.keeper)
+            network = Network(self.run_id, self.sc.n_hosts + extra)
             self.fleet = Fleet(self.sc.n_hosts, self.queue, network)  # close() cleans up from here on
             (self.real_dir / "network.json").write_text(json.dumps(
                 {"prefix": network.prefix, "hosts": network.hosts}) + "\n")  # what to look for

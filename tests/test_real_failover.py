@@ -285,3 +285,39 @@ def test_a_users_etcd_cluster_that_will_not_do_is_refused_in_one_line(
         assert not (tmp_path / "out" / "history.jsonl").exists()
     finally:
         cluster.stop()
+
+
+def _netns_missing() -> str | None:
+    from real.netns import netns_available
+
+    return netns_available()
+
+
+@skip_no_etcd
+@pytest.mark.skipif(_netns_missing() is not None, reason=str(_netns_missing()))
+def test_a_keeper_host_cut_off_from_etcd_by_nftables(tmp_path: Path) -> None:
+    """Hosts mode: each keeper process and each etcd member is on a host
+    (network namespace) of its own, and ``partition_keeper`` is an nftables
+    partition of the active keeper's host from the etcd hosts, a cut in the
+    kernel, not in a relay. The keeper still reaches the launcher, cannot
+    renew, deposes itself when its lease ends (exit 3), and a standby takes
+    over; the rules dropped packets; nothing of the run is left."""
+    from test_real_hosts import assert_nothing_left
+
+    sc = _scenario("{at_step: 12, partition_keeper: active, for_s: 2}", steps=80, workers=4)
+    sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"workers_per_host": 2})})
+    sc = Scenario.model_validate(sc.model_dump())
+    s, recs = _run(sc, tmp_path)
+    assert s["completed"] and s["valid"], (s["end_reason"], s["violations"])
+    assert s["keeper_failovers"] == 1
+    takeovers = [r for r in recs if r["f"] == "takeover"]
+    assert [r["term"] for r in takeovers] == [1, 2]
+    first = next(r["candidate"] for r in recs if r["f"] == "keeper_link")
+    exits = {f"keeper-{r['candidate']}": r["returncode"] for r in recs if r["f"] == "keeper_exit"}
+    assert exits.get(first) == 3, exits  # deposed: it could not renew
+    later = [g for g in _generations(recs) if g["t"] > takeovers[1]["t"]]
+    assert later and all(g.get("term") == 2 for g in later), later
+    cut = next(r for r in recs if r["f"] == "fault" and r["kind"] == "partition_keeper")
+    heal = next(r for r in recs if r["f"] == "fault" and r["kind"] == "heal" and r["t"] > cut["t"])
+    assert heal.get("dropped_packets", 0) > 0, heal  # the kernel's rules did the cutting
+    assert_nothing_left(tmp_path, s)
