@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 from rollcall.core.history import members_field, rec
 from rollcall.core.messages import (
@@ -93,9 +93,42 @@ class Stop:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
 class Log:
-    record: dict
+    """A history record for the driver to write: ``Log(record)``, or
+    ``Log.later(make)``, whose record is built by ``make()`` when first read.
+
+    Why later: an agent's ``enter`` record names the generation's members,
+    and at 10^5 nodes deriving that list costs a millisecond, paid for every
+    generation by a simulator's batch of agents, which does not keep its
+    agents' records at that scale (the compact ledger)."""
+
+    __slots__ = ("_record", "_make")
+
+    def __init__(self, record: Optional[dict] = None) -> None:
+        assert record is None or isinstance(record, dict), record
+        self._record = record
+        self._make: Optional[Callable[[], dict]] = None
+
+    @classmethod
+    def later(cls, make: Callable[[], dict]) -> "Log":
+        out = cls()
+        out._make = make
+        return out
+
+    @property
+    def record(self) -> dict:
+        if self._record is None:
+            assert self._make is not None, "a Log holds a record or a way to make one"
+            self._record, self._make = self._make(), None
+        return self._record
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Log) and self.record == other.record
+
+    __hash__ = None  # type: ignore[assignment]  # a record is a dict
+
+    def __repr__(self) -> str:
+        return f"Log({self.record!r})"
 
 
 Action = Union[SendToKeeper, Enter, Abort, Stop, Log]
@@ -295,9 +328,9 @@ class Agent:
         out.append(Enter(m.generation, m.members, m.members.index(self.worker),
                          m.cursor, m.source, sync, broadcast, m.placement, m.recovery,
                          m.fallback))
-        out.append(Log(rec(now, "ok", "enter", self.worker, gen=m.generation,
-                           incarnation=self.incarnation,
-                           members=members_field(m.members))))
+        w, life = self.worker, self.incarnation
+        out.append(Log.later(lambda: rec(now, "ok", "enter", w, gen=m.generation,
+                                         incarnation=life, members=members_field(m.members))))
         return out
 
     def _roll_call(self, now: float, call: RollCall) -> list[Action]:

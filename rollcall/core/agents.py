@@ -205,6 +205,8 @@ class AgentBatch:
         self.heartbeats = heartbeats
         self.retries = retries
         self._groups: dict[Key, IdRuns] = {}
+        # the keys of _groups by state, in _groups' order (a state's groups differ in lives)
+        self._by_state: dict[AgentState, dict[Key, None]] = {}
         self._same: dict[int, LifeSource] = {}  # one source per life held by all
         self._admitted: Optional[tuple[Membership, LifeSource]] = None  # the latest's lives
         self._counters: dict[WorkerId, int] = {}  # beats off: counters set aside (non-zero)
@@ -314,9 +316,10 @@ class AgentBatch:
         if not self.heartbeats and state.counter:
             self._counters[w] = state.counter
         state = self._canon(state)
-        h = hash(state)  # cached: most groups differ in it, so few states are compared field by field
-        src = next((s for (st, s), _ in self._groups.items()
-                    if hash(st) == h and st == state and s.get(w) == agent.incarnation), None)
+        # the first group (in the batch's order) in this state whose source
+        # has the agent's life: found among the groups in this state only
+        src = next((s for _, s in self._by_state.get(state, ())
+                    if s.get(w) == agent.incarnation), None)
         self._put((state, src or self._one_life(agent.incarnation)), IdRuns.span(w, w))
 
     # --- inputs --------------------------------------------------------------
@@ -444,7 +447,11 @@ class AgentBatch:
 
     def _put(self, key: Key, ids: IdRuns) -> None:
         have = self._groups.get(key)
-        self._groups[key] = ids if have is None else have | ids
+        if have is None:
+            self._groups[key] = ids
+            self._by_state.setdefault(key[0], {})[key] = None
+        else:
+            self._groups[key] = have | ids
 
     def _cut(self, key: Key, ids: IdRuns, part: IdRuns) -> None:
         rest = ids - part
@@ -452,6 +459,10 @@ class AgentBatch:
             self._groups[key] = rest
         else:
             del self._groups[key]
+            same = self._by_state[key[0]]
+            del same[key]
+            if not same:
+                del self._by_state[key[0]]
 
     def _find(self, w: WorkerId) -> tuple[Key, IdRuns]:
         for key, ids in self._groups.items():

@@ -340,6 +340,7 @@ class Keeper:
         # worker -> (life, the latest generation that life stamped on a message):
         # a Join stamped with an older one is a late copy (it entered a newer since)
         self._stamped: dict[WorkerId, tuple[int, int]] = {}
+        self._stamped_at: dict[int, set[WorkerId]] = {}  # the same, by generation stamped
         # worker -> (life, the generation current when that life's first Join
         # arrived): a life enters only generations formed after it was heard,
         # so a claim to hold an older one's state is an older life's message
@@ -853,11 +854,14 @@ class Keeper:
     def _late_in(self, ws: IdRuns, claimed: Callable[[WorkerId], int], generation: int) -> IdRuns:
         """The lives of ``ws`` that stamped a message with a generation newer than
         ``generation``: a join stamped with it is a late copy for them. Costs
-        the lives stamped individually (a real heartbeat, a Join), not ``ws``,
-        and of those mostly a comparison: the stamp first, then the id, then
-        the claimed life (``_stamped_newer``'s test, cheapest first)."""
-        return IdRuns.of(w for w, (life, stamped) in self._stamped.items()
-                         if stamped > generation and w in ws and claimed(w) == life)
+        the lives stamped individually (a real heartbeat, a Join) with a newer
+        generation, found by generation (``_stamped_at``), not ``ws``, nor
+        every life ever stamped (``_stamped_newer``'s test, for a set)."""
+        late = []
+        for g, stamped in self._stamped_at.items():
+            if g > generation:
+                late += [w for w in stamped if w in ws and claimed(w) == self._stamped[w][0]]
+        return IdRuns.of(late)
 
     def _born_after(self, w: WorkerId, life: int, generation: int) -> bool:
         """Whether life ``life`` of ``w`` was first heard once ``generation`` had
@@ -876,7 +880,13 @@ class Keeper:
         """Life ``life`` of ``w`` sent a message stamped with ``generation``."""
         have = self._stamped.get(w)
         if have is None or have[0] != life or have[1] < generation:
+            if have is not None:
+                old = self._stamped_at[have[1]]
+                old.discard(w)
+                if not old:
+                    del self._stamped_at[have[1]]
             self._stamped[w] = (life, generation)
+            self._stamped_at.setdefault(generation, set()).add(w)
 
     def _join_batch(self, now: float, batch: JoinBatch) -> None:
         r = self.round
@@ -1157,9 +1167,10 @@ class Keeper:
             waiting = ws - started
             if waiting:
                 self._standby_add(waiting, cursor)
-                for w in waiting:
-                    if w in r.state_gen:
-                        self.standby_gen[w] = r.state_gen[w]
+                # the few that claimed a generation's state, not every waiting id
+                for w, g in r.state_gen.items():
+                    if w in waiting:
+                        self.standby_gen[w] = g
         self.round = None
         self._restart(now, "restart-failure", started, keep=r.joined - started)
 
