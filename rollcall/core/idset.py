@@ -260,7 +260,7 @@ class IdRuns(Sequence[int]):
             return self
         if k <= 0:
             return EMPTY
-        if self._cum_ is None and k <= _PEEL_MAX:
+        if self._lo_ is None:  # no runs at hand: cut the mask, derive none
             return IdRuns.from_mask(_low_bits(self.mask, k))
         cum, lo = self._cum, self._lo
         i = bisect_right(cum, k - 1) - 1  # the run holding the k-th id
@@ -273,7 +273,7 @@ class IdRuns(Sequence[int]):
             return self
         if k >= len(self):
             return EMPTY
-        if self._cum_ is None and k <= _PEEL_MAX:
+        if self._lo_ is None:
             return IdRuns.from_mask(self.mask & ~_low_bits(self.mask, k))
         cum, lo = self._cum, self._lo
         i = bisect_right(cum, k) - 1  # the run holding the (k+1)-th id
@@ -374,13 +374,26 @@ def _bits(m: int) -> Iterator[int]:
 
 
 def _low_bits(m: int, k: int) -> int:
-    """The mask of the ``k`` lowest set bits of ``m`` (which has at least ``k``)."""
-    out = 0
-    for _ in range(k):
-        low = m & -m
-        out |= low
-        m ^= low
-    return out
+    """The mask of the ``k`` lowest set bits of ``m`` (which has at least ``k``):
+    peeled one by one when few, else cut below the position where the
+    count of set bits reaches ``k`` (a binary search on popcounts, each a
+    C-level pass over the mask's words: no runs derived)."""
+    assert 0 <= k <= m.bit_count(), (k, m.bit_count())
+    if k <= _PEEL_MAX:
+        out = 0
+        for _ in range(k):
+            low = m & -m
+            out |= low
+            m ^= low
+        return out
+    lo, hi = k, m.bit_length()  # the cut: the least width whose low bits hold k set bits
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if (m & ((1 << mid) - 1)).bit_count() >= k:
+            hi = mid
+        else:
+            lo = mid + 1
+    return m & ((1 << lo) - 1)
 
 
 def _mask_of_runs(lo: list[int], hi: list[int]) -> int:
