@@ -56,7 +56,7 @@ from typing import Any, Optional
 from rollcall.config import job_policy
 from rollcall.core import (
     Abort, Agent, Cursor, Enter, Heartbeat, Log, SendToKeeper, Stop, lr_scale, plan_step, rec,
-    sample_ids,
+    sample_ids, stripes,
 )
 from rollcall.scenario import Scenario
 
@@ -305,6 +305,30 @@ class Worker:
             self.check(gen)
         work.wait()  # completed: raises if the collective failed
 
+    def wait_p2p(self, works: list, gen: int) -> None:
+        """Wait for gloo sends and receives *or* the abort flag: their works
+        never report completion (no future, ``is_completed`` stays false)
+        and only ``wait()`` returns, so a thread waits and this one watches
+        the flag (as :meth:`build_group` does). An aborted generation leaves
+        the thread to the group's timeout, like an abandoned collective."""
+        out: dict = {}
+
+        def wait_all() -> None:
+            try:
+                for work in works:
+                    work.wait()
+            except Exception as exc:  # noqa: BLE001 - raised here, below
+                out["err"] = exc
+
+        th = threading.Thread(target=wait_all, daemon=True, name=f"copy-{gen}")
+        th.start()
+        while th.is_alive():
+            self.check(gen)
+            th.join(0.002)
+        self.check(gen)
+        if "err" in out:
+            raise out["err"]
+
     def train_loop(self) -> None:
         import torch
         import torch.distributed as dist
@@ -522,16 +546,22 @@ class Worker:
             self.settle(pg, enter, lambda: None, reloaded=reloaded)
 
     def copy_from_source(self, pg, enter: Enter, reloaded: bool) -> None:
-        """The source's broadcast of its replicated state (under ZeRO-1 the
-        parameters only: shards move by the recovery's copies); every member
-        joins it, and only the stale ones keep what they receive."""
+        """The replicated state (under ZeRO-1 the parameters only: shards
+        move by the recovery's copies) reaches the stale members: on gloo in
+        stripes, each from another holder at once (``stripes``: a copy
+        spread over the holders' links, as the sim prices it); on NCCL by
+        the source's broadcast, which every member joins and only the stale
+        ones keep."""
         torch = self.torch
         sharded = self.zero is not None
-        if enter.source == self.worker:
+        holder = self.worker not in enter.stale if enter.stale else enter.source == self.worker
+        if holder:
             buf = self.wl.flat.clone() if sharded else self.wl.state()
         else:
             buf = torch.empty(self.wl.n if sharded else 2 * self.wl.n, device=self.wl.device)
-        if pg is not None:
+        if pg is not None and enter.stale and not self.nccl:
+            self.copy_stripes(pg, enter, buf, holder)
+        elif pg is not None:
             self.wait_work(pg.broadcast(buf, enter.members.index(enter.source)),
                            enter.generation)
         if not enter.sync:
@@ -539,6 +569,26 @@ class Worker:
             return
         load = (lambda: self.wl.flat.copy_(buf)) if sharded else (lambda: self.wl.load_state(buf))
         self.settle(pg, enter, load, reloaded=reloaded, replaced=True)
+
+    def copy_stripes(self, pg, enter: Enter, buf, holder: bool) -> None:
+        """Point to point over gloo: a holder sends its stripe of ``buf`` to
+        every stale member, a stale member takes each stripe from its holder
+        into ``buf``, all at once (one tag per stripe). The ``copy`` record
+        says what moved and how long it took, for the calibration."""
+        members, gen = list(enter.members), enter.generation
+        plan = stripes(members, enter.stale, buf.numel())
+        rank = {w: r for r, w in enumerate(members)}
+        t0 = self.now()
+        if holder:
+            works = [pg.send([buf[lo:hi]], rank[w], j) for j, (h, lo, hi) in enumerate(plan)
+                     if h == self.worker for w in members if w in enter.stale]
+        else:
+            works = [pg.recv([buf[lo:hi]], rank[h], j) for j, (h, lo, hi) in enumerate(plan)]
+        self.wait_p2p(works, gen)
+        if not holder:
+            self.record(rec(self.now(), "ok", "copy", self.worker, gen=gen, stripes=len(plan),
+                            bytes=buf.numel() * buf.element_size(),
+                            seconds=round(self.now() - t0, 6)))
 
     def run_generation(self, enter: Enter) -> None:
         """Train in ``enter``'s generation, step after step, until it ends for

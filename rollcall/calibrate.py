@@ -27,7 +27,11 @@ What is measured, and onto which key it goes:
   did not have to time a silent member out (those measure the detector);
   ``network.latency_s = roll call / 2`` (one message out, one back).
 - state transfer: the first step of a generation with newcomers beyond a
-  normal step; ``network.bandwidth_Bps = model bytes / (transfer - latency)``.
+  normal step; ``network.bandwidth_Bps = model bytes x states / (transfer -
+  latency)``, where ``states`` is the load of the busiest link in the copy:
+  ``k`` stale members take stripes from the ``s`` others
+  (``rollcall.core.reshard.stripes``), so ``max(1, k / s)`` states
+  (median over the copies; 1 for a newcomer or a replaced worker).
 - checkpoint write: checkpoint record - commit of its step (0 when the run
   wrote none: the real target checkpoints only under checkpoint-restart,
   while the sim charges ``checkpoint_write_s`` to both strategies).
@@ -197,7 +201,8 @@ def _event_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
 def _generation_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
     """Samples of the costs of forming a generation (the roll call) and of its
     first step beyond a normal one (warm-up, state transfer, plain resume)."""
-    out: dict[str, list[float]] = {k: [] for k in ("roll", "warmup", "transfer", "resume")}
+    out: dict[str, list[float]] = {k: [] for k in ("roll", "warmup", "transfer", "resume",
+                                                    "stripes")}
     timeouts = [float(r["t"]) for r in h.recs
                 if r.get("f") == "evict" and r.get("reason") == "timeout"]
     for g, gr in sorted(h.gens.items()):
@@ -212,6 +217,9 @@ def _generation_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
             continue
         extra = max(0.0, fc - float(gr["t"]) - step.of(h, g))
         out["transfer" if gr.get("stale") else "resume"].append(extra)
+        if gr.get("stale"):  # k stale members take stripes from the s others: max(1, k / s) states
+            k = int(gr["stale"])
+            out["stripes"].append(max(1.0, k / max(1, h.size(g) - k)))
     return out
 
 
@@ -258,6 +266,8 @@ def measure(run_dir: str | Path) -> dict[str, Any]:
         "pause_detection_s": _median(ev["pause"]),
         "roll_call_s": _median(gc["roll"]),
         "state_transfer_s": _median(gc["transfer"]),
+        # states over the busiest link in those copies (sim.sharded.replicated_copy_time)
+        "state_transfer_states": _median(gc["stripes"]),
         "resume_s": _median(gc["resume"]),
         "warmup_s": _median(gc["warmup"]),
         "checkpoint_write_s": _median(ev["write"]) if ev["write"]
@@ -291,7 +301,8 @@ def overrides(cal: Mapping[str, Any]) -> dict[str, Any]:
         out["network.latency_s"] = round(latency, 9)
     if cal.get("state_transfer_s"):
         xfer = max(cal["state_transfer_s"] - (latency or 0.0), 1e-6)
-        out["network.bandwidth_Bps"] = float(f"{cal['model_bytes'] / xfer:.6g}")
+        states = cal.get("state_transfer_states") or 1.0  # striped: the busiest link's load
+        out["network.bandwidth_Bps"] = float(f"{cal['model_bytes'] * states / xfer:.6g}")
     for key in ("checkpoint_write_s", "checkpoint_read_s", "restart_s"):
         if cal.get(key) is not None:
             out[f"strategy.{key}"] = round(cal[key], 9)

@@ -162,8 +162,9 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
             write.append((nbytes, float(m["checkpoint_write_s"])))
         if m.get("checkpoint_read_s") is not None:
             read.append((nbytes, float(m["checkpoint_read_s"])))
-        if m.get("state_transfer_s") is not None:
-            copy.append((nbytes, float(m["state_transfer_s"])))
+        if m.get("state_transfer_s") is not None:  # striped: the busiest link's load
+            copy.append((nbytes * float(m.get("state_transfer_states") or 1.0),
+                         float(m["state_transfer_s"])))
         if m.get("pause_detection_s") is not None:
             det = sc["detector"]
             timeout.append((float(m["pause_detection_s"]),

@@ -416,7 +416,8 @@ def test_group_actions_expand_to_each_agents_own() -> None:
             per[w].append(act)
     for w, rank, sync in ((3, 1, False), (5, 2, False), (7, 3, True)):
         enter, log = per[w]
-        assert enter == Enter(1, members, rank, Cursor(1, 8), 1, sync, True)  # 7 is stale
+        assert enter == Enter(1, members, rank, Cursor(1, 8), 1, sync, True,  # 7 is stale
+                              stale=IdRuns.of([7]))
         assert log.record["process"] == w and log.record["f"] == "enter"
     out = batch.receive(0.2, RollCall(2, "failure"), members)
     joins = sorted((a.message for g in out for _, a in g.expand()

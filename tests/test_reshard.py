@@ -33,6 +33,7 @@ from rollcall.core.reshard import (
     rank_range,
     sample_ids,
     step_batch,
+    stripes,
 )
 from rollcall.core.types import Cursor
 
@@ -391,3 +392,22 @@ def test_epochs_covered_splits_at_boundaries(n, start, length):
         q += hi - lo
     assert q == stop
     assert [e for e, _, _ in parts] == list(range(start // n, start // n + len(parts)))
+
+
+@given(st.data())
+def test_stripes_cover_the_state_once_from_every_holder(data) -> None:
+    """A replicated copy's stripes: each member that is not stale sends one
+    contiguous part (in rank order), the parts cover the flat state exactly
+    once, and no stale member sends."""
+    members = data.draw(st.lists(st.integers(0, 50), min_size=2, max_size=12, unique=True))
+    stale = data.draw(st.sets(st.sampled_from(members), min_size=1, max_size=len(members) - 1))
+    size = data.draw(st.integers(0, 200))
+    plan = stripes(members, stale, size)
+    holders = [w for w in members if w not in stale]
+    assert [h for h, _, _ in plan] == holders[:len(plan)]
+    assert len(plan) == min(size, len(holders))
+    pos = 0
+    for _, lo, hi in plan:
+        assert lo == pos and hi > lo
+        pos = hi
+    assert pos == size

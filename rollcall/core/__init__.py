@@ -57,7 +57,7 @@ from rollcall.core.messages import (
 from rollcall.core.placement import Copy, RecoveryPlan, Reload
 from rollcall.core.repairs import Pull, Repair, RepairPolicy, RepairShop, Retire
 from rollcall.core.reshard import (
-    describe_assignment, lr_scale, plan_step, rank_range, sample_ids, step_batch,
+    describe_assignment, lr_scale, plan_step, rank_range, sample_ids, step_batch, stripes,
 )
 from rollcall.core.sharding import ShardSpec, split_bytes
 from rollcall.core.stragglers import StragglerPolicy
@@ -82,5 +82,5 @@ __all__ = [
     "members_delta", "members_field",
     "message_from_data", "message_to_data", "plan_step", "rank_range", "rec", "record_from_data",
     "record_to_data", "sample_ids",
-    "split_bytes", "step_batch", "summarize_report",
+    "split_bytes", "step_batch", "stripes", "summarize_report",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Collection, Optional, Sequence, Union
 
 from rollcall.core.history import members_field, rec
 from rollcall.core.messages import (
@@ -51,9 +51,11 @@ class Enter:
     must carry the cursor of the state the trainer really holds.
 
     ``broadcast``: some member is stale and ``source`` is set, so every
-    member takes part in one copy of the source's state (a collective needs
-    all of them, and each member's own ``sync`` says only whether *it* is
-    stale). A member that is not stale holds the state at ``cursor`` as the
+    member takes part in one copy of the state (a collective needs all of
+    them, and each member's own ``sync`` says only whether *it* is stale):
+    the ``stale`` members each take a stripe from every other member
+    (:func:`rollcall.core.reshard.stripes`), or the whole from ``source``
+    where the backend broadcasts instead. A member that is not stale holds the state at ``cursor`` as the
     keeper counts it; when that is the origin its trainer may not have
     built it yet (the agent claims the origin from the moment it enters a
     generation that starts there), and builds it rather than copying it.
@@ -78,6 +80,7 @@ class Enter:
     placement: Optional[tuple[tuple[WorkerId, ...], ...]] = None
     recovery: Optional[RecoveryPlan] = None
     fallback: bool = False
+    stale: Collection[WorkerId] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +330,7 @@ class Agent:
         broadcast = m.source is not None and len(m.stale) > 0
         out.append(Enter(m.generation, m.members, m.members.index(self.worker),
                          m.cursor, m.source, sync, broadcast, m.placement, m.recovery,
-                         m.fallback))
+                         m.fallback, m.stale))
         w, life = self.worker, self.incarnation
         out.append(Log.later(lambda: rec(now, "ok", "enter", w, gen=m.generation,
                                          incarnation=life, members=members_field(m.members))))

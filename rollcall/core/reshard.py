@@ -21,7 +21,7 @@ import struct
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property, lru_cache
-from typing import Iterator, Sequence
+from typing import Collection, Iterator, Sequence
 
 from rollcall.core.types import Cursor, WorkerId
 
@@ -143,6 +143,28 @@ def rank_range(n_shards: int, n_members: int, rank: int) -> tuple[int, int]:
     base, extra = divmod(n_shards, n_members)
     lo = rank * base + min(rank, extra)
     return lo, lo + base + (1 if rank < extra else 0)
+
+
+def stripes(members: Sequence[WorkerId], stale: Collection[WorkerId],
+            size: int) -> list[tuple[WorkerId, int, int]]:
+    """Who sends which part of a replicated state to the stale members:
+    ``(holder, lo, hi)``, elements ``lo..hi-1`` of the flat state from each
+    member that is not stale, in rank order (the split of :func:`rank_range`).
+
+    Every stale member takes every stripe, each from its holder, so a copy
+    is spread over all the holders' links instead of one source's (the sim
+    prices it so: ``sim.sharded.replicated_copy_time``). Empty stripes
+    (more holders than elements) are left out.
+    """
+    holders = [w for w in members if w not in stale]
+    assert holders and len(holders) < len(members), "a copy needs a holder and a stale member"
+    assert size >= 0, size
+    out = []
+    for j, w in enumerate(holders):
+        lo, hi = rank_range(size, len(holders), j)
+        if hi > lo:
+            out.append((w, lo, hi))
+    return out
 
 
 def assign(n_shards: int, members: Sequence[WorkerId]) -> tuple[tuple[int, int], ...]:
