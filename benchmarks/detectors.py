@@ -187,7 +187,7 @@ def real_stragglers() -> None:
     print("== real, 4 workers: worker 2 computes 4x slower from step 10 to the end")
     print(f"{'policy':>8} {'evicted':>7} {'train s':>8} {'with s':>9} {'without s':>9}")
     lasting = ["failures.schedule=[{at_step: 10, slow: 2, factor: 4, for_s: 1000.0}]",
-               "strategy.straggler_holdout_s=1000"]
+               "strategy.straggler_holdout_s=1000", "strategy.straggler_factor=3.0"]
     times = {}
     for policy in ("keep", "evict"):
         recs, _ = real_records("real-straggler", [*lasting, f"strategy.stragglers={policy}"])
