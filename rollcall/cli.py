@@ -774,7 +774,8 @@ def _cmd_calibrate_suite(args: argparse.Namespace) -> int:
     worst = max(abs(f / y - 1.0) for *_, y, f in step["points"])
     print(f"suite: {len(dirs)} real runs in {time.monotonic() - t0:.1f} s ({runs})")
     print(f"step time: {len(step['points'])} generations fitted, worst error {worst:.0%}")
-    for key in ("exit_notice_s", "roll_call_s", "restart_s", "warmup_s"):
+    for key in ("exit_notice_s", "roll_call_s", "restart_s", "warmup_s",
+                "keeper_failover_beyond_lease_s"):
         if model.get(key) is not None:
             print(f"{key}: {model[key]:.4g}")
     for key in ("checkpoint_write", "checkpoint_read", "state_copy"):

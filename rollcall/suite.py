@@ -19,7 +19,10 @@ measurements into a model:
   overhead, growing with the model) and the compute, shared by the cores;
 - checkpoint write and read, and the state copy: ``base + per_byte x
   bytes`` over the two model sizes;
-- exit notice, roll call, restart and first-step warm-up: medians.
+- exit notice, roll call, restart and first-step warm-up: medians;
+- the keeper's failover (where etcd is installed, a fifth run kills the
+  active keeper twice): the time beyond the lease etcd granted, added to a
+  scenario's own lease (``keeper.failover_s``, etcd-backed keepers only).
 
 :func:`overrides` evaluates the model at a scenario's own size: the sim keys
 of its costs (``workload.step_s_by_workers`` for every member count it can
@@ -42,7 +45,8 @@ import yaml
 
 from rollcall.scenario import Scenario, parse_scenario
 
-__all__ = ["KIND", "MICRO", "fit", "is_suite", "overrides", "read", "run", "write"]
+__all__ = ["ETCD_MICRO", "KIND", "MICRO", "fit", "is_suite", "overrides", "read", "run",
+           "runnable", "write"]
 
 KIND = "rollcall-calibration-suite"
 
@@ -78,12 +82,37 @@ failures: {{schedule: [{{at_step: 25, kill: 1}}]}}
 """ for size, params in (("small", 20000), ("big", 2000000))},
 }
 
+# the keeper's failover, where etcd is installed (the lease's length is the
+# scenario's; what the suite measures is the time beyond it)
+ETCD_MICRO: dict[str, str] = {
+    "cal-keeper-failover": """
+cluster: {workers: 3}
+workload: {steps: 60, global_batch: 24, micro_batch: 4, dataset_samples: 480, model_params: 20000}
+rendezvous: {min_workers: 2, last_call_s: 0.2, join_timeout_s: 20.0}
+strategy: {kind: elastic, batch: constant, checkpoint_interval_steps: 10}
+keeper: {store: etcd, standbys: 1, lease_ttl_s: 1.0}
+failures: {schedule: [{at_step: 15, kill_keeper: active}, {at_step: 35, kill_keeper: active}]}
+""",
+}
+
 STEP_FEATURES = ("1", "m", "m*P", "S*P/min(m,cpus)", "S/min(m,cpus)")
+
+
+def runnable() -> dict[str, str]:
+    """The micro-scenarios this machine can run: :data:`MICRO`, and
+    :data:`ETCD_MICRO` where the etcd server is installed."""
+    import importlib
+
+    try:
+        etcd_binary = importlib.import_module("real.etcd").etcd_binary
+    except ModuleNotFoundError:
+        return dict(MICRO)
+    return {**MICRO, **ETCD_MICRO} if etcd_binary() else dict(MICRO)
 
 
 def micro_scenario(name: str) -> Scenario:
     """One micro-scenario of the suite, as a real scenario."""
-    return parse_scenario(f"name: {name}\n{_BASE}{MICRO[name]}")
+    return parse_scenario(f"name: {name}\n{_BASE}{({**MICRO, **ETCD_MICRO})[name]}")
 
 
 def run(out_dir: str | Path, say: Callable[[str], None] = lambda _: None) -> list[Path]:
@@ -93,7 +122,10 @@ def run(out_dir: str | Path, say: Callable[[str], None] = lambda _: None) -> lis
     from rollcall.results import prepare_out_dir
 
     dirs = []
-    for name in MICRO:
+    names = runnable()
+    if len(names) < len(MICRO) + len(ETCD_MICRO):
+        say("no etcd server here: the keeper's failover is not measured")
+    for name in names:
         sc = micro_scenario(name)
         d = Path(out_dir) / name
         prepare_out_dir(d, sc)
@@ -146,11 +178,18 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
 
     cpus = cpus or os.cpu_count() or 1
     measured, step_points = [], []
-    write, read, copy = [], [], []
+    write, read, copy, failover = [], [], [], []
     timeout: list[tuple[float, float]] = []  # (measured, the sim's expectation)
     for d in map(Path, run_dirs):
         m = calibrate.measure(d)
         sc = yaml.safe_load((d / "scenario.yaml").read_text(encoding="utf-8"))
+        if (sc.get("keeper") or {}).get("store") == "etcd":
+            # the keeper's run measures its failover only: its steps carry the
+            # launcher's relay to a keeper process, not the machine's step
+            if m.get("keeper_failover_s") is not None:  # beyond the lease etcd granted
+                failover.append(float(m["keeper_failover_s"])
+                                - _granted_s(sc["keeper"]["lease_ttl_s"]))
+            continue
         wl = sc["workload"]
         shards, params_m = wl["global_batch"] // wl["micro_batch"], wl["model_params"] / 1e6
         nbytes = wl["model_params"] * wl["bytes_per_param"]
@@ -189,11 +228,18 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
         "roll_call_s": _median_of(measured, "roll_call_s"),
         "restart_s": _median_of(measured, "restart_s"),
         "warmup_s": _median_of(measured, "warmup_s"),
+        # a keeper's death -> its successor's roll call, beyond the lease
+        "keeper_failover_beyond_lease_s": statistics.median(failover) if failover else None,
         # reported, not applied: the timeout is the scenario's own setting
         "timeout_detection": None if not timeout else {
             "measured_s": statistics.median(t for t, _ in timeout),
             "expected_s": statistics.median(e for _, e in timeout)},
     }
+
+
+def _granted_s(lease_ttl_s: float) -> float:
+    """The lease etcd grants for a TTL asked: whole seconds, rounded up."""
+    return float(max(1, math.ceil(lease_ttl_s)))
 
 
 def _step(coef: Sequence[float], m: int, shards: int, params_m: float, cpus: int) -> float:
@@ -232,6 +278,9 @@ def overrides(model: Mapping[str, Any], sc: Scenario) -> dict[str, Any]:
     copy = model.get("state_copy")
     if copy is not None and copy["per_byte_s"] > 0:
         out["network.bandwidth_Bps"] = float(f"{1.0 / copy['per_byte_s']:.6g}")
+    beyond = model.get("keeper_failover_beyond_lease_s")
+    if beyond is not None and sc.keeper.store == "etcd":  # the scenario's lease, plus the machine's
+        out["keeper.failover_s"] = round(_granted_s(sc.keeper.lease_ttl_s) + max(0.0, beyond), 9)
     return out
 
 

@@ -60,6 +60,17 @@ def test_the_model_is_evaluated_at_the_scenarios_size() -> None:
     assert bigger["strategy.checkpoint_write_s"] > keys["strategy.checkpoint_write_s"]
 
 
+def test_the_keepers_failover_is_its_lease_plus_the_machines_time() -> None:
+    """etcd grants whole seconds: a 1.5 s lease is 2 s; the suite's measured
+    time beyond the lease is added. A keeper in memory gets no failover key."""
+    model = {**MODEL, "keeper_failover_beyond_lease_s": 0.4}
+    etcd = load_scenario(KILL_ONE, ["keeper.store=etcd", "keeper.standbys=1",
+                                    "keeper.lease_ttl_s=1.5"])
+    assert suite.overrides(model, etcd)["keeper.failover_s"] == pytest.approx(2.4)
+    assert "keeper.failover_s" not in suite.overrides(model, load_scenario(KILL_ONE))
+    assert "keeper.failover_s" not in suite.overrides(MODEL, etcd)
+
+
 def test_a_calibrated_scenario_keeps_what_it_means() -> None:
     sc = load_scenario(KILL_ONE)
     cal = calibrate.calibrated(sc, MODEL)
@@ -135,7 +146,10 @@ def test_the_suite_measures_every_cost_on_real_processes(
     printed = capsys.readouterr().out
     assert "real runs in" in printed
     model = suite.read(out)
-    assert len(model["runs"]) == len(suite.MICRO)
+    assert len(model["runs"]) == len(suite.runnable())
+    if len(suite.runnable()) > len(suite.MICRO):  # etcd here: the keeper's failover measured
+        beyond = model["keeper_failover_beyond_lease_s"]
+        assert beyond is not None and math.isfinite(beyond), beyond
     step = model["step"]
     assert len(step["points"]) >= 8  # generations of 2, 3 and 4 members at two sizes
     assert all(math.isfinite(c) for c in step["coef"]), step["coef"]
