@@ -51,7 +51,7 @@ import traceback
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from rollcall.config import job_policy
 from rollcall.core import (
@@ -305,29 +305,27 @@ class Worker:
             self.check(gen)
         work.wait()  # completed: raises if the collective failed
 
-    def wait_p2p(self, works: list, gen: int) -> None:
-        """Wait for gloo sends and receives *or* the abort flag: their works
-        never report completion (no future, ``is_completed`` stays false)
-        and only ``wait()`` returns, so a thread waits and this one watches
-        the flag (as :meth:`build_group` does). An aborted generation leaves
-        the thread to the group's timeout, like an abandoned collective."""
-        out: dict = {}
+    def watched(self, gen: int, name: str, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (a call that blocks and cannot be told to stop) in a
+        thread of its own, named ``name``, while this one watches the abort
+        flag; re-raise what ``fn`` raised. An aborted generation leaves the
+        thread to its own timeout, like an abandoned collective."""
+        err: list[Exception] = []
 
-        def wait_all() -> None:
+        def run() -> None:
             try:
-                for work in works:
-                    work.wait()
+                fn()
             except Exception as exc:  # noqa: BLE001 - raised here, below
-                out["err"] = exc
+                err.append(exc)
 
-        th = threading.Thread(target=wait_all, daemon=True, name=f"copy-{gen}")
+        th = threading.Thread(target=run, daemon=True, name=name)
         th.start()
         while th.is_alive():
             self.check(gen)
-            th.join(0.002)
+            th.join(0.001)
         self.check(gen)
-        if "err" in out:
-            raise out["err"]
+        if err:
+            raise err[0]
 
     def train_loop(self) -> None:
         import torch
@@ -388,32 +386,22 @@ class Worker:
         out: dict = {}
 
         def build() -> None:
-            try:
-                store = dist.TCPStore(self.keeper_host, self.store_port, is_master=False,
-                                      timeout=timedelta(seconds=60))
-                prefixed = dist.PrefixStore(f"rollcall/gen{enter.generation}/", store)
-                out["gen"] = enter.generation
-                if self.nccl:
-                    out["pg"] = self.nccl_group(prefixed, enter)
-                    out["store"] = store
-                    return
-                # gloo, on CPU or CUDA tensors
-                opts = dist.ProcessGroupGloo._Options()
-                opts._timeout = timedelta(seconds=GROUP_TIMEOUT_S)
-                opts._devices = [dist.ProcessGroupGloo.create_device(hostname=self.addr)]
-                out["pg"] = dist.ProcessGroupGloo(prefixed, enter.rank, len(enter.members), opts)
+            store = dist.TCPStore(self.keeper_host, self.store_port, is_master=False,
+                                  timeout=timedelta(seconds=60))
+            prefixed = dist.PrefixStore(f"rollcall/gen{enter.generation}/", store)
+            out["gen"] = enter.generation
+            if self.nccl:
+                out["pg"] = self.nccl_group(prefixed, enter)
                 out["store"] = store
-            except Exception as exc:  # noqa: BLE001
-                out["err"] = exc
+                return
+            # gloo, on CPU or CUDA tensors
+            opts = dist.ProcessGroupGloo._Options()
+            opts._timeout = timedelta(seconds=GROUP_TIMEOUT_S)
+            opts._devices = [dist.ProcessGroupGloo.create_device(hostname=self.addr)]
+            out["pg"] = dist.ProcessGroupGloo(prefixed, enter.rank, len(enter.members), opts)
+            out["store"] = store
 
-        th = threading.Thread(target=build, daemon=True, name=f"group-{enter.generation}")
-        th.start()
-        while th.is_alive():
-            self.check(enter.generation)
-            th.join(0.001)
-        self.check(enter.generation)
-        if "err" in out:
-            raise out["err"]
+        self.watched(enter.generation, f"group-{enter.generation}", build)
         assert self.group is None, "the previous generation's group was not retired"
         self.group = out
         return out["pg"]
@@ -584,7 +572,9 @@ class Worker:
                      if h == self.worker for w in members if w in enter.stale]
         else:
             works = [pg.recv([buf[lo:hi]], rank[h], j) for j, (h, lo, hi) in enumerate(plan)]
-        self.wait_p2p(works, gen)
+        # gloo's send and receive works never report completion (no future,
+        # is_completed stays false): only wait() returns, so a thread waits
+        self.watched(gen, f"copy-{gen}", lambda: [work.wait() for work in works])
         if not holder:
             self.record(rec(self.now(), "ok", "copy", self.worker, gen=gen, stripes=len(plan),
                             bytes=buf.numel() * buf.element_size(),
