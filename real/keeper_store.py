@@ -37,6 +37,8 @@ import requests
 from etcd3gw import exceptions as gw_errors
 from etcd3gw.client import Etcd3Client
 
+from rollcall.scenario import NotARegularFile, read_regular
+
 T = TypeVar("T")
 POLL_S = 0.05  # after every endpoint failed once, before the next round
 MIN_ATTEMPT_S = 0.25  # the least time one attempt on one endpoint gets
@@ -385,12 +387,11 @@ def read_password(path: str | Path) -> str:
     dropped). Raises ValueError saying what is wrong, in one line."""
     p = Path(path).expanduser()
     try:
-        with open(p, "rb") as f:
-            raw = f.read(PASSWORD_MAX_BYTES + 1)
+        raw = read_regular(p, PASSWORD_MAX_BYTES)
+    except NotARegularFile as exc:
+        raise ValueError(f"{p}: not an etcd password file ({exc})") from None
     except OSError as exc:
         raise ValueError(f"{p}: cannot read the etcd password file ({exc.strerror})") from None
-    if len(raw) > PASSWORD_MAX_BYTES:
-        raise ValueError(f"{p}: not an etcd password file (over {PASSWORD_MAX_BYTES} bytes)")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

@@ -1723,8 +1723,18 @@ def load_scenario(
     return parse_scenario(text, source, overrides, seed=seed, target=target, strategy=strategy)
 
 
-def _read_bounded(path: Path, source: str) -> bytes:
-    """At most ``MAX_SCENARIO_BYTES`` bytes of a regular file, or a ScenarioError.
+class NotARegularFile(ValueError):
+    """:func:`read_regular` found no regular file of at most the limit:
+    ``kind`` is ``directory``, ``special`` (a device, pipe or socket) or ``large``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, else
+    :class:`NotARegularFile` (``OSError`` where it cannot be opened).
 
     Opened non-blocking (a FIFO would block ``open`` until a writer came) and
     checked with ``fstat`` before any read: a device (``/dev/zero``), a pipe
@@ -1735,12 +1745,11 @@ def _read_bounded(path: Path, source: str) -> bytes:
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
-            raise ScenarioError(source, None, "is a directory, expected a scenario file")
+            raise NotARegularFile("directory", "is a directory")
         if not stat.S_ISREG(mode):
-            raise ScenarioError(source, None, "not a regular file (a device, pipe or socket);"
-                                " expected a scenario file")
+            raise NotARegularFile("special", "not a regular file (a device, pipe or socket)")
         chunks: list[bytes] = []
-        left = MAX_SCENARIO_BYTES + 1
+        left = limit + 1
         while left > 0:
             chunk = os.read(fd, left)
             if not chunk:
@@ -1750,10 +1759,21 @@ def _read_bounded(path: Path, source: str) -> bytes:
     finally:
         os.close(fd)
     data = b"".join(chunks)
-    if len(data) > MAX_SCENARIO_BYTES:
-        raise ScenarioError(source, None, f"larger than {MAX_SCENARIO_BYTES} bytes (1 MiB), the"
-                            " limit for a scenario file")
+    if len(data) > limit:
+        raise NotARegularFile("large", f"larger than {limit} bytes")
     return data
+
+
+def _read_bounded(path: Path, source: str) -> bytes:
+    """At most ``MAX_SCENARIO_BYTES`` bytes of a regular file, or a ScenarioError."""
+    try:
+        return read_regular(path, MAX_SCENARIO_BYTES)
+    except NotARegularFile as exc:
+        if exc.kind == "large":
+            raise ScenarioError(source, None, f"larger than {MAX_SCENARIO_BYTES} bytes (1 MiB), "
+                                "the limit for a scenario file") from None
+        raise ScenarioError(source, None, f"{exc}{',' if exc.kind == 'directory' else ';'}"
+                            " expected a scenario file") from None
 
 
 def _to_scenario_error(

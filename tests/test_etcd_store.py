@@ -182,6 +182,30 @@ def test_bad_input_gives_a_clear_error() -> None:
         s.campaign("a", "127.0.0.1:1", ttl_s=0)
 
 
+def test_a_password_file_that_will_not_do_is_one_line(tmp_path: Path) -> None:
+    """keeper.etcd_password_file: one line, trailing newline dropped; a
+    FIFO is refused without blocking, as are a directory, a large file, a
+    missing one and more than one line."""
+    import os
+
+    from real.keeper_store import read_password
+
+    good = tmp_path / "pw"
+    good.write_text("s3cret\n")
+    assert read_password(good) == "s3cret"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    big, two = tmp_path / "big", tmp_path / "two"
+    big.write_bytes(b"x" * 5000)
+    two.write_text("a\nb\n")
+    for path, needle in ((fifo, "not a regular file"), (tmp_path, "is a directory"),
+                         (big, "larger than"), (tmp_path / "absent", "cannot read"),
+                         (two, "one non-empty line")):
+        with pytest.raises(ValueError, match=needle) as err:
+            read_password(path)
+        assert "\n" not in str(err.value)
+
+
 def test_a_cluster_is_gone_after_its_with_block_even_on_an_exception(tmp_path: Path) -> None:
     c = EtcdCluster(tmp_path, members=1, secret=SECRET)
     with pytest.raises(RuntimeError, match="boom"):
