@@ -37,8 +37,8 @@ from typing import Any, Optional
 
 from rollcall.config import keeper_config
 from rollcall.core import (
-    Broadcast, Deposed, Formed, JobFailed, Keeper, Persist, Record, Relaunch, RestartJob, Send,
-    message_to_data, record_from_data, record_to_data,
+    LEASE_MARGIN, Broadcast, Deposed, Formed, JobFailed, Keeper, Persist, Record, Relaunch,
+    RestartJob, Send, message_to_data, record_from_data, record_to_data,
 )
 from rollcall.scenario import Scenario
 
@@ -47,7 +47,6 @@ from real.keeper_store import KeeperStore, StoreUnavailable, read_password
 from real.keeper_wire import TO_KEEPER_PROC, supervisor_ok
 
 DEPOSED_EXIT = 3
-LEASE_MARGIN = 0.9  # of the TTL: the keeper's own end of its lease, before the store's
 
 
 def _etcd_password(args: argparse.Namespace, secret: bytes) -> Optional[str]:

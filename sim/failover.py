@@ -31,13 +31,12 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from rollcall.core import NEMESIS, Keeper, KeeperRecord, Persist, rec
+from rollcall.core import LEASE_MARGIN, NEMESIS, Keeper, KeeperRecord, Persist, rec
 
 if TYPE_CHECKING:
     from sim.driver import Simulation
 
 DONE = "done"
-LEASE_MARGIN = 0.9  # of the TTL: where a keeper ends its lease on its own clock (real.keeper_proc)
 
 
 class KeeperFailover:

@@ -45,8 +45,8 @@ from rollcall.core.history import (
 from rollcall.core.idset import EMPTY, IdRuns
 from rollcall.core.job import JobPolicy
 from rollcall.core.keeper import (
-    Broadcast, CommitVerdict, Deposed, Formed, JobFailed, Keeper, KeeperConfig, Output, Persist,
-    Record, Relaunch, RestartJob, Send,
+    LEASE_MARGIN, Broadcast, CommitVerdict, Deposed, Formed, JobFailed, Keeper, KeeperConfig,
+    Output, Persist, Record, Relaunch, RestartJob, Send,
 )
 from rollcall.core.record import KeeperRecord, record_from_data, record_to_data
 from rollcall.core.lives import Lives
@@ -68,7 +68,7 @@ __all__ = [
     "Checkpointed", "CodecError", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec", "Deposed",
     "Draws", "EMPTY", "Enter", "FailureModel", "FailureTally", "Formed", "GroupAction",
     "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
-    "Keeper", "KeeperConfig", "KeeperRecord", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
+    "Keeper", "KeeperConfig", "KeeperRecord", "LEASE_MARGIN", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
     "Output", "Persist", "Phase", "Pull", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload",
     "Repair", "RepairPolicy", "RepairShop", "RestartJob", "Retire",
     "RollCall", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepFailed", "Stop",

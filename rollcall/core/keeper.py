@@ -127,6 +127,13 @@ class KeeperConfig:
             raise ValueError(f"unknown restart_failure {self.restart_failure!r}")
 
 
+# Where a keeper ends its lease, as a share of the TTL counted from when the
+# renewal was sent: before the store's end (clock drift, the renewal's trip),
+# so it has stopped deciding before a standby can win. Both targets' drivers
+# pass it to :meth:`Keeper.hold`; the sim's partitioned keeper stops there.
+LEASE_MARGIN = 0.9
+
+
 # --- outputs -----------------------------------------------------------------
 
 
