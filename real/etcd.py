@@ -128,7 +128,7 @@ class EtcdCluster:
         self.addresses = list(addresses) if addresses is not None else ["127.0.0.1"] * members
         if len(self.addresses) != members:
             raise ValueError(f"addresses: one per member ({members}), got {len(self.addresses)}")
-        self._start = spawn
+        self._start: Spawn = spawn or (lambda i, argv, **kw: subprocess.Popen(argv, **kw))
         ports = free_ports(2 * members)
         self.client_ports, self.peer_ports = ports[:members], ports[members:]
         self.endpoints = [f"http://{a}:{p}" for a, p in zip(self.addresses, self.client_ports)]
@@ -169,14 +169,9 @@ class EtcdCluster:
         # the user's ETCD_* settings would silently override the flags
         env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
         try:
-            if self._start is not None:
-                proc = self._start(i, self._command(i, state), stdin=subprocess.DEVNULL,
-                                   stdout=log, stderr=log, env=env, close_fds=True,
-                                   preexec_fn=die_with_parent)
-            else:
-                proc = subprocess.Popen(self._command(i, state), stdin=subprocess.DEVNULL,
-                                        stdout=log, stderr=log, env=env, close_fds=True,
-                                        preexec_fn=die_with_parent)
+            proc = self._start(i, self._command(i, state), stdin=subprocess.DEVNULL,
+                               stdout=log, stderr=log, env=env, close_fds=True,
+                               preexec_fn=die_with_parent)
         except BaseException:
             log.close()
             raise

@@ -233,7 +233,7 @@ class RemoteKeeper:
             from real.etcd import EtcdCluster
 
             net = self.l.fleet.network if self.l.fleet is not None else None
-            if net is not None and net.hosts > self.l.sc.n_hosts:  # hosts of their own
+            if net is not None and keeper_hosts(self.l.sc.keeper):  # the launcher made them hosts
                 self.hosts = KeeperHosts.after(net, self.l.sc.n_hosts, self.standbys)
             where: dict[str, Any] = {}
             if self.hosts is not None:

@@ -201,6 +201,10 @@ def _assert_the_cut_keeper_was_replaced(s: dict[str, Any], recs: list[dict]) -> 
     return heal[0]
 
 
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
 def _users_cluster(tmp_path: Path, root_password: str) -> Any:
     """An etcd cluster standing for the user's: auth on, and a user
     ``trainer`` whose role may read and write only under ``/rollcall/``."""
@@ -210,11 +214,10 @@ def _users_cluster(tmp_path: Path, root_password: str) -> Any:
     url = cluster.endpoints[0]
     token = gateway(url, "/auth/authenticate", {"name": "root", "password": root_password},
                     10)["token"]
-    b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
     for path, body in [
             ("/auth/role/add", {"name": "trainers"}),
             ("/auth/role/grant", {"name": "trainers", "perm": {
-                "permType": "READWRITE", "key": b64("/rollcall/"), "range_end": b64("/rollcall0")}}),
+                "permType": "READWRITE", "key": _b64("/rollcall/"), "range_end": _b64("/rollcall0")}}),
             ("/auth/user/add", {"name": "trainer", "password": "pw-of-the-trainer"}),
             ("/auth/user/grant", {"user": "trainer", "role": "trainers"})]:
         gateway(url, path, body, 10, token)
@@ -228,8 +231,6 @@ def test_a_users_etcd_cluster_with_a_user_of_its_own(tmp_path: Path) -> None:
     role reaches only ``/rollcall/``. The keeper fails over through it, the
     run leaves none of its keys there, the cluster keeps running, and the
     password is in none of the run's files."""
-    import base64 as b64mod
-
     from real.etcd import gateway
 
     cluster, token = _users_cluster(tmp_path, "root-pw-of-the-user")
@@ -248,8 +249,8 @@ def test_a_users_etcd_cluster_with_a_user_of_its_own(tmp_path: Path) -> None:
         assert [r["term"] for r in recs if r["f"] == "takeover"] == [1, 2]
         assert all(cluster.pid(i) is not None for i in range(3)), "the user's cluster runs on"
         left = gateway(cluster.endpoints[0], "/kv/range", {
-            "key": b64mod.b64encode(b"/rollcall/").decode(),
-            "range_end": b64mod.b64encode(b"/rollcall0").decode(), "count_only": True}, 10, token)
+            "key": _b64("/rollcall/"), "range_end": _b64("/rollcall0"), "count_only": True},
+            10, token)
         assert int(left.get("count", 0)) == 0, "the run deletes its keys from the user's cluster"
         for f in (tmp_path / "run").rglob("*"):
             if f.is_file():
