@@ -421,16 +421,30 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     choice = checkpoint_interval(scenario, fixed=args.fixed_interval)
     _err(choice.line(scenario.strategy.checkpoint_interval_steps))
     options: dict[str, Any] = {"checkpoint_interval_steps": choice.steps}
+    from rollcall.engines import EngineError
+
+    engine, started = None, False
     stop = interrupts.Stop()  # rebound by the block; here for a signal before it is entered
     try:
         with interrupts.catch() as stop:
+            engine = _open_engine(args, scenario, out_dir, os.cpu_count() or 1)
+            started = True
             if scenario.target == "sim":
                 options["stop"] = stop.reason
+            if engine is not None:
+                options["engine"] = engine
             cmp = compare(scenario, seeds, out_dir, **options)
     except KeyboardInterrupt as exc:
         _err(f"interrupted; the finished runs are in {out_dir / 'compare.csv'} "
              f"({_interrupt_reason(stop, exc)}; run the same command to resume)")
         return _interrupt_code(stop, str(exc))
+    except EngineError as exc:
+        _err(f"compare: {exc}" + (f" (finished runs kept in {out_dir}; run the same command "
+                                  f"to resume)" if started else ""))
+        return 1 if started else 2
+    finally:
+        if engine is not None:
+            engine.close()
     return _compare_output(args, scenario, cmp, choice, out_dir)
 
 
@@ -476,15 +490,20 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         # each real point is a whole process group; two at once share the CPUs and time out
         _err(f"sweep --target real: one run at a time (not --jobs {jobs})")
         jobs = 1
+    from rollcall.engines import EngineError
+
+    engine, started = None, False
     stop = interrupts.Stop()  # rebound by the block; here for a signal before it is entered
     try:
         with interrupts.catch(immediate=True) as stop:
+            engine = _open_engine(args, scenario, out_dir, jobs)
+            started = True
             df = sweep.sweep(
                 args.scenario, grid, seeds=args.seeds, first_seed=args.seed,
                 strategies=strategies, target=args.target, sets=args.set, out=out_dir,
                 jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
                 calibration=calibration, rel_accuracy=args.rel_accuracy,
-                max_seeds=args.max_seeds, metric=args.metric,
+                max_seeds=args.max_seeds, metric=args.metric, engine=engine,
             )
     except KeyboardInterrupt as exc:
         if out_dir.is_dir():
@@ -492,6 +511,15 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         _err(f"interrupted; finished runs kept in {out_dir} "
              f"({_interrupt_reason(stop, exc)}; run the same command to resume)")
         return _interrupt_code(stop, str(exc))
+    except EngineError as exc:
+        if out_dir.is_dir():
+            _link_latest(out_dir)
+        _err(f"sweep: {exc}" + (f" (finished runs kept in {out_dir}; run the same command to "
+                                f"resume)" if started else ""))
+        return 1 if started else 2
+    finally:
+        if engine is not None:
+            engine.close()
     _link_latest(out_dir)
     if not args.quiet and len(df):
         table = analysis.summarize(df, list(grid) + ["strategy"], ["goodput", "ettr", "elapsed_s"])
@@ -678,6 +706,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="output directory (default runs/<name>/<utc>-compare/)")
     _size_options(p)
     _calibration_option(p)
+    _engine_options(p)
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("sweep", help="run a grid of keys x both strategies x seeds, resumable "
@@ -704,6 +733,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
     _size_options(p)
     _calibration_option(p)
+    _engine_options(p)
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser(
@@ -735,6 +765,56 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="output file (default RUN_DIR/calibration.yaml; required with --suite)")
     p.set_defaults(func=_cmd_calibrate)
     return parser
+
+
+def _engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--engine", choices=("local", "ray", "slurm"),
+                   help="where the sim runs execute: local (a process pool here), ray (a Ray "
+                        "cluster: a head of this command's own on loopback in a network "
+                        "namespace of its own, or --address), slurm (job arrays through "
+                        "submitit; --engine-opt slurm_partition=...). Default: local for sweep, "
+                        "one run at a time here for compare")
+    p.add_argument("--address", metavar="ADDR",
+                   help="with --engine ray: an existing Ray cluster (token authentication "
+                        "required: RAY_AUTH_MODE=token and its token)")
+    p.add_argument("--engine-opt", action="append", default=[], metavar="KEY=VALUE",
+                   help="with --engine slurm: a submitit parameter (YAML value), repeatable: "
+                        "slurm_partition=gpu, timeout_min=120, slurm_array_parallelism=64")
+    p.add_argument("--retries", type=int, default=2, metavar="N",
+                   help="runs again a run whose process or machine was lost, up to N times "
+                        "(default 2); a run that fails is not")
+
+
+def _open_engine(args: argparse.Namespace, scenario: Scenario, out_dir: Path, jobs: int) -> Any:
+    """The engine the flags ask for (None: the command's own default), or
+    EngineError with the one line that says why not."""
+    from rollcall.engines import EngineError, open_engine
+
+    if args.engine is None or (args.engine == "local" and args.func is _cmd_sweep):
+        if args.address or args.engine_opt:
+            raise EngineError("--address and --engine-opt go with --engine ray or slurm")
+        return None
+    if scenario.target != "sim":
+        raise EngineError(f"--engine {args.engine}: real runs start processes on this machine, "
+                          f"one at a time; engines run sim runs")
+    if args.retries < 0:
+        raise EngineError(f"--retries {args.retries}: must be 0 or more")
+    if args.address and args.engine != "ray":
+        raise EngineError("--address goes with --engine ray")
+    if args.engine_opt and args.engine != "slurm":
+        raise EngineError("--engine-opt goes with --engine slurm")
+    options = {}
+    for item in args.engine_opt:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise EngineError(f"--engine-opt {item!r}: expected KEY=VALUE")
+        import yaml
+
+        options[key.strip()] = yaml.safe_load(value) if value.strip() else value
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return open_engine(args.engine, jobs=jobs, address=args.address, options=options,
+                       folder=str(out_dir / "submitit"), log_path=str(out_dir / "engine.log"),
+                       retries=args.retries)
 
 
 def _calibration_option(p: argparse.ArgumentParser) -> None:

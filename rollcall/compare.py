@@ -191,7 +191,7 @@ def _run_one(sc: Scenario, run_dir: Path, run: RunFn) -> tuple[dict[str, Any], b
 
 def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: RunFn,
             log: LogFn = _stderr_line, *,
-            checkpoint_interval_steps: int | None = None) -> Comparison:
+            checkpoint_interval_steps: int | None = None, engine: Any = None) -> Comparison:
     """Run both strategies for every seed with ``run``; write the CSVs; return them.
 
     An exception out of ``run`` (KeyboardInterrupt included) propagates after
@@ -199,24 +199,27 @@ def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: 
     are written only when every run finished, so a partial table is never
     mistaken for a full one. The same compare into the same ``out_dir``
     resumes: a run whose directory holds its finished summary (see
-    :func:`finished_summary`) is read back, not run again.
+    :func:`finished_summary`) is read back, not run again. With an
+    ``engine`` (:mod:`rollcall.engines`) the runs not yet made go through it
+    all at once, each written whole as it comes back; the rows are the same.
     """
     assert seeds, "compare needs at least one seed"
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    total = len(seeds) * len(STRATEGIES)
+    plan = [(seed, strategy,
+             with_strategy(scenario, strategy, seed,
+                           checkpoint_interval_steps if strategy == "checkpoint-restart" else None),
+             out / f"{strategy}-seed{seed}")
+            for seed in seeds for strategy in STRATEGIES]
+    fresh = set() if engine is None else _through(engine, plan, out, log)
     rows: list[dict[str, Any]] = []
-    for seed in seeds:
-        for strategy in STRATEGIES:
-            interval = checkpoint_interval_steps if strategy == "checkpoint-restart" else None
-            sc = with_strategy(scenario, strategy, seed, interval)
-            run_dir = out / f"{strategy}-seed{seed}"
-            summary, found = _run_one(sc, run_dir, run)
-            row: dict[str, Any] = {"strategy": strategy, "seed": seed, "run_dir": str(run_dir)}
-            row.update({k: summary[k] for k in METRICS if k in summary})
-            rows.append(row)
-            runs = _write_runs(out, rows)
-            log(_progress_line(len(rows), total, row) + (" (done before, kept)" if found else ""))
+    for k, (seed, strategy, sc, run_dir) in enumerate(plan):
+        summary, found = _run_one(sc, run_dir, run)
+        row = _row(seed, strategy, run_dir, summary)
+        rows.append(row)
+        runs = _write_runs(out, rows)
+        if k not in fresh:
+            log(_progress_line(len(rows), len(plan), row) + (" (done before, kept)" if found else ""))
     absent = [m for m in METRICS if m not in runs.columns]
     if absent:
         log(f"compare: not in any {scenario.target} summary, left out: {', '.join(absent)}")
@@ -226,6 +229,36 @@ def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: 
     _write_atomically(diffs, out / PAIRED_FILE, index=False)
     return Comparison(runs, table, diffs, summarize_paired(diffs), run_problems(runs),
                       checkpoint_interval_steps)
+
+
+def _row(seed: int, strategy: str, run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"strategy": strategy, "seed": seed, "run_dir": str(run_dir)}
+    row.update({k: summary[k] for k in METRICS if k in summary})
+    return row
+
+
+def _through(engine: Any, plan: Sequence[tuple[int, str, Scenario, Path]], out: Path,
+             log: LogFn) -> set[int]:
+    """Run the plan's unmade runs through ``engine``; ``compare.csv`` holds
+    every finished run (in plan order) after each one. Which were made here."""
+    from rollcall.results import store_run
+    from rollcall.sweep import POINT_TASK
+
+    have = {k: s for k, (_, _, sc, d) in enumerate(plan)
+            if (s := finished_summary(d, scenario_hash(sc))) is not None}
+    todo = [k for k in range(len(plan)) if k not in have]
+
+    def done(i: int, result: dict[str, Any]) -> None:
+        k = todo[i]
+        seed, strategy, _, run_dir = plan[k]
+        store_run(run_dir, result.get("files"))
+        have[k] = finished_summary(run_dir, scenario_hash(plan[k][2])) or {}
+        _write_runs(out, [_row(plan[j][0], plan[j][1], plan[j][3], have[j]) for j in sorted(have)])
+        log(_progress_line(len(have), len(plan), _row(seed, strategy, run_dir, have[k])))
+
+    engine.map(POINT_TASK, [{"scenario": plan[k][2].to_yaml(), "name": plan[k][3].name}
+                            for k in todo], done)
+    return set(todo)
 
 
 def _as_float(value: Any) -> float:

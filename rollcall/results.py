@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +35,7 @@ __all__ = [
     "goodput",
     "history_estimate_bytes",
     "scenario_hash",
+    "store_run",
     "prepare_out_dir",
     "update_latest",
     "read_history",
@@ -264,6 +266,38 @@ def prepare_out_dir(path: str | Path, scenario: Scenario) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     _atomic_write_text(out / SCENARIO_FILE, scenario.to_yaml())
     return out
+
+
+_FILE_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")
+
+
+def store_run(run_dir: str | Path, files: Any, extra: dict[str, str] | None = None) -> None:
+    """Write a run that ran elsewhere (``{relative name: text}``, from
+    :func:`rollcall.sweep.point_task` through an engine) as one step: into a
+    sibling directory, then renamed into place, so the run is on disk whole
+    or not at all, and a task an engine ran twice writes one run, not two.
+    The names come from another process, maybe another machine: each must
+    be a plain relative path, and the run must have its scenario and
+    summary; else ValueError (one line). ``extra`` files are added."""
+    final = Path(run_dir)
+    if not isinstance(files, dict) or SUMMARY_FILE not in files or SCENARIO_FILE not in files:
+        raise ValueError(f"{final}: the task's answer holds no run")
+    for name, text in files.items():
+        if not (isinstance(name, str) and _FILE_NAME.fullmatch(name)
+                and ".." not in name.split("/") and isinstance(text, str)):
+            raise ValueError(f"{final}: the task's answer names a file {str(name)[:80]!r}")
+    part = final.with_name(final.name + ".part")
+    if part.exists():
+        shutil.rmtree(part)
+    part.mkdir(parents=True)
+    merged = {**files, **(extra or {})}
+    for name in sorted(merged, key=lambda n: n == SUMMARY_FILE):  # the summary last
+        path = part / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(merged[name], encoding="utf-8")
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(part, final)
 
 
 def write_summary(out_dir: str | Path, summary: dict[str, Any]) -> Path:

@@ -16,36 +16,41 @@ atomically) and its ``point.json`` records the SHA-256 of the very scenario
 the point resolves to now; a directory without a summary is a run cut short,
 one with another hash is stale (the scenario file or ``--set`` changed, or
 another scenario wrote to the same ``out``), and both are redone from
-scratch. ``sweep.csv`` lists only points that are done in that sense. Each point runs in its own process (``ProcessPoolExecutor``); the
-driver is loaded lazily by target name, as the CLI does, so the core still
-imports no driver.
+scratch. ``sweep.csv`` lists only points that are done in that sense.
+
+Points run here one by one, or through an engine (:mod:`rollcall.engines`:
+a local process pool, Ray, Slurm): the engine gets each point's resolved
+scenario as YAML text and answers with the run's files as text, which are
+written as one rename (:func:`store_point`), so a point is on disk whole or
+not at all, wherever it ran. The driver is loaded lazily by target name, as
+the CLI does, so the core still imports no driver.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import importlib
 import itertools
 import json
 import os
 import re
 import shutil
-import signal
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import pandas as pd
-import psutil
 import yaml
 
+from rollcall.engines import Engine
 from rollcall.results import (
     SUMMARY_FILE, SUMMARY_KEYS, finished_summary, prepare_out_dir, read_summary, scenario_hash,
+    store_run,
 )
 from rollcall.scenario import Scenario, load_scenario
 
-__all__ = ["STRATEGIES", "Point", "expand_grid", "is_done", "parse_grid", "plan", "resolve", "run_point",
-           "sweep", "write_csv"]
+__all__ = ["POINT_TASK", "STRATEGIES", "Point", "expand_grid", "is_done", "parse_grid", "plan",
+           "point_task", "resolve", "run_point", "store_point", "sweep", "write_csv"]
 
 STRATEGIES: tuple[str, ...] = ("checkpoint-restart", "elastic")
 CSV_FILE = "sweep.csv"
@@ -136,7 +141,7 @@ def is_done(out_root: str | Path, point: Point, sha256: str) -> bool:
 
 def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str | None,
               out_root: str, calibration: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Run one point in this process; returns its summary. Top-level so a process pool can pickle it.
+    """Run one point in this process, into its directory; returns its summary.
 
     A leftover directory without ``summary.json`` (a run cut short) is wiped
     first: history files are appended to, so a half history must not stay.
@@ -146,65 +151,39 @@ def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str
         shutil.rmtree(out)
     sc = resolve(scenario_path, sets, point, target, calibration)
     prepare_out_dir(out, sc)
-    (out / POINT_FILE).write_text(json.dumps(
-        {"grid": point.grid, "strategy": point.strategy, "seed": point.seed,
-         "scenario_sha256": scenario_hash(sc)}, sort_keys=True) + "\n",
-        encoding="utf-8")
+    (out / POINT_FILE).write_text(_point_text(point, scenario_hash(sc)), encoding="utf-8")
     driver = importlib.import_module(f"{sc.target}.driver")
     return driver.run(sc, out)
 
 
-def _pool_worker_init() -> None:
-    """A pool process leaves the signals to the sweep: SIGINT (which a
-    terminal sends the whole group) is ignored, SIGTERM ends it at once (it
-    would otherwise inherit the sweep's handler, turn the signal into an
-    exception inside its task and wait for the next)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+def _point_text(point: Point, sha256: str) -> str:
+    return json.dumps({"grid": point.grid, "strategy": point.strategy, "seed": point.seed,
+                       "scenario_sha256": sha256}, sort_keys=True) + "\n"
 
 
-def _run_pool(pending: Sequence[Point], jobs: int, advance: Callable[[], None],
-              scenario_path: str, sets: Sequence[str], target: str | None, root: Path,
-              calibration: Mapping[str, Any] | None = None) -> None:
-    """The pending points in a pool of ``jobs`` processes. On any exception (an
-    interrupt) the pool's processes are ended, by PID, before it propagates:
-    a point cut short has no summary and reruns next time."""
-    before = {c.pid for c in psutil.Process().children()}
-    pool = cf.ProcessPoolExecutor(max_workers=jobs, initializer=_pool_worker_init)
-    try:
-        futures = [pool.submit(run_point, scenario_path, list(sets), p, target, str(root),
-                               calibration)
-                   for p in pending]
-        for fut in cf.as_completed(futures):
-            fut.result()
-            advance()
-    except BaseException:
-        mine = [c for c in psutil.Process().children() if c.pid not in before]
-        pool.shutdown(wait=False, cancel_futures=True)
-        _end_processes(mine, timeout_s=10.0)
-        # its processes gone, the pool's manager thread ends: join it now, or it
-        # may close its wake-up pipe while the interpreter's exit handler writes
-        # to it (CPython 3.11's concurrent.futures race: an "Exception ignored"
-        # traceback on stderr, seen in CI once)
-        pool.shutdown(wait=True)
-        raise
-    pool.shutdown(wait=True)
+#: the task an engine runs per point (:mod:`rollcall.engines`)
+POINT_TASK = "rollcall.sweep:point_task"
 
 
-def _end_processes(procs: Sequence[psutil.Process], timeout_s: float) -> None:
-    """SIGTERM each, then SIGKILL whichever is still there after ``timeout_s``."""
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=timeout_s)
+def point_task(payload: dict[str, Any]) -> dict[str, Any]:
+    """Run one point wherever an engine put it: the resolved scenario comes in
+    as YAML text, the run's files go out as text. Nothing of this machine's
+    file system is named in either, so a remote worker needs none of it."""
+    from rollcall.scenario import parse_scenario
+
+    sc = parse_scenario(payload["scenario"], source=payload.get("name", "<sweep point>"))
+    with tempfile.TemporaryDirectory(prefix="rollcall-point-") as tmp:
+        out = prepare_out_dir(Path(tmp) / "run", sc)
+        importlib.import_module(f"{sc.target}.driver").run(sc, out)
+        files = {p.relative_to(out).as_posix(): p.read_text(encoding="utf-8")
+                 for p in sorted(out.rglob("*")) if p.is_file()}
+    return {"files": files}
+
+
+def store_point(root: Path, point: Point, sha256: str, result: Mapping[str, Any]) -> None:
+    """Write a point that ran through an engine (:func:`rollcall.results.store_run`),
+    its ``point.json`` with it."""
+    store_run(root / point.rel_dir, result.get("files"), {POINT_FILE: _point_text(point, sha256)})
 
 
 def _row(point: Point, summary: dict[str, Any]) -> dict[str, Any]:
@@ -262,12 +241,14 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
           target: str | None = None, sets: Sequence[str] = (), out: str | Path,
           jobs: int = 1, progress: bool = True, limit: int | None = None,
           calibration: Mapping[str, Any] | None = None, rel_accuracy: float | None = None,
-          max_seeds: int = 100, metric: str = "elapsed_s") -> pd.DataFrame:
+          max_seeds: int = 100, metric: str = "elapsed_s",
+          engine: Engine | None = None) -> pd.DataFrame:
     """Run every point not yet done; write and return ``sweep.csv`` (all finished points).
 
-    ``first_seed`` defaults to the scenario's seed. ``jobs`` > 1 runs points in
-    a process pool; ``jobs == 1`` runs them here (no pool start-up, easier to
-    debug). ``limit`` runs at most that many pending points (an interruption
+    ``first_seed`` defaults to the scenario's seed. ``engine`` runs the points
+    (:mod:`rollcall.engines`; the caller opens and closes it); without one,
+    ``jobs`` > 1 runs them in a local process pool and ``jobs == 1`` here (no
+    pool start-up, easier to debug). Every engine gives the same rows. ``limit`` runs at most that many pending points (an interruption
     on purpose, for tests and for sampling a grid). On KeyboardInterrupt the
     pool is cancelled, ``sweep.csv`` is written for the finished runs and the
     interrupt propagates.
@@ -290,15 +271,22 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
               for p in points}
     root = Path(out)
     todo, taken = points, {_group(p): seeds for p in points}
+    own = None
+    if engine is None and jobs > 1:
+        from rollcall.engines.local import LocalEngine
+
+        engine = own = LocalEngine(jobs)
+    run = _Runner(scenario_path, list(sets), target, root, calibration, engine)
     try:
         while todo:
-            limit = _run_round(todo, hashes, limit, jobs, progress, scenario_path, sets, target,
-                               root, calibration)
+            limit = _run_round(todo, hashes, limit, progress, run)
             if rel_accuracy is None or limit == 0:
                 break
             todo = _short_of(points, root, hashes, taken, metric, rel_accuracy, max_seeds)
             points = points + todo
     finally:
+        if own is not None:
+            own.close()
         df = write_csv(points, root, hashes,
                        seeds={str(p.rel_dir): taken[_group(p)] for p in points})
     return df
@@ -309,25 +297,52 @@ def _group(p: Point) -> tuple[str, str]:
     return p.strategy, json.dumps(p.grid, sort_keys=True)
 
 
-def _run_round(points: Sequence[Point], hashes: dict[Point, str], limit: int | None, jobs: int,
-               progress: bool, scenario_path: str, sets: Sequence[str], target: str | None,
-               root: Path, calibration: Mapping[str, Any] | None) -> int | None:
+@dataclass
+class _Runner:
+    """How this sweep's points run: here, one by one, or through an engine."""
+
+    scenario_path: str
+    sets: list[str]
+    target: str | None
+    root: Path
+    calibration: Mapping[str, Any] | None
+    engine: Engine | None
+
+    def resolve(self, p: Point) -> Scenario:
+        return resolve(self.scenario_path, self.sets, p, self.target, self.calibration)
+
+    def __call__(self, pending: Sequence[Point], hashes: Mapping[Point, str],
+                 advance: Callable[[], None]) -> None:
+        if self.engine is None:
+            for p in pending:
+                run_point(self.scenario_path, self.sets, p, self.target, str(self.root),
+                          self.calibration)
+                advance()
+            return
+        payloads = []
+        for p in pending:
+            sc = self.resolve(p)
+            payloads.append({"scenario": sc.to_yaml(), "name": str(p.rel_dir)})
+
+        def done(i: int, result: dict[str, Any]) -> None:
+            store_point(self.root, pending[i], hashes[pending[i]], result)
+            advance()
+
+        self.engine.map(POINT_TASK, payloads, done)
+
+
+def _run_round(points: Sequence[Point], hashes: dict[Point, str], limit: int | None,
+               progress: bool, run: _Runner) -> int | None:
     """Run the points not yet done; what is left of ``limit``."""
-    hashes.update({p: scenario_hash(resolve(scenario_path, sets, p, target, calibration))
-                   for p in points if p not in hashes})
-    pending = [p for p in points if not is_done(root, p, hashes[p])]
+    hashes.update({p: scenario_hash(run.resolve(p)) for p in points if p not in hashes})
+    pending = [p for p in points if not is_done(run.root, p, hashes[p])]
     if limit is not None:
         pending, limit = pending[:limit], max(0, limit - len(pending))
     bar, advance = _progress(progress and bool(pending), len(pending))
     try:
         if bar is not None:
             bar.start()
-        if jobs <= 1:
-            for p in pending:
-                run_point(scenario_path, sets, p, target, str(root), calibration)
-                advance()
-        else:
-            _run_pool(pending, jobs, advance, scenario_path, sets, target, root, calibration)
+        run(pending, hashes, advance)
     finally:
         if bar is not None:
             bar.stop()
