@@ -61,7 +61,8 @@ def keeper_config(sc: Scenario, target: str) -> KeeperConfig:
         relaunch_timeout_s=s.restart_s + d.silence_s,
         restart_delay_s=s.restart_s if target == "sim" else 0.0,
         sharding=shard_spec(sc), policy=job_policy(sc), stragglers=straggler_policy(sc),
-        restart_failure=s.restart_failure, durable=sc.keeper.store == "etcd")
+        restart_failure=s.restart_failure, max_restarts=s.max_restarts,
+        durable=sc.keeper.store == "etcd")
 
 
 def straggler_policy(sc: Scenario) -> Optional[StragglerPolicy]:

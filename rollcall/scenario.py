@@ -705,6 +705,7 @@ class Strategy(_Section):
     lr_scaling: Literal["none", "linear"] = "none"
     reduction: Literal["fast", "exact"] = "fast"
     restart_failure: Literal["repeat", "replace"] = "repeat"
+    max_restarts: NonNegInt | None = None
     stragglers: Literal["keep", "evict"] = "keep"
     straggler_factor: Annotated[float, Strict(), Field(gt=1.0, le=1000.0)] = 2.0
     straggler_steps: PosInt = 5

@@ -165,8 +165,9 @@ class World:
                  latency_s: float = 0.01, strategy: str = "elastic",
                  sharding: Optional[ShardSpec] = None, batched: bool = False,
                  bulk: bool = False, phi: bool = False, stragglers: bool = False,
-                 durable: bool = False) -> None:
+                 durable: bool = False, max_restarts: Optional[int] = None) -> None:
         self.now = 0.0
+        self.max_restarts = max_restarts
         self.latency_s = latency_s
         self.heartbeat_s = heartbeat_s
         self.batched = batched
@@ -180,7 +181,7 @@ class World:
             relaunch_timeout_s=4 * timeout_s, sharding=sharding,
             # stragglers: a member twice the median for 2 steps is evicted, benched 0.5 s
             stragglers=StragglerPolicy(2.0, 2, 0.5, GLOBAL_BATCH, MICRO_BATCH, n)
-            if stragglers else None, durable=durable))
+            if stragglers else None, durable=durable, max_restarts=max_restarts))
         if bulk:
             self.keeper.liveness = SmallBulkLiveness()
         # a durable record (issue 20): the store's latest generation, and while

@@ -315,3 +315,18 @@ def test_a_cold_spare_is_pulled_on_both_targets(runs: Callable[..., Pair]) -> No
         assert faults[1]["t"] - faults[0]["t"] >= sc.cluster.preempt_s - 1e-9
         grown = [d for d in decisions(history) if d["kind"] == "generation"][-1]
         assert grown["reason"] == "growth" and grown["members"] == [[0, 0], [2, 4]]
+
+
+@pytest.mark.timeout(150)
+def test_a_restart_budget_gives_up_at_the_same_decision_on_both_targets(
+        runs: Callable[..., Pair]) -> None:
+    """``strategy.max_restarts`` is the core keeper's decision: with a budget
+    of 0 the first kill ends the job, at the same generation and step, with
+    the same reason, on sim and real."""
+    sc, sim, real = runs("real-checkpoint-restart", "strategy.max_restarts=0")
+    dead = set(kills(sim))
+    ours, theirs = comparable(sc, decisions(sim), dead), comparable(sc, decisions(real), dead)
+    assert [d for d in ours if d["kind"] == "give-up"], ours
+    assert not [d for d in ours if d["kind"] == "restart"], ours
+    diff = first_difference(ours, theirs)
+    assert diff is None, diff

@@ -8,20 +8,22 @@ answers out. Each rule is shown by feeding facts and reading the outputs.
 from __future__ import annotations
 
 from rollcall.core import (
-    EMPTY, Formed, IdRuns, JobPolicy, Join, JoinBatch, Keeper, KeeperConfig, Record, Relaunch, RestartJob,
+    EMPTY, Formed, IdRuns, JobFailed, JobPolicy, Join, JoinBatch, Keeper, KeeperConfig, Record, Relaunch,
+    RestartJob,
     StepFailed, TimeoutDetector,
 )
 from rollcall.core.keeper import RELAUNCH_LISTED_MAX
 
 
 def keeper(n_max: int = 3, restart_delay_s: float = 0.0, steps: int = 10,
-           strategy: str = "checkpoint-restart", restart_failure: str = "repeat") -> Keeper:
+           strategy: str = "checkpoint-restart", restart_failure: str = "repeat",
+           max_restarts: int | None = None) -> Keeper:
     return Keeper(KeeperConfig(min_workers=1, max_workers=n_max, last_call_s=0.5,
                                detector=TimeoutDetector(0.5, 3.0), strategy=strategy,
                                relaunch_timeout_s=restart_delay_s + 20.0,
                                restart_delay_s=restart_delay_s,
                                policy=JobPolicy(steps=steps, checkpoint_interval_steps=5),
-                               restart_failure=restart_failure))
+                               restart_failure=restart_failure, max_restarts=max_restarts))
 
 
 def start(k: Keeper, n: int) -> None:
@@ -236,3 +238,41 @@ def test_an_empty_teardown_leaves_a_large_relaunch_record_naming_the_members_lif
     assert {w: lives.of(w) for w in (0, 3, n - 1)} == {0: 3, 3: 2, n - 1: 3}
     assert lives.common_and_others(RELAUNCH_LISTED_MAX) == (3, None)
     assert lives.common_and_others() == (3, [(3, 2)])
+
+
+def test_max_restarts_counts_every_restart_and_then_the_job_gives_up() -> None:
+    """torchrun's --max-restarts: a restart that starts over after a loss in
+    the restarting group counts too; past the budget the keeper orders no
+    restart but a JobFailed, with the history's ``round`` ``fail`` record,
+    and decides nothing after it."""
+    k = keeper(restart_delay_s=30.0, max_restarts=2)
+    start(k, 3)
+    assert of(k.exited(2.0, 2, 0), RestartJob)  # 1
+    k.node_down(10.0, 1)
+    assert of(k.handle_timer(13.0), RestartJob)  # 2: the restart starts over
+    (relaunch,) = of(k.handle_timer(43.0), Relaunch)
+    k.receive(43.1, Join(0, 1, None))
+    out = k.exited(43.2, 0, 1)  # a third loss: no third restart
+    assert not of(out, RestartJob) and not of(out, Relaunch)
+    (failed,) = of(out, JobFailed)
+    assert failed.reason.startswith("max_restarts=2 reached")
+    (record,) = [o.record for o in of(out, Record) if o.record["f"] == "round"]
+    assert record["type"] == "fail" and record["reason"] == failed.reason
+    assert k.failed == failed.reason
+    assert not of(k.handle_timer(100.0), Formed)
+
+
+def test_max_restarts_zero_gives_up_at_the_first_failure_and_none_never() -> None:
+    k = keeper(max_restarts=0)
+    start(k, 3)
+    out = k.exited(2.0, 2, 0)
+    assert of(out, JobFailed) and not of(out, RestartJob)
+    k = keeper()
+    start(k, 3)
+    for i in range(5):  # no budget: restarts go on
+        out = k.exited(2.0 + 10 * i, 2, i)
+        assert of(out, RestartJob) and not of(out, JobFailed)
+        (relaunch,) = of(out, Relaunch)  # no restart delay: at once
+        out = k.receive(2.1 + 10 * i, JoinBatch(relaunch.workers, None, relaunch.incarnations))
+        out += k.handle_timer(2.7 + 10 * i)
+        assert of(out, Formed)

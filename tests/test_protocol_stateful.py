@@ -98,23 +98,27 @@ class Rendezvous(RuleBasedStateMachine):
                 room=st.integers(0, 2), latency=st.sampled_from([0.0, 0.01, 0.2]),
                 strategy=st.sampled_from(["elastic", "checkpoint-restart"]),
                 batched=st.booleans(), bulk=st.booleans(), spec=st.none(),
-                phi=st.booleans(), stragglers=st.booleans(), durable=st.booleans())
+                phi=st.booleans(), stragglers=st.booleans(), durable=st.booleans(),
+                max_restarts=st.sampled_from([None, None, 0, 1, 3]))
     def start(self, n: int, min_workers: int, room: int, latency: float, strategy: str,
               batched: bool, bulk: bool, spec: ShardSpec | None, phi: bool = False,
-              stragglers: bool = False, durable: bool = False) -> None:
+              stragglers: bool = False, durable: bool = False,
+              max_restarts: int | None = None) -> None:
         """``room``: how many fewer members fit than the workers that start;
         ``phi``: the keeper's detector is phi accrual (nominal silence TIMEOUT_S);
         ``stragglers``: the keeper evicts stragglers (the ``slow`` rule makes them);
         ``durable``: the keeper's record lives in a store, and the keeper may
-        die and be replaced by a standby (``fail_keeper``)."""
+        die and be replaced by a standby (``fail_keeper``); ``max_restarts``:
+        checkpoint-restart's restart budget (then the job gives up)."""
         max_workers = max(min(min_workers, n), n - room)
         self.world = World(n, min_workers=min(min_workers, n), max_workers=max_workers,
                            heartbeat_s=HEARTBEAT_S, timeout_s=TIMEOUT_S, last_call_s=0.1,
                            latency_s=latency, strategy=strategy, sharding=spec,
                            batched=batched, bulk=bulk, phi=phi, stragglers=stragglers,
-                           durable=durable)
+                           durable=durable, max_restarts=max_restarts)
         self.keeper_gens = [0]
         self.life_gens: dict[tuple[int, int], int] = {}
+        self.failed_gen: int | None = None  # the generation the job gave up in
 
     # --- time and network faults ----------------------------------------------
 
@@ -386,7 +390,7 @@ class Rendezvous(RuleBasedStateMachine):
     # --- liveness -------------------------------------------------------------
 
     @precondition(lambda self: len({p.worker for p in self.world.processes() if p.alive})
-                  >= self.world.keeper.config.min_workers)
+                  >= self.world.keeper.config.min_workers and self.world.failed is None)
     @rule()
     def heal(self) -> None:
         """Faults stop: within a bounded time the live workers form a
@@ -402,6 +406,8 @@ class Rendezvous(RuleBasedStateMachine):
             w.advance(HEARTBEAT_S)
             if len(w.running_ids()) < w.keeper.config.min_workers:
                 return  # a woken worker learned it was an older life and stopped
+            if w.failed is not None:
+                return  # a loss found while healing spent the restart budget (invariant)
             for p in self._procs():
                 ex, a = w.exchange, p.agent
                 if a.may_step(a.generation) and (ex is None or ex.generation != a.generation):
@@ -463,6 +469,23 @@ class Rendezvous(RuleBasedStateMachine):
             assert w.accepted[-1][2] <= w.keeper.generation
 
     @invariant()
+    def restarts_stay_within_the_budget(self) -> None:
+        """``max_restarts``: at most that many restarts, and once the job has
+        given up, no generation after the one it gave up in."""
+        w = self.world
+        if w.max_restarts is not None:
+            assert w.keeper.restarts <= w.max_restarts, (w.keeper.restarts, w.max_restarts)
+            # a keeper that died mid-restart stored no record of that restart,
+            # so its successor may order one more than the budget per takeover
+            assert w.restarts <= w.max_restarts + w.takeovers, (w.restarts, w.max_restarts)
+        if w.failed is not None:  # only a spent budget ends the job here
+            assert w.max_restarts is not None and w.failed.startswith(
+                f"max_restarts={w.max_restarts} reached"), w.failed
+            if self.failed_gen is None:
+                self.failed_gen = w.keeper.generation
+            assert w.keeper.generation == self.failed_gen, (w.keeper.generation, self.failed_gen)
+
+    @invariant()
     def members_fit_and_asked(self) -> None:
         w, k = self.world, self.world.keeper
         assert len(k.members) <= k.config.max_workers, k.members
@@ -494,12 +517,14 @@ class ShardedRendezvous(Rendezvous):
                                replicas=st.integers(1, 3),
                                rack_size=st.sampled_from([None, 2]),
                                shard_bytes=st.just(100)),
-                phi=st.booleans(), stragglers=st.booleans(), durable=st.booleans())
+                phi=st.booleans(), stragglers=st.booleans(), durable=st.booleans(),
+                max_restarts=st.sampled_from([None, None, 0, 1, 3]))
     def start(self, n: int, min_workers: int, room: int, latency: float, strategy: str,
               batched: bool, bulk: bool, spec: ShardSpec | None, phi: bool = False,
-              stragglers: bool = False, durable: bool = False) -> None:
+              stragglers: bool = False, durable: bool = False,
+              max_restarts: int | None = None) -> None:
         super().start(n, min_workers, room, latency, strategy, batched, bulk, spec, phi,
-                      stragglers, durable)
+                      stragglers, durable, max_restarts)
 
 
 def _replay_line(nodeid: str) -> str:

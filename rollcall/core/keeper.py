@@ -109,6 +109,11 @@ class KeeperConfig:
     # collective fails); ``replace``: the restart goes on without the node,
     # a spare takes its place (a scheduler that patches a restart in flight).
     restart_failure: str = "repeat"
+    # Checkpoint-restart: the job gives up instead of restarting a
+    # (max_restarts + 1)-th time, as torchrun's --max-restarts; every restart
+    # counts, one that starts over after a loss in the restarting group too.
+    # None: never (a job whose MTBF is below its restart time then runs on).
+    max_restarts: Optional[int] = None
     # The record lives in a store (etcd): every generation decided is
     # written (:class:`Persist`) before any worker hears of it, and a keeper
     # the store refuses is deposed. False: the record lives in this object.
@@ -119,6 +124,8 @@ class KeeperConfig:
             raise ValueError("need 1 <= min_workers <= max_workers")
         if self.restart_delay_s < 0:
             raise ValueError("restart_delay_s must be >= 0")
+        if self.max_restarts is not None and self.max_restarts < 0:
+            raise ValueError("max_restarts must be >= 0 (or None)")
         if self.relaunch_timeout_s is not None and self.relaunch_timeout_s < self.restart_delay_s:
             raise ValueError("relaunch_timeout_s must cover restart_delay_s")
         if self.strategy not in (ELASTIC, CHECKPOINT_RESTART):
@@ -334,6 +341,7 @@ class Keeper:
         self.checkpoint: Optional[Cursor] = None
         self.round: Optional[Round] = None
         self.failed: Optional[str] = None
+        self.restarts = 0  # RestartJobs ordered (checkpoint-restart), for max_restarts
         # the latest life of each worker; lives a restart ordered that have not
         # joined yet are ``awaiting_relaunch`` (their admitted life is the one before)
         self.life_table = LifeTable()
@@ -639,7 +647,7 @@ class Keeper:
             self.stale, self.checkpoint, tuple(self.resumes),
             LifeTable.from_data(**_table_fields(self.life_table)), self.awaiting_relaunch,
             self.down, tuple(sorted(self.left.items())), tuple(sorted(self._promised.items())),
-            None if p is None else p.shards, self.recovery, self.fallback)
+            None if p is None else p.shards, self.recovery, self.fallback, self.restarts)
 
     @classmethod
     def restored(cls, config: KeeperConfig, record: Optional[KeeperRecord],
@@ -662,6 +670,9 @@ class Keeper:
         if record.placement is not None:
             k.placement = Placement(record.placement)
         k.recovery, k.fallback = record.recovery, record.fallback
+        # the job's restart budget survives a failover as far as the store
+        # holds it: a restart ordered after the record's generation is not in it
+        k.restarts = record.restarts
         return k
 
     def take_over(self, now: float, started: Mapping[WorkerId, int]) -> list[Output]:
@@ -1135,6 +1146,14 @@ class Keeper:
         lives already running that wait in the round)."""
         members = self.members
         assert teardown.issubset(members), "a restart tears down members"
+        if self.failed is not None:  # the job gave up: nothing to restart
+            return
+        limit = self.config.max_restarts
+        if limit is not None and self.restarts >= limit:
+            self._fail(now, f"max_restarts={limit} reached ({reason} after {self.restarts} "
+                            f"restarts)")
+            return
+        self.restarts += 1
         self.life_table.bump(teardown)
         # never the same life twice: a life node_up handed out that has not
         # joined yet (few: the entries are dropped as the lives join) is
@@ -1238,7 +1257,7 @@ class Keeper:
 
     def _maybe_close(self, now: float) -> None:
         r = self.round
-        if r is None:
+        if r is None or self.failed is not None:
             return
         cfg = self.config
         if len(r.joined) + len(r.expected) < cfg.min_workers:
@@ -1262,10 +1281,16 @@ class Keeper:
             self._close(now, r)
 
     def _give_up(self, now: float, r: Round) -> None:
-        self.failed = f"below min_workers={self.config.min_workers} for join_timeout_s"
-        self._out.append(Record(rec(now, "fail", "round", KEEPER, gen=r.generation,
-                                    reason=self.failed)))
-        self._out.append(JobFailed(self.failed))
+        self._fail(now, f"below min_workers={self.config.min_workers} for join_timeout_s",
+                   r.generation)
+
+    def _fail(self, now: float, reason: str, gen: Optional[int] = None) -> None:
+        """The job gives up: nothing is decided after this."""
+        assert self.failed is None, self.failed
+        self.failed = reason
+        self._out.append(Record(rec(now, "fail", "round", KEEPER,
+                                    gen=self.generation if gen is None else gen, reason=reason)))
+        self._out.append(JobFailed(reason))
 
     def _close(self, now: float, r: Round) -> None:
         old = r.joined & r.previous

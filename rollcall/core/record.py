@@ -59,9 +59,11 @@ class KeeperRecord:
     placement: Optional[tuple[tuple[WorkerId, ...], ...]] = None
     recovery: Optional[RecoveryPlan] = None
     fallback: bool = False
+    restarts: int = 0  # restarts ordered so far (checkpoint-restart's max_restarts budget)
 
     def __post_init__(self) -> None:
         assert self.generation >= 1 and self.term >= 0, (self.generation, self.term)
+        assert self.restarts >= 0, self.restarts
         assert self.stale.issubset(self.members), "stale members are members"
         assert self.source is None or self.source in self.members, "the source is a member"
         assert all(g <= self.generation for g, _ in self.resumes), "no resume after the record"
@@ -79,13 +81,13 @@ def record_to_data(r: KeeperRecord) -> dict[str, Any]:
         "left": [list(x) for x in r.left], "promised": [list(x) for x in r.promised],
         "placement": None if r.placement is None else [list(h) for h in r.placement],
         "recovery": None if r.recovery is None else plan_data(r.recovery),
-        "fallback": r.fallback,
+        "fallback": r.fallback, "restarts": r.restarts,
     }
 
 
 _KEYS = frozenset(("generation", "term", "reason", "members", "cursor", "source", "stale",
                    "checkpoint", "resumes", "lives", "awaiting_relaunch", "down", "left",
-                   "promised", "placement", "recovery", "fallback"))
+                   "promised", "placement", "recovery", "fallback", "restarts"))
 
 
 def record_from_data(data: Any) -> KeeperRecord:
@@ -113,7 +115,7 @@ def record_from_data(data: Any) -> KeeperRecord:
         _pairs(data["promised"], "record.promised"),
         maybe(holders)(data["placement"], "record.placement"),
         None if recovery is None else plan_from_data(recovery, "record.recovery"),
-        flag(data["fallback"], "record.fallback"))
+        flag(data["fallback"], "record.fallback"), nat(data["restarts"], "record.restarts"))
 
 
 def _pair(v: Any, where: str, second: Any) -> tuple[int, int]:
