@@ -439,9 +439,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
              f"({_interrupt_reason(stop, exc)}; run the same command to resume)")
         return _interrupt_code(stop, str(exc))
     except EngineError as exc:
-        _err(f"compare: {exc}" + (f" (finished runs kept in {out_dir}; run the same command "
-                                  f"to resume)" if started else ""))
-        return 1 if started else 2
+        return _engine_failed("compare", exc, out_dir, started)
     finally:
         if engine is not None:
             engine.close()
@@ -514,9 +512,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     except EngineError as exc:
         if out_dir.is_dir():
             _link_latest(out_dir)
-        _err(f"sweep: {exc}" + (f" (finished runs kept in {out_dir}; run the same command to "
-                                f"resume)" if started else ""))
-        return 1 if started else 2
+        return _engine_failed("sweep", exc, out_dir, started)
     finally:
         if engine is not None:
             engine.close()
@@ -783,6 +779,14 @@ def _engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--retries", type=int, default=2, metavar="N",
                    help="runs again a run whose process or machine was lost, up to N times "
                         "(default 2); a run that fails is not")
+
+
+def _engine_failed(command: str, exc: Exception, out_dir: Path, started: bool) -> int:
+    """One line; exit 2 when the engine could not start (bad input), 1 when a
+    run failed on it (the others are kept, and the same command resumes)."""
+    _err(f"{command}: {exc}" + (f" (finished runs kept in {out_dir}; run the same command to "
+                                f"resume)" if started else ""))
+    return 1 if started else 2
 
 
 def _open_engine(args: argparse.Namespace, scenario: Scenario, out_dir: Path, jobs: int) -> Any:
