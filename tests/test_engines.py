@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,8 @@ import pytest
 from rollcall import sweep
 from rollcall.engines import EngineError, open_engine
 from rollcall.engines.local import LocalEngine
+
+from polling import pid_running
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ROOT / "scenarios" / "quickstart.yaml"
@@ -253,3 +256,35 @@ def test_cli_compare_through_the_local_engine(tmp_path: Path) -> None:
     a = pd.read_csv(tmp_path / "c" / "compare.csv").drop(columns=["run_dir", "wall_s"])
     b = pd.read_csv(tmp_path / "h" / "compare.csv").drop(columns=["run_dir", "wall_s"])
     pd.testing.assert_frame_equal(a, b)
+
+
+@pytest.mark.timeout(600)
+def test_an_interrupted_ray_sweep_leaves_nothing_running_and_resumes(tmp_path: Path) -> None:
+    """Ctrl-C while the Ray head works: exit 130, every process the sweep
+    started (the Ray host, its head, its workers) gone, the finished points
+    kept whole; the same command then runs the rest."""
+    problem = _ray_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    from polling import signal_when
+
+    out = tmp_path / "sweep"
+    cmd = ["sweep", str(ROOT / "scenarios" / "llama3-54d.yaml"), "--grid",
+           "failures.worker_mtbf_s=2e7,3e7", "--seeds", "3", "--engine", "ray", "--jobs", "2",
+           "--out", str(out), "--quiet"]
+
+    def one_point_done(_: psutil.Process) -> bool:
+        return any(p.parent.name.startswith("seed") for p in out.rglob("summary.json"))
+
+    rc, err, _, seen = signal_when(cmd, tmp_path, signal.SIGINT, one_point_done,
+                                   "a point written by the Ray engine")
+    assert rc == 130, err
+    assert "Traceback" not in err and "finished runs kept" in err, err
+    assert seen, "no process was started?"
+    assert not [pid for pid in seen if pid_running(pid)], "left running"
+    kept = [p.parent for p in out.rglob("summary.json")]
+    assert kept and not list(out.rglob("*.part"))
+    again = subprocess.run([sys.executable, "-m", "rollcall", *cmd], capture_output=True,
+                           text=True, timeout=400, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert len(pd.read_csv(out / sweep.CSV_FILE)) == 12

@@ -26,7 +26,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 from typing import IO, Any, Sequence
 
 import psutil
@@ -64,10 +63,10 @@ class RayEngine:
     def __init__(self, jobs: int, address: str | None = None, log_path: str | None = None,
                  retries: int = 2) -> None:
         assert jobs >= 1 and retries >= 0, (jobs, retries)
-        try:
-            import ray  # noqa: F401 - only to fail here, in one line, when it is absent
-        except ImportError:
-            raise EngineError("--engine ray: the ray package is not installed") from None
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:  # fail here, in one line
+            raise EngineError("--engine ray: the ray package is not installed")
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
         cmd = [sys.executable, "-m", "rollcall.engines.ray_host", "--retries", str(retries)]
         if address:
@@ -94,6 +93,12 @@ class RayEngine:
             self._end(abort=True)
             raise EngineError(f"the Ray host answered {str(ready)[:200]!r} instead of ready")
         self.cpus, self.nodes = ready["ready"]["cpus"], ready["ready"]["nodes"]
+        # the local head's namespace: every process in it is this engine's
+        netns = None if address else _netns_of(self._proc.pid)
+        if not address and netns in (None, _netns_of(os.getpid())):
+            self._end(abort=True)
+            raise EngineError("the local Ray head is not in a network namespace of its own")
+        self._netns = netns
 
     def _read(self, timeout_s: float | None = None) -> dict[str, Any]:
         """The host's next line; EngineError when it ended (or, with a
@@ -173,6 +178,12 @@ class RayEngine:
                 proc.kill()
                 proc.wait(timeout=30)
         end_processes([p for p in tree if p.is_running()], timeout_s=10.0)
+        netns = getattr(self, "_netns", None)
+        for _ in range(5):  # a worker the raylet forked as it went down is in it too
+            rest = _in_netns(netns) if netns is not None else []
+            if not rest:
+                break
+            end_processes(rest, timeout_s=10.0)
         if proc.stdout is not None:
             proc.stdout.close()
         self._log.close()
@@ -182,6 +193,19 @@ class RayEngine:
             self._end(abort=True)
 
 
-def log_path_for(out: str | Path) -> str:
-    """Where a sweep keeps its Ray host's output."""
-    return str(Path(out) / "engine-ray.log")
+def _netns_of(pid: int) -> str | None:
+    """The network namespace of ``pid`` (``net:[inode]``), or None when gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def _in_netns(netns: str) -> list[psutil.Process]:
+    """Every process in network namespace ``netns`` (never this one's own)."""
+    assert netns != _netns_of(os.getpid()), "not the sweep's own namespace"
+    out = []
+    for p in psutil.process_iter():
+        if _netns_of(p.pid) == netns:
+            out.append(p)
+    return out
