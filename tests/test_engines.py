@@ -258,6 +258,7 @@ def test_cli_compare_through_the_local_engine(tmp_path: Path) -> None:
     pd.testing.assert_frame_equal(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_an_interrupted_ray_sweep_leaves_nothing_running_and_resumes(tmp_path: Path) -> None:
     """Ctrl-C while the Ray head works: exit 130, every process the sweep
