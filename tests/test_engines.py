@@ -289,3 +289,84 @@ def test_an_interrupted_ray_sweep_leaves_nothing_running_and_resumes(tmp_path: P
                            text=True, timeout=400, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert len(pd.read_csv(out / sweep.CSV_FILE)) == 12
+
+
+_CLUSTER = r'''
+"""Inside a network namespace of the test's own: a Ray head as a user runs
+one (token authentication), then the sweep joins it with --address."""
+import os, signal, socket, subprocess, sys, time
+from pyroute2 import IPRoute
+
+with IPRoute() as ipr:
+    ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
+print(os.readlink("/proc/self/ns/net"), flush=True)
+ray, out, tmp = sys.argv[1], sys.argv[2], sys.argv[3]
+head = subprocess.Popen([ray, "start", "--head", "--block", "--port", "6390",
+                         "--node-ip-address", "127.0.0.1", "--num-cpus", "2",
+                         "--include-dashboard", "false", "--disable-usage-stats",
+                         "--temp-dir", tmp], start_new_session=True,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+try:
+    deadline = time.monotonic() + 180
+    while True:  # bounded: the head's GCS port answers
+        try:
+            socket.create_connection(("127.0.0.1", 6390), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or head.poll() is not None:
+                sys.exit("the Ray head did not start")
+            time.sleep(0.2)
+    rc = subprocess.run([sys.executable, "-m", "rollcall", "sweep", sys.argv[4], "--grid",
+                         "cluster.workers=4,6", "--seeds", "2", "--engine", "ray",
+                         "--address", "127.0.0.1:6390", "--out", out, "--quiet"]).returncode
+finally:  # the head is ours, and so is every process in this namespace
+    head.terminate()
+    try:
+        head.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        head.kill()
+        head.wait(timeout=60)
+    me, mine = os.getpid(), os.readlink("/proc/self/ns/net")
+    for pid in [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]:
+        try:
+            if os.readlink(f"/proc/{pid}/ns/net") == mine:
+                os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+sys.exit(rc)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_sweep_joins_a_token_authenticated_ray_cluster_by_address(
+        tmp_path: Path, here_rows: pd.DataFrame) -> None:
+    """``--address``: the cluster is the user's (here a head started in a
+    namespace of the test's own, with a token); the rows are those of a run
+    here, and nothing of the head outlives it."""
+    problem = _ray_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    if os.geteuid() != 0:
+        pytest.skip("starting a Ray head in a network namespace of the test's own needs root")
+    script = tmp_path / "cluster.py"
+    script.write_text(_CLUSTER, encoding="utf-8")
+    ray = str(Path(sys.executable).with_name("ray"))
+    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN="t" * 32,
+               RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(ROOT))
+    import tempfile
+
+    temp = tempfile.mkdtemp(prefix="rc-ray-", dir="/tmp")  # Ray's socket paths must be short
+    try:
+        proc = subprocess.run(["unshare", "--net", sys.executable, str(script), ray,
+                               str(tmp_path / "sweep"), temp, str(QUICK)],
+                              capture_output=True, text=True, timeout=500, env=env)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    netns = proc.stdout.splitlines()[0]
+    pd.testing.assert_frame_equal(_rows(tmp_path / "sweep"), here_rows)
+    from rollcall.engines.ray_engine import _in_netns
+
+    left = _in_netns(netns)
+    assert not left, [p.pid for p in left]
