@@ -241,7 +241,7 @@ def _through(engine: Any, plan: Sequence[tuple[int, str, Scenario, Path]], out: 
              log: LogFn) -> set[int]:
     """Run the plan's unmade runs through ``engine``; ``compare.csv`` holds
     every finished run (in plan order) after each one. Which were made here."""
-    from rollcall.results import store_run
+    from rollcall.results import staging_dir, store_run
     from rollcall.sweep import POINT_TASK
 
     have = {k: s for k, (_, _, sc, d) in enumerate(plan)
@@ -251,12 +251,14 @@ def _through(engine: Any, plan: Sequence[tuple[int, str, Scenario, Path]], out: 
     def done(i: int, result: dict[str, Any]) -> None:
         k = todo[i]
         seed, strategy, _, run_dir = plan[k]
-        store_run(run_dir, result.get("files"))
+        store_run(run_dir, result)
         have[k] = finished_summary(run_dir, scenario_hash(plan[k][2])) or {}
         _write_runs(out, [_row(plan[j][0], plan[j][1], plan[j][3], have[j]) for j in sorted(have)])
         log(_progress_line(len(have), len(plan), _row(seed, strategy, run_dir, have[k])))
 
-    engine.map(POINT_TASK, [{"scenario": plan[k][2].to_yaml(), "name": plan[k][3].name}
+    here = engine.local_files  # its tasks write into the compare's directory
+    engine.map(POINT_TASK, [{"scenario": plan[k][2].to_yaml(), "name": plan[k][3].name,
+                             "run_dir": str(staging_dir(plan[k][3])) if here else None}
                             for k in todo], done)
     return set(todo)
 

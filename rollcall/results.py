@@ -35,6 +35,7 @@ __all__ = [
     "goodput",
     "history_estimate_bytes",
     "scenario_hash",
+    "staging_dir",
     "store_run",
     "prepare_out_dir",
     "update_latest",
@@ -271,25 +272,44 @@ def prepare_out_dir(path: str | Path, scenario: Scenario) -> Path:
 _FILE_NAME = re.compile(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*")
 
 
-def store_run(run_dir: str | Path, files: Any, extra: dict[str, str] | None = None) -> None:
-    """Write a run that ran elsewhere (``{relative name: text}``, from
-    :func:`rollcall.sweep.point_task` through an engine) as one step: into a
-    sibling directory, then renamed into place, so the run is on disk whole
-    or not at all, and a task an engine ran twice writes one run, not two.
-    The names come from another process, maybe another machine: each must
-    be a plain relative path, and the run must have its scenario and
-    summary; else ValueError (one line). ``extra`` files are added."""
+def staging_dir(run_dir: str | Path) -> Path:
+    """Where a run that an engine makes is written before it is whole: a
+    sibling of ``run_dir``, renamed onto it by :func:`store_run`."""
     final = Path(run_dir)
-    if not isinstance(files, dict) or SUMMARY_FILE not in files or SCENARIO_FILE not in files:
+    return final.with_name(final.name + ".part")
+
+
+def store_run(run_dir: str | Path, result: Any, extra: dict[str, str] | None = None) -> None:
+    """Put a run an engine made (:func:`rollcall.sweep.point_task`) in
+    ``run_dir`` as one rename, so it is on disk whole or not at all, and a
+    task an engine ran twice leaves one run, not two. ``result`` is either
+    ``{"run_dir": staging}``, a run the task wrote on this file system (it
+    must be :func:`staging_dir` of ``run_dir``), or ``{"files": {relative
+    name: text}}`` from another machine, written to the staging directory
+    here (each name a plain relative path). Either must hold the run's
+    scenario and summary; else ValueError (one line). ``extra`` files are
+    added (written before the rename)."""
+    final, part = Path(run_dir), staging_dir(run_dir)
+    if not isinstance(result, dict):
         raise ValueError(f"{final}: the task's answer holds no run")
-    for name, text in files.items():
-        if not (isinstance(name, str) and _FILE_NAME.fullmatch(name)
-                and ".." not in name.split("/") and isinstance(text, str)):
-            raise ValueError(f"{final}: the task's answer names a file {str(name)[:80]!r}")
-    part = final.with_name(final.name + ".part")
-    if part.exists():
-        shutil.rmtree(part)
-    part.mkdir(parents=True)
+    if "run_dir" in result:
+        if result["run_dir"] != str(part):
+            raise ValueError(f"{final}: the task wrote its run elsewhere ({str(result['run_dir'])[:80]})")
+        names = {p.name for p in part.iterdir()} if part.is_dir() else set()
+        if not {SUMMARY_FILE, SCENARIO_FILE} <= names:
+            raise ValueError(f"{final}: the task's run directory holds no finished run")
+        files: dict[str, str] = {}
+    else:
+        files = result.get("files")  # type: ignore[assignment]
+        if not isinstance(files, dict) or SUMMARY_FILE not in files or SCENARIO_FILE not in files:
+            raise ValueError(f"{final}: the task's answer holds no run")
+        for name, text in files.items():
+            if not (isinstance(name, str) and _FILE_NAME.fullmatch(name)
+                    and ".." not in name.split("/") and isinstance(text, str)):
+                raise ValueError(f"{final}: the task's answer names a file {str(name)[:80]!r}")
+        if part.exists():
+            shutil.rmtree(part)
+        part.mkdir(parents=True)
     merged = {**files, **(extra or {})}
     for name in sorted(merged, key=lambda n: n == SUMMARY_FILE):  # the summary last
         path = part / name

@@ -45,7 +45,7 @@ import yaml
 from rollcall.engines import Engine
 from rollcall.results import (
     SUMMARY_FILE, SUMMARY_KEYS, finished_summary, prepare_out_dir, read_summary, scenario_hash,
-    store_run,
+    staging_dir, store_run,
 )
 from rollcall.scenario import Scenario, load_scenario
 
@@ -167,14 +167,24 @@ POINT_TASK = "rollcall.sweep:point_task"
 
 def point_task(payload: dict[str, Any]) -> dict[str, Any]:
     """Run one point wherever an engine put it: the resolved scenario comes in
-    as YAML text, the run's files go out as text. Nothing of this machine's
-    file system is named in either, so a remote worker needs none of it."""
+    as YAML text. With ``run_dir`` (an engine whose tasks see this file
+    system) the run is written there as it goes, as a run here would be,
+    and its path is the answer; without, it runs in a scratch directory and
+    its files go out as text, so a remote worker needs nothing of this
+    machine's file system."""
     from rollcall.scenario import parse_scenario
 
     sc = parse_scenario(payload["scenario"], source=payload.get("name", "<sweep point>"))
+    driver = importlib.import_module(f"{sc.target}.driver")
+    if payload.get("run_dir") is not None:
+        out = Path(payload["run_dir"])
+        if out.exists():  # a try cut short: its history must not be appended to
+            shutil.rmtree(out)
+        driver.run(sc, prepare_out_dir(out, sc))
+        return {"run_dir": str(out)}
     with tempfile.TemporaryDirectory(prefix="rollcall-point-") as tmp:
         out = prepare_out_dir(Path(tmp) / "run", sc)
-        importlib.import_module(f"{sc.target}.driver").run(sc, out)
+        driver.run(sc, out)
         files = {p.relative_to(out).as_posix(): p.read_text(encoding="utf-8")
                  for p in sorted(out.rglob("*")) if p.is_file()}
     return {"files": files}
@@ -183,7 +193,7 @@ def point_task(payload: dict[str, Any]) -> dict[str, Any]:
 def store_point(root: Path, point: Point, sha256: str, result: Mapping[str, Any]) -> None:
     """Write a point that ran through an engine (:func:`rollcall.results.store_run`),
     its ``point.json`` with it."""
-    store_run(root / point.rel_dir, result.get("files"), {POINT_FILE: _point_text(point, sha256)})
+    store_run(root / point.rel_dir, result, {POINT_FILE: _point_text(point, sha256)})
 
 
 def _row(point: Point, summary: dict[str, Any]) -> dict[str, Any]:
@@ -319,10 +329,10 @@ class _Runner:
                           self.calibration)
                 advance()
             return
-        payloads = []
-        for p in pending:
-            sc = self.resolve(p)
-            payloads.append({"scenario": sc.to_yaml(), "name": str(p.rel_dir)})
+        here = self.engine.local_files  # its tasks write into the sweep's directory
+        payloads = [{"scenario": self.resolve(p).to_yaml(), "name": str(p.rel_dir),
+                     "run_dir": str(staging_dir(self.root / p.rel_dir)) if here else None}
+                    for p in pending]
 
         def done(i: int, result: dict[str, Any]) -> None:
             store_point(self.root, pending[i], hashes[pending[i]], result)

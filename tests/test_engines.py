@@ -130,6 +130,8 @@ def test_a_point_from_elsewhere_with_a_bad_file_name_is_refused(tmp_path: Path) 
         sweep.store_point(tmp_path, point, "0" * 64, {"files": files})
     with pytest.raises(ValueError, match="holds no run"):
         sweep.store_point(tmp_path, point, "0" * 64, {"files": {"history.jsonl": ""}})
+    with pytest.raises(ValueError, match="elsewhere"):
+        sweep.store_point(tmp_path, point, "0" * 64, {"run_dir": str(tmp_path)})
     assert not (tmp_path / "escape").exists() and not (tmp_path / point.rel_dir).exists()
 
 
@@ -274,8 +276,12 @@ def test_an_interrupted_ray_sweep_leaves_nothing_running_and_resumes(tmp_path: P
            "failures.worker_mtbf_s=2e7,3e7", "--seeds", "3", "--engine", "ray", "--jobs", "2",
            "--out", str(out), "--quiet"]
 
+    def finished() -> list[Path]:  # a point cut short stays in its staging dir (.part)
+        return [p.parent for p in out.rglob("summary.json") if p.parent.name.startswith("seed")
+                and not p.parent.name.endswith(".part")]
+
     def one_point_done(_: psutil.Process) -> bool:
-        return any(p.parent.name.startswith("seed") for p in out.rglob("summary.json"))
+        return bool(finished())
 
     rc, err, _, seen = signal_when(cmd, tmp_path, signal.SIGINT, one_point_done,
                                    "a point written by the Ray engine")
@@ -283,12 +289,12 @@ def test_an_interrupted_ray_sweep_leaves_nothing_running_and_resumes(tmp_path: P
     assert "Traceback" not in err and "finished runs kept" in err, err
     assert seen, "no process was started?"
     assert not [pid for pid in seen if pid_running(pid)], "left running"
-    kept = [p.parent for p in out.rglob("summary.json")]
-    assert kept and not list(out.rglob("*.part"))
+    assert finished()
     again = subprocess.run([sys.executable, "-m", "rollcall", *cmd], capture_output=True,
                            text=True, timeout=400, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert len(pd.read_csv(out / sweep.CSV_FILE)) == 12
+    assert len(pd.read_csv(out / sweep.CSV_FILE)) == 12 and len(finished()) == 12
+    assert not list(out.rglob("*.part")), "a point's staging dir was left"
 
 
 _CLUSTER = r'''

@@ -1150,8 +1150,9 @@ class Keeper:
             return
         limit = self.config.max_restarts
         if limit is not None and self.restarts >= limit:
-            self._fail(now, f"max_restarts={limit} reached ({reason} after {self.restarts} "
-                            f"restarts)")
+            # the cause is not in the reason: a kill reads "failure" or
+            # "step-failed" by which report came first (rollcall.decisions)
+            self._fail(now, f"max_restarts={limit} reached ({self.restarts} restarts)")
             return
         self.restarts += 1
         self.life_table.bump(teardown)

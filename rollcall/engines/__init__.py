@@ -42,6 +42,9 @@ class Engine(Protocol):
     """Runs batches of tasks; see the module docstring for the contract."""
 
     name: str
+    #: whether its tasks run where the caller's files are (then a task writes
+    #: its run straight into the caller's directory; else it sends the files)
+    local_files: bool
 
     def map(self, fn: str, payloads: Sequence[dict[str, Any]], done: Done) -> None:
         """Run ``fn`` on each payload; ``done(i, result)`` per finished task."""

@@ -52,6 +52,7 @@ class LocalEngine:
     """``jobs`` processes; ``retries`` more tries for a task whose process was lost."""
 
     name = "local"
+    local_files = True  # its tasks run on this machine
 
     def __init__(self, jobs: int, retries: int = 2) -> None:
         assert jobs >= 1 and retries >= 0, (jobs, retries)

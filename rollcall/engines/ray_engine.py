@@ -93,6 +93,7 @@ class RayEngine:
             self._end(abort=True)
             raise EngineError(f"the Ray host answered {str(ready)[:200]!r} instead of ready")
         self.cpus, self.nodes = ready["ready"]["cpus"], ready["ready"]["nodes"]
+        self.local_files = not address  # a head of its own runs its tasks on this machine
         # the local head's namespace: every process in it is this engine's
         netns = None if address else _netns_of(self._proc.pid)
         if not address and netns in (None, _netns_of(os.getpid())):

@@ -41,6 +41,7 @@ class SlurmEngine:
     submitit's stand-in that runs the same jobs as local processes."""
 
     name = "slurm"
+    local_files = False  # a compute node may not see the sweep's directory
 
     def __init__(self, folder: str, options: Mapping[str, Any], retries: int = 2,
                  cluster: str | None = None) -> None:
