@@ -1124,7 +1124,7 @@ class Keeper:
                                     incarnation=self.incarnation_of(worker), reason=reason)))
         r = self.round
         if r is not None and self._repeats(r) and worker in self.members:
-            self._restart_again(now, r)  # a life of the restarting group is gone
+            self._restart_again(now, r, dead=worker)  # a life of the restarting group is gone
         elif r is not None:
             r.drop(worker)
             self._maybe_close(now)
@@ -1177,21 +1177,25 @@ class Keeper:
         return r is not None and r.reason == "restart" and \
             self.config.restart_failure == "repeat" and self.config.strategy == CHECKPOINT_RESTART
 
-    def _restart_again(self, now: float, r: Round) -> None:
+    def _restart_again(self, now: float, r: Round, dead: Optional[WorkerId] = None) -> None:
         """``restart_failure: repeat``: a node of the group was lost while it
         restarted, so the relaunched group fails (torchrun: its rendezvous
         or first collective errors) and the restart starts over. The lives
         it started (and a repaired member's life still starting) are torn
         down and relaunched as their next ones; the lives not started yet
         are relaunched as ordered; the other lives that joined the round
-        (spares, a repaired member's new life) wait for the next one."""
+        (spares, a repaired member's new life) wait for the next one, but
+        the ``dead`` one whose loss this is: kept as a standby, it counted as
+        joined for its id's next life, which never asked (the stateful
+        test, seed 3)."""
         members = self.members
         # the lives running: the relaunched ones, and those node_up handed out
         # (a repaired node's) that have not joined yet
         promised = IdRuns.of(sorted(self._promised)) if self._promised else EMPTY
         started = (self._relaunched | promised) & members
+        over = started if dead is None else started | (dead,)
         for cursor, ws in r.by_cursor.items():
-            waiting = ws - started
+            waiting = ws - over  # a dead life never waits as a standby
             if waiting:
                 self._standby_add(waiting, cursor)
                 # the few that claimed a generation's state, not every waiting id
