@@ -301,7 +301,9 @@ _CLUSTER = r'''
 """Inside a network namespace of the test's own: a Ray head as a user runs
 one (token authentication), then the sweep joins it with --address."""
 import os, signal, socket, subprocess, sys, time
+import psutil
 from pyroute2 import IPRoute
+from rollcall.engines.local import end_processes
 
 with IPRoute() as ipr:
     ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
@@ -326,12 +328,8 @@ try:
                          "cluster.workers=4,6", "--seeds", "2", "--engine", "ray",
                          "--address", "127.0.0.1:6390", "--out", out, "--quiet"]).returncode
 finally:  # the head is ours, and so is every process in this namespace
-    head.terminate()
-    try:
-        head.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        head.kill()
-        head.wait(timeout=60)
+    end_processes([psutil.Process(head.pid)], timeout_s=10.0)
+    head.wait(timeout=60)
     me, mine = os.getpid(), os.readlink("/proc/self/ns/net")
     for pid in [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me]:
         try:
