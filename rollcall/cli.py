@@ -807,14 +807,17 @@ def _open_engine(args: argparse.Namespace, scenario: Scenario, out_dir: Path, jo
         raise EngineError("--address goes with --engine ray")
     if args.engine_opt and args.engine != "slurm":
         raise EngineError("--engine-opt goes with --engine slurm")
+    import yaml
+
     options = {}
     for item in args.engine_opt:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise EngineError(f"--engine-opt {item!r}: expected KEY=VALUE")
-        import yaml
-
-        options[key.strip()] = yaml.safe_load(value) if value.strip() else value
+        try:
+            options[key.strip()] = yaml.safe_load(value) if value.strip() else value
+        except yaml.YAMLError:
+            raise EngineError(f"--engine-opt {item!r}: the value is not YAML") from None
     out_dir.mkdir(parents=True, exist_ok=True)
     return open_engine(args.engine, jobs=jobs, address=args.address, options=options,
                        folder=str(out_dir / "submitit"), log_path=str(out_dir / "engine.log"),

@@ -35,6 +35,7 @@ __all__ = [
     "goodput",
     "history_estimate_bytes",
     "scenario_hash",
+    "yaml_hash",
     "staging_dir",
     "store_run",
     "prepare_out_dir",
@@ -217,7 +218,12 @@ def goodput(steps_committed: int, ideal_step_s: float | None, elapsed_s: float) 
 
 def scenario_hash(scenario: Scenario) -> str:
     """SHA-256 of the resolved scenario (its YAML): equal iff the same run would be made."""
-    return hashlib.sha256(scenario.to_yaml().encode("utf-8")).hexdigest()
+    return yaml_hash(scenario.to_yaml())
+
+
+def yaml_hash(text: str) -> str:
+    """:func:`scenario_hash` of the scenario whose ``to_yaml()`` is ``text``."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def finished_summary(run_dir: str | Path, sha256: str) -> dict[str, Any] | None:

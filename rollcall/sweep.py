@@ -20,9 +20,11 @@ scratch. ``sweep.csv`` lists only points that are done in that sense.
 
 Points run here one by one, or through an engine (:mod:`rollcall.engines`:
 a local process pool, Ray, Slurm): the engine gets each point's resolved
-scenario as YAML text and answers with the run's files as text, which are
-written as one rename (:func:`store_point`), so a point is on disk whole or
-not at all, wherever it ran. The driver is loaded lazily by target name, as
+scenario as YAML text; the run is written into the point's staging
+directory (by the task itself where it sees this file system, else from the
+files it sends back as text) and renamed in place when whole
+(:func:`store_point`), so a point is on disk whole or not at all, wherever
+it ran. The driver is loaded lazily by target name, as
 the CLI does, so the core still imports no driver.
 """
 
@@ -45,7 +47,7 @@ import yaml
 from rollcall.engines import Engine
 from rollcall.results import (
     SUMMARY_FILE, SUMMARY_KEYS, finished_summary, prepare_out_dir, read_summary, scenario_hash,
-    staging_dir, store_run,
+    staging_dir, store_run, yaml_hash,
 )
 from rollcall.scenario import Scenario, load_scenario
 
@@ -258,8 +260,9 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
     ``first_seed`` defaults to the scenario's seed. ``engine`` runs the points
     (:mod:`rollcall.engines`; the caller opens and closes it); without one,
     ``jobs`` > 1 runs them in a local process pool and ``jobs == 1`` here (no
-    pool start-up, easier to debug). Every engine gives the same rows. ``limit`` runs at most that many pending points (an interruption
-    on purpose, for tests and for sampling a grid). On KeyboardInterrupt the
+    pool start-up, easier to debug). Every engine gives the same rows.
+    ``limit`` runs at most that many pending points (an interruption on
+    purpose, for tests and for sampling a grid). On KeyboardInterrupt the
     pool is cancelled, ``sweep.csv`` is written for the finished runs and the
     interrupt propagates.
 
@@ -275,18 +278,17 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
     first = base.seed if first_seed is None else first_seed
     assert rel_accuracy is None or (rel_accuracy > 0 and max_seeds >= seeds), (rel_accuracy, max_seeds)
     points = plan(grid, list(range(first, first + seeds)), strategies)
-    # every point resolved up front: a bad grid value fails before anything
-    # runs, and each point's hash tells a finished run from a stale one
-    hashes = {p: scenario_hash(resolve(scenario_path, sets, p, target, calibration))
-              for p in points}
     root = Path(out)
-    todo, taken = points, {_group(p): seeds for p in points}
     own = None
     if engine is None and jobs > 1:
         from rollcall.engines.local import LocalEngine
 
         engine = own = LocalEngine(jobs)
     run = _Runner(scenario_path, list(sets), target, root, calibration, engine)
+    # every point resolved up front: a bad grid value fails before anything
+    # runs, and each point's hash tells a finished run from a stale one
+    hashes = {p: run.hash(p) for p in points}
+    todo, taken = points, {_group(p): seeds for p in points}
     try:
         while todo:
             limit = _run_round(todo, hashes, limit, progress, run)
@@ -317,9 +319,19 @@ class _Runner:
     root: Path
     calibration: Mapping[str, Any] | None
     engine: Engine | None
+    # with an engine: each point's resolved YAML from hashing it until it is
+    # sent, so a point is resolved (a file read and a validation) once
+    texts: dict[Point, str] = field(default_factory=dict)
 
     def resolve(self, p: Point) -> Scenario:
         return resolve(self.scenario_path, self.sets, p, self.target, self.calibration)
+
+    def hash(self, p: Point) -> str:
+        """The point's :func:`~rollcall.results.scenario_hash`."""
+        text = self.resolve(p).to_yaml()
+        if self.engine is not None:
+            self.texts[p] = text
+        return yaml_hash(text)
 
     def __call__(self, pending: Sequence[Point], hashes: Mapping[Point, str],
                  advance: Callable[[], None]) -> None:
@@ -330,9 +342,11 @@ class _Runner:
                 advance()
             return
         here = self.engine.local_files  # its tasks write into the sweep's directory
-        payloads = [{"scenario": self.resolve(p).to_yaml(), "name": str(p.rel_dir),
+        payloads = [{"scenario": self.texts.get(p) or self.resolve(p).to_yaml(),
+                     "name": str(p.rel_dir),
                      "run_dir": str(staging_dir(self.root / p.rel_dir)) if here else None}
                     for p in pending]
+        self.texts.clear()  # the done points' are not needed either
 
         def done(i: int, result: dict[str, Any]) -> None:
             store_point(self.root, pending[i], hashes[pending[i]], result)
@@ -344,7 +358,7 @@ class _Runner:
 def _run_round(points: Sequence[Point], hashes: dict[Point, str], limit: int | None,
                progress: bool, run: _Runner) -> int | None:
     """Run the points not yet done; what is left of ``limit``."""
-    hashes.update({p: scenario_hash(run.resolve(p)) for p in points if p not in hashes})
+    hashes.update({p: run.hash(p) for p in points if p not in hashes})
     pending = [p for p in points if not is_done(run.root, p, hashes[p])]
     if limit is not None:
         pending, limit = pending[:limit], max(0, limit - len(pending))
