@@ -171,14 +171,10 @@ class RayEngine:
             proc.terminate()
         try:
             proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # SIGTERM, then SIGKILL
+            tree.append(psutil.Process(proc.pid))
         end_processes([p for p in tree if p.is_running()], timeout_s=10.0)
+        proc.poll()  # reaped by end_processes if it had to end it
         netns = getattr(self, "_netns", None)
         for _ in range(5):  # a worker the raylet forked as it went down is in it too
             rest = _in_netns(netns) if netns is not None else []
