@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional
 
 from rollcall.config import keeper_config, repair_shop
 from rollcall.core import (
-    DRIVER, EMPTY, NEMESIS, Broadcast, CommitVerdict, Formed, IdRuns, JobFailed, Join, Keeper,
+    DRIVER, EMPTY, NEMESIS, Blame, Broadcast, CommitVerdict, Formed, IdRuns, JobFailed, Join, Keeper,
     Record, Refused, Relaunch, Pull, Repair, RestartJob, Retire, Send, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
@@ -201,6 +201,8 @@ class Launcher:
         self.reason = ""
         self.sigconts: list[tuple[float, Proc]] = []
         self.repairs: list[tuple[float, int, Repair]] = []
+        self.blamed: list[Blame] = []  # wrong diagnoses of the fault being carried out
+        self.hitting: set[int] = set()  # the nodes the fault being carried out takes
         self.pulls: list[Pull] = []  # spares from the cold pool, due at their at_s
         # link faults in force: (heal at, the Network's fault, hosts, cut-off lives)
         self.heals: list[tuple[float, Any, list[int], list[tuple[int, int]]]] = []
@@ -709,6 +711,13 @@ class Launcher:
         return [w for w in self.members
                 if (p := self.live_proc(w)) is not None and p.activated and not p.paused]
 
+    def innocents(self) -> list[int]:
+        """The nodes a wrong diagnosis may blame: live members that are up,
+        neither taken by the fault in progress nor blamed already (as on the sim)."""
+        blamed = {b.worker for b in self.blamed}
+        return [w for w in self.candidates()
+                if w in self.nodes_up and w not in self.hitting and w not in blamed]
+
     def inject(self, due: Due) -> None:
         """Carry out one fault and write its ``fault`` record (one per fault,
         listing the workers it hit)."""
@@ -750,13 +759,25 @@ class Launcher:
             if due.kind == "lose_host" and self.fleet is not None and fields["host"] is not None:
                 if any(w in self.nodes_up for w in targets):
                     self.take_down_host(fields["host"])
+            self.hitting = set(targets)
             for w in targets:
                 if w in self.nodes_up:  # a node already down is not lost again
                     hit.append(w)
                     self.node_lost(now, w, how)
+            self.hitting = set()
         rec_ = rec(now, "info", "fault", NEMESIS, kind=due.kind, workers=hit, **fields)
         self.write(rec_)
         self.faults_log.append(rec_)
+        self.blame_innocents(now)
+
+    def blame_innocents(self, now: float) -> None:
+        """Take down the healthy nodes the repair shop blamed for the faults
+        just carried out (a wrong diagnosis: the core's), after their records."""
+        blamed, self.blamed = self.blamed, []
+        for b in blamed:
+            self.write(b.record(now))
+            if b.worker in self.nodes_up:
+                self.node_lost(now, b.worker, "blame")
 
     def slow(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
         """A ``slow`` fault: the worker is told to compute ``factor`` times
@@ -950,7 +971,9 @@ class Launcher:
         whether or not a process was there). ``kill``: the process is
         killed, its host sees the exit and reports it (:meth:`on_exit`);
         ``crash``: the machine died, and the host agent that would have
-        reported died with it, so the detector's timeout decides."""
+        reported died with it, so the detector's timeout decides; ``blame``:
+        a wrong diagnosis sends the healthy node to repair (its process is
+        stopped and its host reports the exit, as for a kill)."""
         assert w in self.nodes_up, w
         self.nodes_up.discard(w)
         self.nodes_down.add(w)
@@ -963,11 +986,15 @@ class Launcher:
         # detector verdict or failed step
         self.keeper.node_down(now, w)
         self.faults.node_down(w)
-        for act in self.shop.down(now, w):  # the core's: repaired when, retired, pulls
+        if kind == "blame":
+            return  # its trip to the shop came with the blame
+        for act in self.shop.down(now, w, self.innocents):  # the core's decisions
             if isinstance(act, Repair):
-                self.repairs.append((act.back_at_s, w, act))
+                self.repairs.append((act.back_at_s, act.worker, act))
             elif isinstance(act, Retire):
                 self.write(act.record(now))
+            elif isinstance(act, Blame):
+                self.blamed.append(act)  # carried out once the fault's record is written
             else:
                 self.pulls.append(act)
 

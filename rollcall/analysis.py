@@ -444,7 +444,7 @@ _LABELS_MAX = 32
 _SHADE = {"stall": ("tab:red", 0.15), "roll_call": ("grey", 0.35), "restart": ("black", 0.15)}
 _MARKERS = {"kill": ("x", "red"), "kill_rack": ("x", "red"), "lose_host": ("X", "darkred"), "crash": ("X", "darkred"),
             "pause": ("v", "orange"), "resume": ("^", "green"), "join": ("*", "blue"),
-            "repair": (".", "black")}
+            "repair": (".", "black"), "blame": ("x", "purple")}
 #: a time axis longer than two of a unit is labelled in that unit
 _TIME_UNITS = (("days", 86400.0), ("hours", 3600.0), ("min", 60.0))
 

@@ -116,7 +116,8 @@ def repair_policy(sc: Scenario) -> Optional[RepairPolicy]:
         return None
     return RepairPolicy(auto_s=r.auto_s, manual_s=r.manual_s, manual_p=r.manual_p,
                         auto_fail_p=r.auto_fail_p, manual_fail_p=r.manual_fail_p,
-                        diagnosis_p=r.diagnosis_p, reboot_s=r.reboot_s,
+                        diagnosis_p=r.diagnosis_p, wrong_blame_p=r.wrong_blame_p,
+                        reboot_s=r.reboot_s,
                         retire_after=r.retire_after, retire_window_s=r.retire_window_s)
 
 

@@ -89,7 +89,8 @@ BOTH_EXTRA_KEYS: tuple[str, ...] = (
 )
 SIM_ONLY_KEYS: tuple[str, ...] = (
     "checkpoint_s", "end_s", "checkpoints", "detections", "evictions", "crashes", "kills",
-    "rack_kills", "pauses", "joins", "repairs", "retired", "pulled", "rounds", "min_members",
+    "rack_kills", "pauses", "joins", "repairs", "retired", "blames", "pulled", "rounds",
+    "min_members",
     "events",
     "keeper_calls", "sim_per_wall", "keeper_wall_s", "check_wall_s",
 )

@@ -127,8 +127,12 @@ class RepairPipeline(_Section):
     ``auto_s``), escalated with probability ``manual_p`` to a manual one
     (exponential, mean ``manual_s``, after it); the repair did not fix the
     node with probability ``auto_fail_p`` / ``manual_fail_p`` (a bad node
-    stays bad). A node failing ``retire_after`` times within
-    ``retire_window_s`` (unset: ever) is retired instead of repaired."""
+    stays bad). A diagnosis blames the wrong node with probability
+    ``wrong_blame_p`` (AIReSim's ``diagnosis_uncertainty``): a live member
+    drawn at random is sent through the pipeline instead, and the culprit is
+    back after ``reboot_s`` with its fault. A node failing ``retire_after``
+    times within ``retire_window_s`` (unset: ever) is retired instead of
+    repaired."""
 
     auto_s: PosFloat = 7200.0
     manual_s: PosFloat = 172800.0
@@ -136,6 +140,7 @@ class RepairPipeline(_Section):
     auto_fail_p: Probability = 0.4
     manual_fail_p: Probability = 0.2
     diagnosis_p: Probability = 1.0
+    wrong_blame_p: Probability = 0.0
     reboot_s: PosFloat = 600.0
     retire_after: PosInt | None = None
     retire_window_s: PosFloat | None = None

@@ -127,7 +127,7 @@ import simpy
 
 from rollcall.config import data_spec, draws, job_policy, keeper_config, repair_shop
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Broadcast, Checkpointed, Cursor, Enter,
+    DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Blame, Broadcast, Checkpointed, Cursor, Enter,
     FailureTally, Formed, IdRuns, Persist,
     JobFailed, Keeper, Log, Membership, Pull, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
     Send, SendToKeeper, Stop, check, commit, describe_assignment, members_delta, members_field,
@@ -174,6 +174,7 @@ IDLE, SYNC, RUN, CKPT, WAIT, DONE = "idle", "sync", "run", "ckpt", "wait", "done
 LEDGER_SAMPLES = 1_000_000
 # the records FailureTally reads (the rest pass it by)
 _TALLIED = frozenset(("fault", "evict"))
+_NODE_DOWN = {"kill": "kills", "crash": "crashes", "blame": "blames"}  # kind -> its count
 
 
 class Simulation:
@@ -287,6 +288,7 @@ class Simulation:
             if f.trigger == "at_step":
                 self.step_faults.setdefault(int(f.when), []).append((i, f))
         self.next_join_id = self.W + sc.cluster.spares
+        self._hitting: frozenset[int] = frozenset()  # the nodes the fault in progress takes
 
     # ------------------------------------------------------------------ plumbing
 
@@ -518,11 +520,13 @@ class Simulation:
     def _node_down(self, now: float, w: int, kind: str, record: bool = True) -> None:
         """Node ``w`` is lost until ``repair_s``. ``kill``: its process was
         killed, and its host reports the exit (:meth:`_exited`); ``crash``:
-        the machine died, and nobody reports anything (the detector decides)."""
-        assert kind in ("kill", "crash"), kind
+        the machine died, and nobody reports anything (the detector decides);
+        ``blame``: a wrong diagnosis sends the healthy node to repair (its
+        process is stopped and its host reports the exit, as for a kill)."""
+        assert kind in _NODE_DOWN, kind
         if not self.nodes.hw[w]:
             return
-        self.tally.counts["crashes" if kind == "crash" else "kills"] += 1
+        self.tally.counts[_NODE_DOWN[kind]] += 1
         if record:
             self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
         self.nodes.hw[w] = False
@@ -530,7 +534,7 @@ class Simulation:
         if not self.failover.down:  # else the supervisor tells the next keeper
             self.keeper.node_down(now, w)
         if self.nodes.proc[w]:
-            if kind == "kill":
+            if kind != "crash":
                 self._at(now + self.exit_notice_s, self._exited, w, int(self.nodes.inc[w]))
             self.nodes.proc[w] = False
             if self.nodes.paused[w]:
@@ -544,12 +548,26 @@ class Simulation:
         self.agents.pop(w, None)
         self.undelivered.pop(w, None)
         self.bulk.discard((w,))
-        for act in self.shop.down(now, w):  # the core's: repaired when, retired, pulls
+        if kind != "blame":  # a blamed node's trip to the shop came with the blame
+            self._shop_down(now, w)
+
+    def _shop_down(self, now: float, w: int) -> None:
+        """Tell the repair shop node ``w`` failed and carry out its answer:
+        repaired when, retired, a wrong blame, pulls (the core decides)."""
+        hit = self._hitting  # the rest of the fault being carried out: not innocent
+
+        def innocents() -> list[int]:
+            return [m for m in self.members if self._alive(m) and m not in hit]
+
+        for act in self.shop.down(now, w, innocents):
             if isinstance(act, Repair):
-                self._at(act.back_at_s, self._repaired, w, act)
+                self._at(act.back_at_s, self._repaired, act.worker, act)
             elif isinstance(act, Retire):
                 self.tally.counts["retired"] += 1
                 self._write(act.record(now))
+            elif isinstance(act, Blame):
+                self._write(act.record(now))
+                self._node_down(now, act.worker, "blame", record=False)
             else:
                 self._at(act.at_s, self._pulled, act)
 
@@ -720,15 +738,20 @@ class Simulation:
         kind, how = ("kill_rack", "kill") if domain == "rack" else ("lose_host", "crash")
         self._write(rec(now, "info", "fault", NEMESIS, kind=kind, **{domain: int(index)},
                         workers=victims))
+        self._hitting = frozenset(victims)
         for w in victims:
             self._node_down(now, w, how, record=False)
+        self._hitting = frozenset()
 
     def _fault(self, now: float, f: Any) -> None:
         action = f.action
         if action == "kill":
-            for w in self._pick(f.targets):
+            victims = self._pick(f.targets)
+            self._hitting = frozenset(victims)
+            for w in victims:
                 if self.nodes.hw[w]:
                     self._node_down(now, w, "kill")
+            self._hitting = frozenset()
         elif f.domain is not None:
             self._domain_down(now, *f.domain)
         elif action in ("partition", "isolate_keeper"):
@@ -1488,6 +1511,7 @@ class Simulation:
             "joins": self.tally.counts["joins"],
             "repairs": self.tally.counts["repairs"],
             "retired": self.tally.counts["retired"],
+            "blames": self.tally.counts["blames"],
             "pulled": self.tally.counts["pulled"],
             "rounds": self.tally.counts["rounds"],
             "keeper_failovers": self.failover.count,

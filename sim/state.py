@@ -62,7 +62,7 @@ class Tally:
     counts: dict[str, int] = field(default_factory=lambda: dict(
         crashes=0, kills=0, pauses=0, joins=0, repairs=0, detections=0,
         evictions=0, checkpoints=0, restarts=0, rounds=0, keeper_calls=0, rack_kills=0,
-        retired=0, pulled=0))
+        retired=0, pulled=0, blames=0))
     elapsed_s: float = 0.0  # the end of the last committed step
     end_s: float = 0.0
     min_members: int = 0

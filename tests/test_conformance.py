@@ -1,7 +1,7 @@
 """Conformance (issue 14): on one scenario the sim and the real target decide the same.
 
 Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``
-and ``scenarios/chaos-cr-kill-join-kill.yaml``: all seventeen have a schedule,
+and ``scenarios/chaos-cr-kill-join-kill.yaml``: all eighteen have a schedule,
 none has random lifetimes, so none is skipped) runs once on each target.
 :mod:`rollcall.decisions` reads the decision sequence from each history
 alone: generations (gen, members, cursor, source, stale, reason),
@@ -133,7 +133,9 @@ from typing import Callable, NamedTuple
 
 import pytest
 
-from rollcall.core import FailureTally
+from rollcall.config import data_spec
+from rollcall.core import FailureTally, check
+from rollcall.core.history import members_of
 from rollcall.decisions import Decision, decisions, drop, first_difference, kills, mask
 from rollcall.results import read_history
 from rollcall.scenario import Scenario, load_scenario
@@ -217,7 +219,7 @@ def test_every_shipped_real_scenario_is_covered() -> None:
         sc = load_scenario(SCENARIOS / f"{name}.yaml", [])
         unscripted = not sc.failures.schedule or sc.failures.worker_mtbf_s is not None
         assert unscripted == (name in SKIPPED), (name, "update SKIPPED and the docstring")
-    assert len(SHIPPED) == 17, SHIPPED  # the docstring names each of them
+    assert len(SHIPPED) == 18, SHIPPED  # the docstring names each of them
 
 
 @pytest.mark.timeout(150)
@@ -330,3 +332,29 @@ def test_a_restart_budget_gives_up_at_the_same_decision_on_both_targets(
     assert not [d for d in ours if d["kind"] == "restart"], ours
     diff = first_difference(ours, theirs)
     assert diff is None, diff
+
+
+@pytest.mark.timeout(150)
+def test_a_wrong_blame_takes_the_same_innocent_out_on_both_targets(
+        runs: Callable[..., Pair]) -> None:
+    """``real-wrong-blame``: the repair shop (the core's) blames the same
+    healthy member for the killed one on both targets; its process is stopped
+    and its host reports the exit, it is repaired and rejoins, then the
+    rebooted culprit does; every sample is trained exactly once."""
+    sc, sim, real = runs("real-wrong-blame")
+    blamed = []
+    for history in (sim, real):
+        (blame,) = [r for r in history if r["f"] == "fault" and r["kind"] == "blame"]
+        innocent = blame["workers"][0]
+        blamed.append(innocent)
+        assert blame["culprit"] == 1 and innocent != 1, blame
+        evicted = {(d["worker"], d["reason"]) for d in decisions(history) if d["kind"] == "evict"}
+        assert evicted == {(1, "exited"), (innocent, "exited")}, evicted
+        repairs = [(r["workers"], r["how"]) for r in history
+                   if r["f"] == "fault" and r["kind"] == "repair"]
+        assert repairs == [([innocent], "auto"), ([1], "misdiagnosed")], repairs
+        gens = [r for r in history if r["f"] == "generation"]
+        assert members_of(gens[-1]) == (0, 1, 2, 3), gens[-1]
+        report = check(history, data_spec(sc))
+        assert report.valid, report.violations
+    assert blamed[0] == blamed[1]

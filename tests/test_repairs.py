@@ -21,7 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from rollcall.core import Draws, FailureModel, Pull, Repair, RepairPolicy, RepairShop, Retire
+from rollcall.core import (
+    Blame, Draws, FailureModel, Pull, Repair, RepairPolicy, RepairShop, Retire,
+)
+from rollcall.core.history import members_of
 from rollcall.results import read_history
 from rollcall.scenario import ScenarioError, parse_scenario
 from sim.driver import Simulation
@@ -75,6 +78,78 @@ def test_a_cured_bad_node_lives_as_a_good_one_and_a_fixed_time_cures_nothing() -
     RepairShop(fixed, RepairPolicy(fixed_s=60.0), up=1, want=1, target=1).down(5.0, 0)
     fixed.next_lifetime(0)
     assert fixed.next_lifetime(0) == pytest.approx(model.lifetime(0, 1))  # still bad
+
+
+def _nobody_asked() -> list[int]:
+    raise AssertionError("the innocents were asked for without a wrong diagnosis")
+
+
+def test_a_wrong_diagnosis_sends_an_innocent_to_repair_and_the_culprit_back_as_it_was() -> None:
+    policy = RepairPolicy(manual_p=0.0, auto_fail_p=0.0, wrong_blame_p=1.0, reboot_s=60.0)
+    shop = _shop(policy, up=5, want=5, target=5)
+    asked: list[int] = []
+
+    def members() -> list[int]:
+        asked.append(1)
+        return [4, 0, 2, 1]  # the culprit among them: never blamed
+
+    culprit, blame, innocent = shop.down(100.0, 2, members)
+    assert asked == [1]
+    assert culprit == Repair(2, 160.0, "misdiagnosed", False)  # a reboot, its fault intact
+    assert isinstance(blame, Blame) and blame.culprit == 2 and blame.worker in (0, 1, 4)
+    assert isinstance(innocent, Repair) and innocent.worker == blame.worker
+    assert innocent.how == "auto" and innocent.back_at_s > 100.0
+    assert blame.record(100.0)["kind"] == "blame"
+    assert shop.in_service == 3  # both out of service
+    shop.up(160.0, 2)
+    shop.up(innocent.back_at_s, blame.worker)
+    assert shop.in_service == 5
+    # nobody else to blame: the culprit is blamed after all, as AIReSim does
+    (alone,) = _shop(policy).down(0.0, 3, lambda: [3])
+    assert alone.worker == 3 and alone.how == "auto"
+
+
+def test_wrong_blames_happen_at_their_rate_on_uniform_innocents_and_change_nothing_else() -> None:
+    n, p = 20_000, 0.3
+    policy = RepairPolicy(auto_s=7200.0, manual_s=86400.0, manual_p=0.5, diagnosis_p=0.9,
+                          wrong_blame_p=p)
+    shop = _shop(policy, up=10 ** 6, want=0, target=0)
+    out = [shop.down(float(k), 10 + k, lambda: range(10)) for k in range(n)]
+    blames = [a for acts in out for a in acts if isinstance(a, Blame)]
+    rate = 0.9 * p  # only a diagnosed failure can be misdiagnosed
+    assert abs(len(blames) / n - rate) < 4 * math.sqrt(rate * (1 - rate) / n), len(blames)
+    counts = Counter(b.worker for b in blames)
+    assert set(counts) == set(range(10))
+    assert max(counts.values()) - min(counts.values()) < 0.25 * len(blames) / 10, counts
+    # the failed node's time out of service and its fix meet the closed forms with blames
+    first = [acts[0] for acts in out]
+    mean = sum(r.back_at_s - k for k, r in enumerate(first)) / n  # type: ignore[union-attr]
+    expected = policy.mean_repair_s()
+    assert expected == pytest.approx(0.9 * 0.7 * (7200.0 + 43200.0) + (1 - 0.63) * 600.0)
+    assert abs(mean - expected) < 4 * 2 * expected / math.sqrt(n), (mean, expected)
+    cured = sum(r.cured for r in first) / n  # type: ignore[union-attr]
+    assert abs(cured - policy.fix_p()) < 4 * math.sqrt(policy.fix_p() / n), cured
+    # without wrong blames the innocents are never asked for, and the draws are as before
+    plain = RepairPolicy(auto_s=7200.0, manual_s=86400.0, manual_p=0.5, diagnosis_p=0.9)
+    a, b = _shop(plain, up=100, want=0, target=0), _shop(plain, up=100, want=0, target=0)
+    assert [a.down(1.0, w, _nobody_asked) for w in range(50)] == [b.down(1.0, w) for w in range(50)]
+    right = [acts[0] for acts in out if not any(isinstance(x, Blame) for x in acts)]
+    again = _shop(plain, up=10 ** 6, want=0, target=0)
+    twins = [again.down(float(k), 10 + k)[0] for k in range(n)]
+    assert set(right) <= set(twins)  # a right diagnosis repairs as it did without blames
+
+
+def test_an_innocents_repairs_draw_from_its_own_stream() -> None:
+    policy = RepairPolicy(wrong_blame_p=1.0)
+    one, two = _shop(policy, up=100, want=0, target=0), _shop(policy, up=100, want=0, target=0)
+    # node 7 blamed twice: its two trips differ; the same on a second shop
+    trips = [one.down(float(k), 20 + k, lambda: [7])[2] for k in range(2)]
+    assert trips == [two.down(float(k), 20 + k, lambda: [7])[2] for k in range(2)]
+    assert trips[0].worker == trips[1].worker == 7 and trips[0].back_at_s != trips[1].back_at_s - 1.0
+    # its own failure later draws from repair/7 as if it had never been blamed
+    fresh = _shop(RepairPolicy(wrong_blame_p=0.0), up=100, want=0, target=0)
+    mine = one.down(5.0, 7, lambda: [])[0]
+    assert mine == fresh.down(5.0, 7)[0]
 
 
 def test_a_node_failing_too_often_in_the_window_is_retired_not_repaired() -> None:
@@ -167,6 +242,59 @@ strategy: {kind: elastic}
     assert [(r["t"], r["workers"]) for r in pulls] == [(110.0, [6])]  # the first pool id
     gens = [r for r in history if r["f"] == "generation"]
     assert gens[-1]["t"] > 110.0 and gens[-1]["reason"] == "growth"
+
+
+def test_a_wrong_blame_on_the_sim_takes_an_innocent_member_out_until_its_repair(
+        tmp_path: Path) -> None:
+    summary, history = _run(tmp_path, """
+name: wrong-blame
+cluster: {workers: 6, spares: 0, repair: {auto_s: 300.0, manual_p: 0.0, auto_fail_p: 0.0,
+          wrong_blame_p: 1.0, reboot_s: 50.0}}
+workload: {steps: 600, global_batch: 12, micro_batch: 1, micro_batch_s: 1.0, allreduce_s: 0.0,
+           dataset_samples: 100000}
+detector: {heartbeat_s: 1.0, timeout_s: 5.0}
+rendezvous: {min_workers: 3, max_workers: 6, last_call_s: 1.0}
+failures: {schedule: [{at_s: 10.0, kill: 2}]}
+strategy: {kind: elastic}
+""")
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    assert summary["blames"] == 1 and summary["kills"] == 1 and summary["failures"] == 1
+    (blame,) = [r for r in history if r.get("kind") == "blame"]
+    innocent = blame["workers"][0]
+    assert blame["t"] == 10.0 and blame["culprit"] == 2 and innocent != 2
+    kinds = [r.get("kind") for r in history if r["f"] == "fault"]
+    assert kinds.index("kill") < kinds.index("blame")  # the culprit's record first
+    evicted = {(r["worker"], r["reason"]) for r in history if r["f"] == "evict"}
+    assert {(2, "exited"), (innocent, "exited")} <= evicted  # both hosts report the exit
+    repairs = {r["workers"][0]: r for r in history if r.get("kind") == "repair"}
+    assert repairs[2]["t"] == 60.0 and repairs[2]["how"] == "misdiagnosed"
+    assert repairs[innocent]["how"] == "auto" and repairs[innocent]["t"] > 10.0
+    last = [r for r in history if r["f"] == "generation"][-1]
+    assert members_of(last) == tuple(range(6))  # both back, after the innocent's repair
+
+
+def test_a_rack_lost_with_wrong_blames_blames_distinct_innocents_outside_it(
+        tmp_path: Path) -> None:
+    summary, history = _run(tmp_path, """
+name: wrong-blame-rack
+cluster: {workers: 8, spares: 0, rack_size: 2, repair: {auto_s: 300.0, manual_p: 0.0,
+          auto_fail_p: 0.0, wrong_blame_p: 1.0, reboot_s: 50.0}}
+workload: {steps: 600, global_batch: 16, micro_batch: 1, micro_batch_s: 1.0, allreduce_s: 0.0,
+           dataset_samples: 100000}
+detector: {heartbeat_s: 1.0, timeout_s: 5.0}
+rendezvous: {min_workers: 2, max_workers: 8, last_call_s: 1.0}
+failures: {schedule: [{at_s: 10.0, kill_rack: 1}]}
+strategy: {kind: elastic}
+""")
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    blames = [r for r in history if r.get("kind") == "blame"]
+    assert sorted(b["culprit"] for b in blames) == [2, 3]
+    innocents = [b["workers"][0] for b in blames]
+    assert len(set(innocents)) == 2 and not set(innocents) & {2, 3}, innocents
+    assert summary["blames"] == 2 and summary["failures"] == 2
+    back = sorted(r["workers"][0] for r in history if r.get("kind") == "repair")
+    assert back == sorted([2, 3, *innocents])  # each node repaired once
+    assert members_of([r for r in history if r["f"] == "generation"][-1]) == tuple(range(8))
 
 
 AGING = """

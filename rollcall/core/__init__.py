@@ -55,7 +55,7 @@ from rollcall.core.messages import (
     StepFailed, ToKeeper, ToWorker,
 )
 from rollcall.core.placement import Copy, RecoveryPlan, Reload
-from rollcall.core.repairs import Pull, Repair, RepairPolicy, RepairShop, Retire
+from rollcall.core.repairs import Blame, Pull, Repair, RepairPolicy, RepairShop, Retire
 from rollcall.core.reshard import (
     describe_assignment, lr_scale, plan_step, rank_range, sample_ids, step_batch, stripes,
 )
@@ -64,7 +64,7 @@ from rollcall.core.stragglers import StragglerPolicy
 from rollcall.core.types import Cursor, WorkerId, from_ranges
 
 __all__ = [
-    "Abort", "Action", "Agent", "AgentBatch", "AgentState", "Broadcast", "CheckReport",
+    "Abort", "Action", "Agent", "AgentBatch", "AgentState", "Blame", "Broadcast", "CheckReport",
     "Checkpointed", "CodecError", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec", "Deposed",
     "Draws", "EMPTY", "Enter", "FailureModel", "FailureTally", "Formed", "GroupAction",
     "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",

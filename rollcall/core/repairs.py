@@ -15,27 +15,37 @@ there); a diagnosed one goes to automated repair (exponential, mean
 (exponential, mean ``manual_s``, after the automated one); a repair leaves
 the fault in place with probability ``auto_fail_p`` or ``manual_fail_p``.
 Only a repair that worked cures a bad node (:meth:`Draws.cure`): its next
-lives are a good node's. ``fixed_s`` instead: every repair takes that long
-and brings the node back as it was, a bad node still bad (the older
-``cluster.repair_s``, which has no diagnosis).
+lives are a good node's. A diagnosis blames the wrong node with probability
+``wrong_blame_p`` (AIReSim's ``diagnosis_uncertainty``): an innocent live
+member, drawn among those the driver names, is taken out of service and
+through the repair pipeline (:class:`Blame`), while the culprit is back
+after a reboot with its fault intact, as an undiagnosed one is. The
+innocent's trip is no failure of its own: it counts toward no retirement.
+``fixed_s`` instead: every repair takes that long and brings the node back
+as it was, a bad node still bad (the older ``cluster.repair_s``, which has
+no diagnosis).
 
 Every draw is the k-th of the stream ``repair/<node>`` (k counts the node's
 failures), so a node's repairs depend on the seed and on how often it failed,
-never on the target or on the order a driver asks in.
+never on the target or on the order a driver asks in. Whether a diagnosis
+blames the wrong node, and which one, are the culprit's draws of the stream
+``blame/<node>``; an innocent's repairs draw from ``blamed/<node>`` (k
+counts its blames), so a run without wrong blames draws what it always did.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Callable, Optional, Sequence, Union
 
 from rollcall.core.failures import Draws, nth_uniform
 from rollcall.core.history import NEMESIS, rec
 
-__all__ = ["Pull", "Repair", "RepairPolicy", "RepairShop", "Retire", "ShopAction"]
+__all__ = ["Blame", "Pull", "Repair", "RepairPolicy", "RepairShop", "Retire", "ShopAction"]
 
 _DRAWS_PER_FAILURE = 5  # diagnosis, automated time, escalation, manual time, outcome
+_BLAME_DRAWS = 2  # per failure of the culprit: whether the wrong node is blamed, which one
 
 
 @dataclass(frozen=True)
@@ -56,20 +66,29 @@ class RepairPolicy:
     reboot_s: float = 600.0
     retire_after: Optional[int] = None
     retire_window_s: Optional[float] = None
+    wrong_blame_p: float = 0.0
 
     def __post_init__(self) -> None:
-        probs = (self.manual_p, self.auto_fail_p, self.manual_fail_p, self.diagnosis_p)
+        probs = (self.manual_p, self.auto_fail_p, self.manual_fail_p, self.diagnosis_p,
+                 self.wrong_blame_p)
         assert all(0.0 <= p <= 1.0 for p in probs), self
         assert self.fixed_s is None or self.fixed_s > 0, self
         assert self.auto_s > 0 and self.manual_s > 0 and self.reboot_s > 0, self
         assert self.retire_after is None or self.retire_after >= 1, self
+        assert self.fixed_s is None or not self.wrong_blame_p, "a fixed time has no diagnosis"
+
+    def shop_s(self) -> float:
+        """The expected time of a trip through the pipeline (automated, maybe manual)."""
+        return self.auto_s + self.manual_p * self.manual_s
 
     def mean_repair_s(self) -> float:
-        """A failure's expected time out of service (the mean of M/G/inf's service)."""
+        """A failure's expected time out of service for the failed node (the
+        mean of M/G/inf's service); a wrong blame's innocent is out
+        :meth:`shop_s` more, on another node."""
         if self.fixed_s is not None:
             return self.fixed_s
-        shop = self.auto_s + self.manual_p * self.manual_s
-        return self.diagnosis_p * shop + (1.0 - self.diagnosis_p) * self.reboot_s
+        right = self.diagnosis_p * (1.0 - self.wrong_blame_p)
+        return right * self.shop_s() + (1.0 - right) * self.reboot_s
 
     def fix_p(self) -> float:
         """The probability that a failure's fault is gone once the node is back."""
@@ -77,7 +96,7 @@ class RepairPolicy:
             return 0.0
         worked = (1.0 - self.manual_p) * (1.0 - self.auto_fail_p) \
             + self.manual_p * (1.0 - self.manual_fail_p)
-        return self.diagnosis_p * worked
+        return self.diagnosis_p * (1.0 - self.wrong_blame_p) * worked
 
 
 @dataclass(frozen=True)
@@ -112,6 +131,21 @@ class Retire:
 
 
 @dataclass(frozen=True)
+class Blame:
+    """The diagnosis of ``culprit``'s failure blamed node ``worker`` instead:
+    the innocent is taken out of service now (its process stopped, as an
+    operator drains a node sent to repair); its :class:`Repair` or
+    :class:`Retire` follows in the same answer."""
+
+    worker: int
+    culprit: int
+
+    def record(self, now: float) -> dict:
+        return rec(now, "info", "fault", NEMESIS, kind="blame", workers=[self.worker],
+                   culprit=self.culprit)
+
+
+@dataclass(frozen=True)
 class Pull:
     """A spare from the cold pool, as worker id ``worker``, is up at ``at_s``
     (the wait for the job it is preempted from)."""
@@ -124,7 +158,7 @@ class Pull:
         return rec(now, "info", "fault", NEMESIS, kind="pull", workers=[self.worker])
 
 
-ShopAction = Union[Repair, Retire, Pull]
+ShopAction = Union[Repair, Retire, Blame, Pull]
 
 
 class RepairShop:
@@ -150,17 +184,23 @@ class RepairShop:
         self.coming = 0  # pulled, not up yet
         self._pull_free_s = -math.inf  # when the preemption in progress ends
         self._failures: dict[int, list[float]] = {}  # node -> failure times (retirement)
+        self._blamed: dict[int, int] = {}  # node -> times a wrong diagnosis blamed it
         self.retired: set[int] = set()
 
-    def down(self, now: float, worker: int) -> list[ShopAction]:
-        """Node ``worker`` failed now: its repair or retirement, and any pulls."""
+    def down(self, now: float, worker: int,
+             innocents: Callable[[], Sequence[int]] = tuple) -> list[ShopAction]:
+        """Node ``worker`` failed now: its repair or retirement, and any pulls.
+
+        ``innocents()``: the nodes a wrong diagnosis may blame instead, the
+        job's live members (asked only when a diagnosis goes wrong; the
+        culprit is never among those blamed)."""
         assert worker not in self.retired, worker
         times = self._failures.setdefault(worker, [])
         times.append(now)
         self.in_service -= 1
         out: list[ShopAction] = []
         if self.policy is not None:
-            out.append(self._retire_or_repair(now, worker, times))
+            out += self._retire_or_repair(now, worker, times, innocents)
         return out + self._pulls(now)
 
     def joined(self, now: float, worker: int) -> None:
@@ -176,7 +216,8 @@ class RepairShop:
             self.coming -= 1
             assert self.coming >= 0, self.coming
 
-    def _retire_or_repair(self, now: float, worker: int, times: list[float]) -> ShopAction:
+    def _retire_or_repair(self, now: float, worker: int, times: list[float],
+                          innocents: Callable[[], Sequence[int]]) -> list[ShopAction]:
         p = self.policy
         assert p is not None
         if p.retire_after is not None:
@@ -184,23 +225,48 @@ class RepairShop:
             recent = len(times) if window is None else sum(1 for t in times if t >= now - window)
             if recent >= p.retire_after:
                 self.retired.add(worker)
-                return Retire(worker, recent)
-        return self._repair(now, worker, len(times) - 1)
+                return [Retire(worker, recent)]
+        if p.fixed_s is not None:  # a lemon stays one: the fault was never found
+            return [Repair(worker, now + p.fixed_s, "fixed", False)]
+        k = len(times) - 1
+        seed = self.draws.seed
+        if nth_uniform(seed, f"repair/{worker}", k * _DRAWS_PER_FAILURE) > p.diagnosis_p:
+            return [Repair(worker, now + p.reboot_s, "undiagnosed", False)]
+        innocent = self._wrong_blame(worker, k, innocents) if p.wrong_blame_p else None
+        if innocent is None:
+            return [self._repair(now, worker, f"repair/{worker}", k)]
+        self.in_service -= 1  # the innocent leaves service too; the culprit reboots
+        blamed = self._blamed.get(innocent, 0)
+        self._blamed[innocent] = blamed + 1
+        return [Repair(worker, now + p.reboot_s, "misdiagnosed", False), Blame(innocent, worker),
+                self._repair(now, innocent, f"blamed/{innocent}", blamed)]
 
-    def _repair(self, now: float, worker: int, k: int) -> Repair:
+    def _wrong_blame(self, worker: int, k: int,
+                     innocents: Callable[[], Sequence[int]]) -> Optional[int]:
+        """The node blamed for ``worker``'s k-th failure instead of it, or None
+        (the diagnosis was right, or there is nobody else to blame)."""
         p = self.policy
         assert p is not None
-        if p.fixed_s is not None:  # a lemon stays one: the fault was never found
-            return Repair(worker, now + p.fixed_s, "fixed", False)
-        seed, name, base = self.draws.seed, f"repair/{worker}", k * _DRAWS_PER_FAILURE
-        u = [nth_uniform(seed, name, base + j) for j in range(_DRAWS_PER_FAILURE)]
-        if u[0] > p.diagnosis_p:
-            return Repair(worker, now + p.reboot_s, "undiagnosed", False)
-        took = -p.auto_s * math.log(u[1])
-        manual = u[2] <= p.manual_p
+        seed, name = self.draws.seed, f"blame/{worker}"
+        if nth_uniform(seed, name, k * _BLAME_DRAWS) > p.wrong_blame_p:
+            return None
+        pool = sorted(w for w in innocents() if w != worker and w not in self.retired)
+        if not pool:
+            return None  # the culprit is blamed after all, as AIReSim does
+        u = nth_uniform(seed, name, k * _BLAME_DRAWS + 1)
+        return pool[min(len(pool) - 1, int(u * len(pool)))]
+
+    def _repair(self, now: float, worker: int, stream: str, k: int) -> Repair:
+        """A diagnosed trip of ``worker`` through the pipeline: the k-th draws of ``stream``."""
+        p = self.policy
+        assert p is not None and p.fixed_s is None
+        seed, base = self.draws.seed, k * _DRAWS_PER_FAILURE
+        u = [nth_uniform(seed, stream, base + j) for j in range(1, _DRAWS_PER_FAILURE)]
+        took = -p.auto_s * math.log(u[0])
+        manual = u[1] <= p.manual_p
         if manual:
-            took += -p.manual_s * math.log(u[3])
-        cured = u[4] > (p.manual_fail_p if manual else p.auto_fail_p)
+            took += -p.manual_s * math.log(u[2])
+        cured = u[3] > (p.manual_fail_p if manual else p.auto_fail_p)
         if cured:
             self.draws.cure(worker)
         return Repair(worker, now + took, "manual" if manual else "auto", cured)
