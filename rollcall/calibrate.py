@@ -38,6 +38,10 @@ What is measured, and onto which key it goes:
 - checkpoint read and restart: ``restart`` record -> next generation
   (``restart_s``), and that generation's first step beyond a normal one
   (``checkpoint_read_s``).
+- a fresh process's start-up outside a restart: a ``pull`` or ``repair``
+  record -> the growth round the new process opens (``cluster.launch_s``,
+  less the one-way latency its Join takes; a scripted ``join`` uses a warm
+  process on real and measures nothing).
 
 A cost that the run did not exercise is left out, so applying the file keeps
 the scenario's own value for it.
@@ -198,6 +202,26 @@ def _event_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
     return out
 
 
+def _launch_costs(h: _History) -> list[float]:
+    """Samples of a fresh process's start-up outside a restart: a ``pull``
+    or ``repair`` record -> the growth round the new process opens
+    by asking to join (the first round after it, when that round is a growth
+    that admits the node; a round opened otherwise in between may have
+    taken its join in, and measures nothing)."""
+    rounds = sorted((t, g) for g, t in h.opened.items())
+    out = []
+    for r in h.recs:
+        if r.get("f") != "fault" or r.get("kind") not in ("pull", "repair"):
+            continue
+        t = float(r["t"])
+        nxt = next(((t0, g) for t0, g in rounds if t0 >= t), None)
+        if nxt is None or h.gens.get(nxt[1], {}).get("reason") != "growth":
+            continue
+        members = set(from_ranges(h.gens[nxt[1]]["members"]))
+        out += [nxt[0] - t for w in r.get("workers") or [] if w in members]
+    return out
+
+
 def _generation_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
     """Samples of the costs of forming a generation (the roll call) and of its
     first step beyond a normal one (warm-up, state transfer, plain resume)."""
@@ -275,6 +299,7 @@ def measure(run_dir: str | Path) -> dict[str, Any]:
         "checkpoint_read_s": _median(ev["read"]),
         "restart_s": _median(ev["restart"]),
         "keeper_failover_s": _median(ev["failover"]),
+        "launch_s": _median(_launch_costs(h)),
         "heartbeat_s": sc["detector"]["heartbeat_s"],
         "model_bytes": wl["model_params"] * wl["bytes_per_param"],
     }
@@ -306,6 +331,8 @@ def overrides(cal: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("checkpoint_write_s", "checkpoint_read_s", "restart_s"):
         if cal.get(key) is not None:
             out[f"strategy.{key}"] = round(cal[key], 9)
+    if cal.get("launch_s") is not None:  # to the join's arrival: less its one way
+        out["cluster.launch_s"] = round(max(0.0, cal["launch_s"] - (latency or 0.0)), 9)
     if cal.get("keeper_failover_s") is not None:  # applies to an etcd-backed keeper only
         out["keeper.failover_s"] = round(cal["keeper_failover_s"], 9)
     return out

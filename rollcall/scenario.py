@@ -162,6 +162,14 @@ class Cluster(_Section):
     ``preempt_s`` each (the wait for the work they are taken from), until
     ``workers + spares`` are; a pulled node joins as a newcomer.
 
+    ``launch_s``: the time a fresh process started outside a restart (a
+    pulled spare's, a repaired node's new life) takes to ask to join: its
+    start-up (interpreter, framework, connections). The sim charges it; on
+    real it is what the machine takes (``rollcall calibrate`` measures it).
+    A scripted ``join`` brings a worker that is ready (the real target keeps
+    a warm process for it), and a restart's relaunch is in
+    ``strategy.restart_s``.
+
     ``rack_size`` names failure domains: worker id ``w`` lives in rack
     ``w // rack_size`` (spares and joined workers too, by their ids); None
     means no domains. Sharded state spreads a shard's replicas over racks,
@@ -192,6 +200,7 @@ class Cluster(_Section):
     repair: RepairPipeline | None = None
     spare_pool: NonNegInt = 0
     preempt_s: NonNegFloat = 1200.0
+    launch_s: NonNegFloat = 0.0
     rack_size: PosInt | None = None
     workers_per_host: PosInt | None = None
     device: Literal["cpu", "cuda"] = "cpu"

@@ -8,7 +8,8 @@ faults it happened to have) and predicts only runs like it. The suite runs
 four micro-scenarios (:data:`MICRO`) on the real target, two strategies at
 two model sizes, whose faults exercise every cost: a kill (the exit notice,
 the roll call, a restart and the checkpoint read), a pause (detection by
-timeout), joins (the state copy) and member counts from 2 to 4. Each run is
+timeout), joins (the state copy), a spare pulled in (a fresh process's
+start-up) and member counts from 2 to 4. Each run is
 measured by :func:`rollcall.calibrate.measure`; :func:`fit` then turns the
 measurements into a model:
 
@@ -19,10 +20,14 @@ measurements into a model:
   overhead, growing with the model) and the compute, shared by the cores;
 - checkpoint write and read, and the state copy: ``base + per_byte x
   bytes`` over the two model sizes;
-- exit notice, roll call, restart and first-step warm-up: medians;
+- exit notice, roll call, restart, first-step warm-up and a new process's
+  start-up (``cluster.launch_s``): medians;
 - the keeper's failover (where etcd is installed, a fifth run kills the
   active keeper twice): the time beyond the lease etcd granted, added to a
-  scenario's own lease (``keeper.failover_s``, etcd-backed keepers only).
+  scenario's own lease (``keeper.failover_s``, etcd-backed keepers only),
+  and the step's extra when each commit goes through the launcher's relay
+  to a keeper process (its steps against the fit: median residual), added
+  to an etcd-backed scenario's steps.
 
 :func:`overrides` evaluates the model at a scenario's own size: the sim keys
 of its costs (``workload.step_s_by_workers`` for every member count it can
@@ -66,11 +71,11 @@ failures: {schedule: [{at_step: 40, kill: 1}, {at_step: 80, pause: 2, for_s: 2.0
                       {at_step: 160, join: 1}]}
 """,
     "cal-elastic-big": """
-cluster: {workers: 3}
-workload: {steps: 80, global_batch: 96, micro_batch: 4, dataset_samples: 960, model_params: 2000000}
+cluster: {workers: 4, spare_pool: 1, preempt_s: 0.1}
+workload: {steps: 100, global_batch: 96, micro_batch: 4, dataset_samples: 960, model_params: 2000000}
 rendezvous: {min_workers: 2, max_workers: 4, last_call_s: 0.2, join_timeout_s: 10.0}
 strategy: {kind: elastic, batch: constant, checkpoint_interval_steps: 20}
-failures: {schedule: [{at_step: 30, join: 1}]}
+failures: {schedule: [{at_step: 10, kill: 3}]}
 """,
     **{f"cal-cr-{size}": f"""
 cluster: {{workers: 3}}
@@ -178,25 +183,29 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
 
     cpus = cpus or os.cpu_count() or 1
     measured, step_points = [], []
+    relayed: list[tuple[int, int, float, float]] = []  # an etcd-backed keeper's steps
     write, read, copy, failover = [], [], [], []
     timeout: list[tuple[float, float]] = []  # (measured, the sim's expectation)
     for d in map(Path, run_dirs):
         m = calibrate.measure(d)
         sc = yaml.safe_load((d / "scenario.yaml").read_text(encoding="utf-8"))
-        if (sc.get("keeper") or {}).get("store") == "etcd":
-            # the keeper's run measures its failover only: its steps carry the
-            # launcher's relay to a keeper process, not the machine's step
-            if m.get("keeper_failover_s") is not None:  # beyond the lease etcd granted
-                failover.append(float(m["keeper_failover_s"])
-                                - _granted_s(sc["keeper"]["lease_ttl_s"]))
-            continue
         wl = sc["workload"]
         shards, params_m = wl["global_batch"] // wl["micro_batch"], wl["model_params"] / 1e6
         nbytes = wl["model_params"] * wl["bytes_per_param"]
         sizes = {int(r["gen"]): len(from_ranges(r["members"])) for r in read_history(d)
                  if r.get("f") == "generation"}
-        for g, step_s in m["step_s_by_generation"].items():
-            step_points.append((sizes[int(g)], shards, params_m, float(step_s)))
+        points = [(sizes[int(g)], shards, params_m, float(step_s))
+                  for g, step_s in m["step_s_by_generation"].items()]
+        if (sc.get("keeper") or {}).get("store") == "etcd":
+            # the keeper's run: its failover, and its steps, which carry each
+            # commit through the launcher's relay to a keeper process (fitted
+            # below as the extra over the machine's step)
+            if m.get("keeper_failover_s") is not None:  # beyond the lease etcd granted
+                failover.append(float(m["keeper_failover_s"])
+                                - _granted_s(sc["keeper"]["lease_ttl_s"]))
+            relayed += points
+            continue
+        step_points += points
         if m.get("checkpoint_write_s"):  # 0.0: the run wrote none
             write.append((nbytes, float(m["checkpoint_write_s"])))
         if m.get("checkpoint_read_s") is not None:
@@ -212,6 +221,7 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
     assert step_points, "no step measured"
     coef = _lstsq([_features(n, s, p, cpus) for n, s, p, _ in step_points],
                   [y for *_, y in step_points])
+    relay = [y - _step(coef, n, s, p, cpus) for n, s, p, y in relayed]
 
     return {
         "kind": KIND, "version": 1,
@@ -228,8 +238,11 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
         "roll_call_s": _median_of(measured, "roll_call_s"),
         "restart_s": _median_of(measured, "restart_s"),
         "warmup_s": _median_of(measured, "warmup_s"),
+        "launch_s": _median_of(measured, "launch_s"),
         # a keeper's death -> its successor's roll call, beyond the lease
         "keeper_failover_beyond_lease_s": statistics.median(failover) if failover else None,
+        # a step's extra with an etcd-backed keeper (each commit through the relay)
+        "keeper_relay_step_s": max(0.0, statistics.median(relay)) if relay else None,
         # reported, not applied: the timeout is the scenario's own setting
         "timeout_detection": None if not timeout else {
             "measured_s": statistics.median(t for t, _ in timeout),
@@ -258,7 +271,9 @@ def overrides(model: Mapping[str, Any], sc: Scenario) -> dict[str, Any]:
     nbytes = wl.model_params * wl.bytes_per_param
     step, floor = model["step"], 1e-6
     most = max(sc.rendezvous.max_workers, sc.cluster.workers)
-    table = {m: round(max(floor, _step(step["coef"], m, shards, params_m, step["cpus"])), 9)
+    relay = model.get("keeper_relay_step_s") if sc.keeper.store == "etcd" else None
+    table = {m: round(max(floor, _step(step["coef"], m, shards, params_m, step["cpus"])
+                          + (relay or 0.0)), 9)
              for m in range(1, most + 1)}
     full = table[sc.cluster.workers]
     out: dict[str, Any] = {
@@ -275,6 +290,9 @@ def overrides(model: Mapping[str, Any], sc: Scenario) -> dict[str, Any]:
             out[key] = round(max(0.0, value), 9)
     if model.get("roll_call_s") is not None:
         out["network.latency_s"] = round(max(model["roll_call_s"] / 2.0, floor), 9)
+    if model.get("launch_s") is not None:  # to the join's arrival: less its one way
+        one_way = out.get("network.latency_s", 0.0)
+        out["cluster.launch_s"] = round(max(0.0, model["launch_s"] - one_way), 9)
     copy = model.get("state_copy")
     if copy is not None and copy["per_byte_s"] > 0:
         out["network.bandwidth_Bps"] = float(f"{1.0 / copy['per_byte_s']:.6g}")

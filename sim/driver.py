@@ -289,6 +289,7 @@ class Simulation:
                 self.step_faults.setdefault(int(f.when), []).append((i, f))
         self.next_join_id = self.W + sc.cluster.spares
         self._hitting: frozenset[int] = frozenset()  # the nodes the fault in progress takes
+        self.launch_s = sc.cluster.launch_s  # a process started outside a restart: its start-up
 
     # ------------------------------------------------------------------ plumbing
 
@@ -583,7 +584,7 @@ class Simulation:
         self.shop.up(now, w)
         life = self.keeper.node_up(now, w)
         self._arrive(now, w, self.draws.next_lifetime(w))
-        self._at(now + self.lat, self._kreceive_at, self._launch(now, w, life))
+        self._start(now, [w], [life])
 
     def _pulled(self, pull: Pull) -> None:
         """A spare pulled from the cold pool arrives (after its preemption) and joins."""
@@ -593,9 +594,35 @@ class Simulation:
         self.tally.counts["pulled"] += 1
         self.shop.up(now, w, pulled=True)
         self._arrive(now, w, self.draws.next_lifetime(w))
-        joins = self._launch(now, w, 0)
         self._write(pull.record(now))
-        self._at(now + self.lat, self._kreceive_at, joins)
+        self._start(now, [w], [0])
+
+    def _start(self, now: float, ws: list[int], lives: list[int], fresh: bool = True) -> None:
+        """A process starts on each node of ``ws`` (as ``lives``) outside a
+        restart; a ``fresh`` one (a repaired node's, a pulled spare's) asks to
+        join once it is up, ``cluster.launch_s`` later, a scripted newcomer's
+        (warm, as the real target's) at once."""
+        if not self.launch_s or not fresh:
+            joins = []
+            for w, life in zip(ws, lives):
+                joins += self._launch(now, w, life)
+            self._at(now + self.lat, self._kreceive_at, joins)
+            return
+        hw = [int(self.nodes.life[w]) for w in ws]
+        self._at(now + self.launch_s, self._started, ws, lives, hw)
+
+    def _started(self, ws: list[int], lives: list[int], hw: list[int]) -> None:
+        """The processes :meth:`_start` began are up: each whose node did not
+        fail meanwhile (its hardware life is the same) asks to join."""
+        if self.state == DONE:
+            return
+        now = self.env.now
+        joins = []
+        for w, life, h in zip(ws, lives, hw):
+            if self.nodes.hw[w] and int(self.nodes.life[w]) == h:
+                joins += self._launch(now, w, life)
+        if joins:
+            self._at(now + self.lat, self._kreceive_at, joins)
 
     def _pause(self, now: float, w: int, for_s: float) -> None:
         self.tally.counts["pauses"] += 1
@@ -776,17 +803,14 @@ class Simulation:
         elif action == "kill_etcd":  # two of three members keep the quorum: nothing happens
             self._write(rec(now, "info", "fault", NEMESIS, kind="kill_etcd", member=f.kill_etcd))
         elif action == "join":
-            joins = []
-            for _ in range(f.join):
-                w = self.next_join_id
-                self.next_join_id += 1
+            ws = list(range(self.next_join_id, self.next_join_id + f.join))
+            self.next_join_id += f.join
+            for w in ws:
                 self.tally.counts["joins"] += 1
                 self.shop.joined(now, w)
                 self._arrive(now, w, self.draws.next_lifetime(w))
-                joins += self._launch(now, w, 0)
-            self._write(rec(now, "info", "fault", NEMESIS, kind="join",
-                            workers=[j.worker for j in joins]))
-            self._at(now + self.lat, self._kreceive_at, joins)
+            self._write(rec(now, "info", "fault", NEMESIS, kind="join", workers=ws))
+            self._start(now, ws, [0] * len(ws), fresh=False)
 
     # ------------------------------------------------------------------ job process
 

@@ -297,6 +297,32 @@ strategy: {kind: elastic}
     assert members_of([r for r in history if r["f"] == "generation"][-1]) == tuple(range(8))
 
 
+def test_a_fresh_process_asks_to_join_launch_s_after_its_node_is_up(tmp_path: Path) -> None:
+    body = """
+name: spare-pool-launch
+cluster: {{workers: 6, spares: 0, spare_pool: 1, preempt_s: 100.0, launch_s: {launch}}}
+workload: {{steps: 400, global_batch: 12, micro_batch: 1, micro_batch_s: 1.0, allreduce_s: 0.0,
+           dataset_samples: 100000}}
+rendezvous: {{min_workers: 4, max_workers: 6, last_call_s: 1.0}}
+failures: {{schedule: [{{at_s: 10.0, kill: 2}}, {{at_s: {again}, kill: 3}}]}}
+strategy: {{kind: elastic}}
+"""
+    growth = {}
+    for launch in (0.0, 30.0):
+        summary, history = _run(tmp_path / str(launch), body.format(launch=launch, again=500.0))
+        assert summary["completed"] and summary["valid"], summary["violations"]
+        opened = [r["t"] for r in history if r["f"] == "round" and r.get("reason") == "growth"]
+        growth[launch] = opened[0]
+        assert [r["t"] for r in history if r.get("kind") == "pull"] == [110.0]
+    assert growth[30.0] - growth[0.0] == pytest.approx(30.0)
+    # a node that fails while its process starts never asks to join: a kill at
+    # 120 s (the pulled node, id 6) lands during its 30 s launch
+    summary, history = _run(tmp_path / "dies", body.format(launch=30.0, again=120.0).replace(
+        "kill: 3", "kill: 6"))
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    assert not any(r["f"] == "round" and r.get("reason") == "growth" for r in history)
+
+
 AGING = """
 name: age-computing
 seed: 1

@@ -71,6 +71,37 @@ def test_the_keepers_failover_is_its_lease_plus_the_machines_time() -> None:
     assert "keeper.failover_s" not in suite.overrides(MODEL, etcd)
 
 
+def test_a_relayed_keepers_step_and_a_fresh_process_start_are_applied() -> None:
+    model = {**MODEL, "keeper_relay_step_s": 0.025, "launch_s": 2.001}
+    etcd = load_scenario(ROOT / "scenarios" / "real-keeper-failover.yaml")
+    plain, relayed = suite.overrides(MODEL, etcd), suite.overrides(model, etcd)
+    for m, step in plain["workload.step_s_by_workers"].items():
+        assert relayed["workload.step_s_by_workers"][m] == pytest.approx(step + 0.025)
+    local = suite.overrides(model, load_scenario(KILL_ONE))  # an in-process keeper: no relay
+    assert local["workload.step_s_by_workers"] == suite.overrides(MODEL, load_scenario(KILL_ONE))[
+        "workload.step_s_by_workers"]
+    assert local["cluster.launch_s"] == pytest.approx(2.0)  # less the Join's one way (1 ms)
+    assert "cluster.launch_s" not in plain
+
+
+def test_a_fresh_process_start_is_measured_from_a_real_history() -> None:
+    def gen(g: int, t: float, members: list, reason: str) -> list[dict]:
+        return [{"f": "round", "type": "invoke", "gen": g, "t": t - 0.2, "reason": reason},
+                {"f": "generation", "type": "ok", "gen": g, "t": t, "members": members,
+                 "reason": reason, "cursor": [0, 0], "source": 0, "stale": 0}]
+
+    recs = [*gen(1, 0.0, [[0, 2]], "start"),
+            {"f": "fault", "kind": "kill", "workers": [2], "t": 1.0},
+            *gen(2, 1.3, [[0, 1]], "failure"),
+            {"f": "fault", "kind": "repair", "workers": [2], "t": 2.0},
+            *gen(3, 4.7, [[0, 2]], "growth"),  # its round opened at 4.5: 2.5 s of start-up
+            {"f": "fault", "kind": "pull", "workers": [3], "t": 6.0},
+            {"f": "fault", "kind": "kill", "workers": [0], "t": 6.5},
+            *gen(4, 7.0, [[1, 2]], "failure"),  # a round in between: nothing measured
+            *gen(5, 9.0, [[1, 3]], "growth")]
+    assert calibrate._launch_costs(calibrate._History.of(recs)) == [pytest.approx(2.5)]
+
+
 def test_a_calibrated_scenario_keeps_what_it_means() -> None:
     sc = load_scenario(KILL_ONE)
     cal = calibrate.calibrated(sc, MODEL)
@@ -165,6 +196,7 @@ def test_the_suite_measures_every_cost_on_real_processes(
     for key in ("exit_notice_s", "roll_call_s", "restart_s"):
         assert model[key] is not None and model[key] > 0, key
     assert model["warmup_s"] is not None and model["warmup_s"] >= 0
+    assert model["launch_s"] is not None and model["launch_s"] > 0  # the pulled spare's start
     assert model["timeout_detection"]["measured_s"] > 0.5  # a 1 s timeout, measured
     sim = tmp_path / "sim"
     assert main(["run", str(KILL_ONE), "--target", "sim", "--calibration", str(out),
