@@ -127,6 +127,7 @@ class _StepCost:
     micro_batch_s: float
     allreduce_s: float
     per_gen: dict[int, float]  # generation -> its mean step, when it had two commits
+    steps: dict[int, int]  # generation -> how many step intervals that mean is over
     by_size: dict[int, list[tuple[float, int]]]  # members -> (mean step, steps) per generation
     shards: int  # micro-batches per global batch
 
@@ -139,7 +140,7 @@ class _StepCost:
 
 def _step_cost(h: _History, shards: int) -> _StepCost:
     """Mean commit interval per generation, fitted as ``k * micro_batch_s + allreduce_s``."""
-    points, per_gen = [], {}
+    points, per_gen, steps = [], {}, {}
     by_size: dict[int, list[tuple[float, int]]] = {}
     for g, cs in h.commits.items():
         size = h.size(g) if g in h.gens else None
@@ -153,14 +154,14 @@ def _step_cost(h: _History, shards: int) -> _StepCost:
             kept = [d for d in deltas if d <= cut]
             med = sum(kept) / len(kept)
             points.append((math.ceil(shards / size), med, len(kept)))
-            per_gen[g] = med
+            per_gen[g], steps[g] = med, len(kept)
             by_size.setdefault(size, []).append((med, len(kept)))
     if not points:  # one commit per generation: use t - t0
         for g, cs in h.commits.items():
             points.append((math.ceil(shards / h.size(g)), statistics.median(
                 float(c["t"]) - float(c["t0"]) for c in cs), len(cs)))
     mb, ar = _fit_step(points)
-    return _StepCost(mb, ar, per_gen, by_size, shards)
+    return _StepCost(mb, ar, per_gen, steps, by_size, shards)
 
 
 def _event_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
@@ -283,6 +284,7 @@ def measure(run_dir: str | Path) -> dict[str, Any]:
         "micro_batch_s": step.micro_batch_s,
         "allreduce_s": step.allreduce_s,
         "step_s_by_generation": {int(g): v for g, v in sorted(step.per_gen.items())},
+        "steps_by_generation": {int(g): n for g, n in sorted(step.steps.items())},
         # the same, pooled by member count (weighted by steps): what the sim takes
         "step_s_by_workers": {n: sum(m * k for m, k in v) / sum(k for _, k in v)
                               for n, v in sorted(step.by_size.items())},

@@ -13,7 +13,9 @@ start-up) and member counts from 2 to 4. Each run is
 measured by :func:`rollcall.calibrate.measure`; :func:`fit` then turns the
 measurements into a model:
 
-- step time: least squares over every generation's mean step of
+- step time: least squares with non-negative coefficients (each
+  generation weighted by the square root of the steps its mean is over)
+  over every generation's mean step of
   ``c0 + c1 m + c2 m P + c3 S P / min(m, cpus) + c4 S / min(m, cpus)``
   (``m`` members, ``S`` micro-batches per step, ``P`` millions of
   parameters): a fixed part, a per-member part (each process's exchange and
@@ -155,6 +157,32 @@ def _lstsq(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float]:
     return [float(c) for c in coef]
 
 
+def _nnls(rows: Sequence[Sequence[float]], ys: Sequence[float]) -> list[float]:
+    """Least squares with every coefficient at least 0: each feature is a
+    cost (a part of a step cannot make it faster), and noisy points would
+    otherwise buy a fit with a negative term that predicts nonsense away
+    from them. Exact: the best of the unconstrained fits over every subset
+    of the features whose coefficients all come out non-negative."""
+    import itertools
+
+    import numpy as np
+
+    a, y = np.array(rows, dtype=float), np.array(ys, dtype=float)
+    k = a.shape[1]
+    best, best_err = [0.0] * k, float(y @ y)
+    for size in range(1, k + 1):
+        for cols in itertools.combinations(range(k), size):
+            sub, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
+            if (sub < 0).any():
+                continue
+            err = float(((a[:, cols] @ sub - y) ** 2).sum())
+            if err < best_err - 1e-18:
+                best_err, best = err, [0.0] * k
+                for c, v in zip(cols, sub):
+                    best[c] = float(v)
+    return best
+
+
 def _linear(points: Sequence[tuple[float, float]]) -> dict[str, Any] | None:
     """``seconds = base_s + per_byte_s x bytes`` over (bytes, seconds) points
     (both clamped at 0); one size only: a constant."""
@@ -183,7 +211,7 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
 
     cpus = cpus or os.cpu_count() or 1
     measured, step_points = [], []
-    relayed: list[tuple[int, int, float, float]] = []  # an etcd-backed keeper's steps
+    relayed: list[tuple[int, int, float, float, int]] = []  # an etcd-backed keeper's steps
     write, read, copy, failover = [], [], [], []
     timeout: list[tuple[float, float]] = []  # (measured, the sim's expectation)
     for d in map(Path, run_dirs):
@@ -194,7 +222,8 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
         nbytes = wl["model_params"] * wl["bytes_per_param"]
         sizes = {int(r["gen"]): len(from_ranges(r["members"])) for r in read_history(d)
                  if r.get("f") == "generation"}
-        points = [(sizes[int(g)], shards, params_m, float(step_s))
+        counts = m.get("steps_by_generation") or {}
+        points = [(sizes[int(g)], shards, params_m, float(step_s), int(counts.get(g, 1)))
                   for g, step_s in m["step_s_by_generation"].items()]
         if (sc.get("keeper") or {}).get("store") == "etcd":
             # the keeper's run: its failover, and its steps, which carry each
@@ -219,9 +248,13 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
                             det["timeout_s"] - det["heartbeat_s"] / 2))
         measured.append(m)
     assert step_points, "no step measured"
-    coef = _lstsq([_features(n, s, p, cpus) for n, s, p, _ in step_points],
-                  [y for *_, y in step_points])
-    relay = [y - _step(coef, n, s, p, cpus) for n, s, p, y in relayed]
+    # each generation's mean step weighs as the steps it is over (a mean of
+    # few steps is noisy: its variance is ~1/n, so its row gets sqrt(n))
+    weights = [math.sqrt(n) for *_, n in step_points]
+    coef = _nnls([[w * x for x in _features(m, s, p, cpus)]
+                   for (m, s, p, _, _), w in zip(step_points, weights)],
+                  [w * y for (*_, y, _), w in zip(step_points, weights)])
+    relay = [y - _step(coef, m, s, p, cpus) for m, s, p, y, _ in relayed]
 
     return {
         "kind": KIND, "version": 1,
@@ -229,8 +262,9 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
                     "platform": platform.platform(terse=True)},
         "runs": [str(d) for d in run_dirs],
         "step": {"features": list(STEP_FEATURES), "coef": coef, "cpus": cpus,
-                 "points": [[n, s, p, y, _step(coef, n, s, p, cpus)]
-                            for n, s, p, y in step_points]},
+                 # members, micro-batches, 1e6 params, steps, measured s, fitted s
+                 "points": [[m, s, p, n, y, _step(coef, m, s, p, cpus)]
+                            for m, s, p, y, n in step_points]},
         "checkpoint_write": _linear(write),
         "checkpoint_read": _linear(read),
         "state_copy": _linear(copy),

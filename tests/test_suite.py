@@ -84,6 +84,18 @@ def test_a_relayed_keepers_step_and_a_fresh_process_start_are_applied() -> None:
     assert "cluster.launch_s" not in plain
 
 
+def test_the_step_fit_keeps_every_cost_non_negative() -> None:
+    # y = 2 + 3 x1 exactly, plus a second feature that noise would buy negative
+    rows = [[1.0, x, x * x] for x in (0.0, 1.0, 2.0, 3.0, 4.0)]
+    ys = [2.0, 5.1, 7.9, 11.2, 13.8]
+    free = suite._lstsq(rows, ys)
+    assert free[2] < 0  # what an unconstrained fit makes of the noise
+    coef = suite._nnls(rows, ys)
+    assert all(c >= 0 for c in coef) and coef[2] == 0.0, coef
+    assert coef[:2] == pytest.approx(suite._lstsq([r[:2] for r in rows], ys))
+    assert suite._nnls([[1.0, 0.0], [0.0, 1.0]], [-1.0, 2.0]) == pytest.approx([0.0, 2.0])
+
+
 def test_a_fresh_process_start_is_measured_from_a_real_history() -> None:
     def gen(g: int, t: float, members: list, reason: str) -> list[dict]:
         return [{"f": "round", "type": "invoke", "gen": g, "t": t - 0.2, "reason": reason},
