@@ -68,8 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         sc = load_scenario(path, [], target="real")
         real_dir = out / sc.name / "real"
-        if not (args.reuse and (real_dir / SUMMARY_FILE).exists()):
-            _run(sc, real_dir)
+        reusable = args.reuse and (real_dir / SUMMARY_FILE).exists() \
+            and read_summary(real_dir).get("result") != "error"
+        if not reusable:
+            try:
+                _run(sc, real_dir)
+            except Exception as exc:  # noqa: BLE001 - one scenario's failure ends no other
+                print(f"{sc.name}: real run failed: {exc}", flush=True)
+                continue
         real = read_summary(real_dir)
         cal = calibrate.measure(real_dir)
         calibrate.write_calibration(cal, out / sc.name / calibrate.CALIBRATION_FILE)

@@ -28,6 +28,7 @@ from rollcall.scenario import Scenario
 
 from real.device import device_problem, platform_keys
 from real.launcher import Launcher
+from real.netns import netns_available
 
 
 def merge_history(out_dir: Path) -> list[dict]:
@@ -190,6 +191,9 @@ def run(scenario: Scenario, out_dir: str | Path, max_wall_s: Optional[float] = N
     completed, result failed) after that many wall seconds, as on the sim.
     ``bind`` and ``external_hosts``: ``rollcall keeper`` (see :class:`Launcher`)."""
     problem = device_problem(scenario)  # the CLI says it first (exit 2); a direct caller here
+    if problem is None and scenario.cluster.workers_per_host is not None and not external_hosts:
+        why = netns_available()  # hosts as namespaces, faults as nftables rules
+        problem = None if why is None else f"{scenario.name}: hosts as network namespaces: {why}"
     if problem is not None:
         raise ValueError(problem)
     out = Path(out_dir)

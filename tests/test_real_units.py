@@ -70,3 +70,20 @@ def test_merge_history_sorts_by_time_and_drops_a_torn_line(tmp_path: Path) -> No
     recs = merge_history(tmp_path)
     assert [(r["t"], r["i"]) for r in recs] == [(0.1, 1), (0.1, 3), (0.2, 2), (0.3, 0)]
     assert len((tmp_path / "history.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_direct_caller_is_refused_hosts_the_machine_cannot_make(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``real.driver.run`` (the benchmarks', the API's path past the CLI)
+    refuses a hosts scenario in one line before any process starts when
+    namespaces or nft are missing, as the CLI does (exit 2), instead of a
+    launcher error at its first network fault."""
+    import real.driver as driver
+
+    monkeypatch.setattr(driver, "netns_available", lambda: "nft not found (test)")
+    root = Path(__file__).resolve().parent.parent
+    sc = parse_scenario((root / "scenarios" / "real-partition.yaml").read_text())
+    assert sc.cluster.workers_per_host is not None
+    with pytest.raises(ValueError, match="hosts as network namespaces: nft not found"):
+        driver.run(sc, tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # nothing started, nothing written
