@@ -201,7 +201,7 @@ class Launcher:
         self.reason = ""
         self.sigconts: list[tuple[float, Proc]] = []
         self.repairs: list[tuple[float, int, Repair]] = []
-        self.blamed: list[Blame] = []  # wrong diagnoses of the fault being carried out
+        self.answers: list[Retire | Blame] = []  # the shop's, for the fault being carried out
         self.hitting: set[int] = set()  # the nodes the fault being carried out takes
         self.pulls: list[Pull] = []  # spares from the cold pool, due at their at_s
         # link faults in force: (heal at, the Network's fault, hosts, cut-off lives)
@@ -714,7 +714,7 @@ class Launcher:
     def innocents(self) -> list[int]:
         """The nodes a wrong diagnosis may blame: live members that are up,
         neither taken by the fault in progress nor blamed already (as on the sim)."""
-        blamed = {b.worker for b in self.blamed}
+        blamed = {b.worker for b in self.answers if isinstance(b, Blame)}
         return [w for w in self.candidates()
                 if w in self.nodes_up and w not in self.hitting and w not in blamed]
 
@@ -768,16 +768,17 @@ class Launcher:
         rec_ = rec(now, "info", "fault", NEMESIS, kind=due.kind, workers=hit, **fields)
         self.write(rec_)
         self.faults_log.append(rec_)
-        self.blame_innocents(now)
+        self.shop_answers(now)
 
-    def blame_innocents(self, now: float) -> None:
-        """Take down the healthy nodes the repair shop blamed for the faults
-        just carried out (a wrong diagnosis: the core's), after their records."""
-        blamed, self.blamed = self.blamed, []
-        for b in blamed:
-            self.write(b.record(now))
-            if b.worker in self.nodes_up:
-                self.node_lost(now, b.worker, "blame")
+    def shop_answers(self, now: float) -> None:
+        """Carry out what the repair shop answered for the faults just
+        carried out, after their records (as on the sim): a retirement's
+        record, and a wrong diagnosis's innocent taken down."""
+        answers, self.answers = self.answers, []
+        for act in answers:
+            self.write(act.record(now))
+            if isinstance(act, Blame) and act.worker in self.nodes_up:
+                self.node_lost(now, act.worker, "blame")
 
     def slow(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
         """A ``slow`` fault: the worker is told to compute ``factor`` times
@@ -991,10 +992,8 @@ class Launcher:
         for act in self.shop.down(now, w, self.innocents):  # the core's decisions
             if isinstance(act, Repair):
                 self.repairs.append((act.back_at_s, act.worker, act))
-            elif isinstance(act, Retire):
-                self.write(act.record(now))
-            elif isinstance(act, Blame):
-                self.blamed.append(act)  # carried out once the fault's record is written
+            elif isinstance(act, (Retire, Blame)):
+                self.answers.append(act)  # carried out once the fault's record is written
             else:
                 self.pulls.append(act)
 

@@ -307,14 +307,17 @@ def test_a_lost_host_is_left_to_the_detector_on_both_targets(runs: Callable[...,
 
 @pytest.mark.timeout(150)
 def test_a_cold_spare_is_pulled_on_both_targets(runs: Callable[..., Pair]) -> None:
-    """The repair shop is the core's: the kill leaves three nodes in service,
-    so the one spare of the pool (the first id after the workers) is pulled
+    """The repair shop is the core's: the kill retires its node
+    (``retire_after: 1``), which leaves three nodes in service, so the one
+    spare of the pool (the first id after the workers) is pulled
     ``preempt_s`` after it on both targets, and joins."""
     sc, sim, real = runs("real-spare-pool")
     for history in (sim, real):
         faults = [r for r in history if r["f"] == "fault"]
-        assert [(r["kind"], r["workers"]) for r in faults] == [("kill", [1]), ("pull", [4])]
-        assert faults[1]["t"] - faults[0]["t"] >= sc.cluster.preempt_s - 1e-9
+        assert [(r["kind"], r["workers"]) for r in faults] == \
+            [("kill", [1]), ("retire", [1]), ("pull", [4])]
+        assert faults[1]["failures"] == 1 and faults[1]["t"] == faults[0]["t"]
+        assert faults[2]["t"] - faults[0]["t"] >= sc.cluster.preempt_s - 1e-9
         grown = [d for d in decisions(history) if d["kind"] == "generation"][-1]
         assert grown["reason"] == "growth" and grown["members"] == [[0, 0], [2, 4]]
 
