@@ -10,6 +10,10 @@ any check failed, else 0 (a machine without CUDA: every line ``SKIP``).
   ``valid``, from the core's checkers over ``history.jsonl``), kill ->
   resume and pause -> resume are printed, and exact mode's final weights
   equal those of the same run without faults (a different membership history).
+- One GPU, NCCL: the worker's own NCCL calls (``real.device``) in one
+  process, a one-rank group per generation built, used, aborted from the
+  abort thread and never destroyed, three in a row (NCCL refuses two ranks
+  on one GPU; what a peer's death does is the next checks').
 - Two or more GPUs: the same over NCCL, one worker per GPU
   (``benchmarks/gpu-nccl-kill.yaml``, ``gpu-nccl-pause.yaml``: one run
   each, a slowed peer SIGKILLed or SIGSTOPped), plus: the fault lands while
@@ -43,7 +47,8 @@ MAX_WALL_S = 50  # one run (about 10-20 s here); five runs fit the 5 minutes
 NCCL_MAX_WORKERS = 8
 
 ONE_GPU_CHECKS = ("gloo-cuda run completes", "gloo-cuda exactly-once", "gloo-cuda kill -> resume",
-                  "gloo-cuda pause -> resume", "gloo-cuda exact hash equal across histories")
+                  "gloo-cuda pause -> resume", "gloo-cuda exact hash equal across histories",
+                  "nccl one-rank build/abort/rebuild")
 NCCL_CHECKS = ("nccl-kill run completes", "nccl-kill exactly-once", "nccl SIGKILL mid-allreduce",
                "nccl-kill survivors never torn down", "nccl-pause run completes",
                "nccl-pause exactly-once", "nccl SIGSTOP mid-allreduce",
@@ -92,6 +97,51 @@ def run(scenario: Path, out: Path, sets: list[str], env: Optional[dict[str, str]
     from rollcall.results import read_history
 
     return json.loads((out / "summary.json").read_text()), list(read_history(out)), err
+
+
+#: one process, the worker's own NCCL calls (real.device) on one GPU: a
+#: one-rank group per generation, built, used, aborted and never destroyed,
+#: three generations in a row on fresh store prefixes
+NCCL_ONE_RANK = r"""
+import os, sys, time, datetime
+import torch, torch.distributed as dist
+from real.device import Communicators, nccl_backend, worker_env
+os.environ.update(worker_env("cuda", "nccl", 60.0))
+dev = torch.device("cuda:0")
+torch.cuda.set_device(dev)
+store = dist.TCPStore("127.0.0.1", 0, 1, True, timeout=datetime.timedelta(seconds=30))
+comms = Communicators()
+for gen in (1, 2, 3):
+    pre = dist.PrefixStore(f"rollcall/gen{gen}/", store)
+    t0 = time.monotonic()
+    b = nccl_backend(dist, pre, 0, 1, dev, 60.0, lambda x, g=gen: comms.add(g, x))
+    x = torch.full((1 << 20,), float(gen), device=dev)
+    b.allreduce([x]).wait()
+    torch.cuda.synchronize()
+    assert float(x[0]) == gen, (gen, float(x[0]))
+    comms.abort_through(gen)
+    assert comms.wait_idle(30.0), f"the abort of generation {gen} did not return in 30 s"
+    print(f"gen {gen}: built, allreduced, aborted in {time.monotonic() - t0:.2f} s", flush=True)
+print(f"graveyard {len(comms.graveyard)} errors {comms.errors} nccl {torch.cuda.nccl.version()}")
+os._exit(0 if len(comms.graveyard) == 3 and not comms.errors else 1)
+"""
+
+
+def nccl_one_rank(rep: Report) -> None:
+    """The NCCL calls of ``real.device`` on this machine's torch and NCCL:
+    options, eager connect, a collective, abort from the abort thread, and
+    a fresh communicator on the same GPU afterwards (what each generation
+    does). One rank: NCCL refuses two ranks on one GPU, so a peer's death
+    is the 2-GPU checks' to show."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", NCCL_ONE_RANK], cwd=ROOT, text=True,
+                              capture_output=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        rep.line("FAIL", "nccl one-rank build/abort/rebuild: hung past 120 s")
+        return
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    rep.check(proc.returncode == 0, "nccl one-rank build/abort/rebuild",
+              "; ".join(lines[-4:]) if lines else f"exit {proc.returncode}")
 
 
 def faults(recs: list[dict], kind: str) -> list[dict]:
@@ -232,6 +282,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     out = Path(tempfile.mkdtemp(prefix="gpu-check-", dir=os.environ.get("TMPDIR")))
     began = time.monotonic()
     one_gpu(rep, out)
+    if not REHEARSAL:
+        nccl_one_rank(rep)
     if gpus < 2:
         for what in NCCL_CHECKS:
             rep.line("SKIP", f"{what}: needs 2 or more GPUs, this machine has {gpus}")
