@@ -10,6 +10,9 @@ any check failed, else 0 (a machine without CUDA: every line ``SKIP``).
   ``valid``, from the core's checkers over ``history.jsonl``), kill ->
   resume and pause -> resume are printed, and exact mode's final weights
   equal those of the same run without faults (a different membership history).
+  Then the same with sharded state (two replicas of each ZeRO-1 slice) and
+  one kill: the slices come back from their other holders, no fallback, and
+  the final weights equal the replicated fault-free run's.
 - One GPU, NCCL: the worker's own NCCL calls (``real.device``) in one
   process, a one-rank group per generation built, used, aborted from the
   abort thread and never destroyed, three in a row (NCCL refuses two ranks
@@ -48,6 +51,7 @@ NCCL_MAX_WORKERS = 8
 
 ONE_GPU_CHECKS = ("gloo-cuda run completes", "gloo-cuda exactly-once", "gloo-cuda kill -> resume",
                   "gloo-cuda pause -> resume", "gloo-cuda exact hash equal across histories",
+                  "gloo-cuda sharded kill restored from replicas",
                   "nccl one-rank build/abort/rebuild")
 NCCL_CHECKS = ("nccl-kill run completes", "nccl-kill exactly-once", "nccl SIGKILL mid-allreduce",
                "nccl-kill survivors never torn down", "nccl-pause run completes",
@@ -223,6 +227,31 @@ def one_gpu(rep: Report, out: Path) -> None:
         rep.check(r is not None, what, f"{r} s (detector timeout {timeout} s)")
     twin, twin_recs, _ = run(scenario, out / "gloo-no-faults", ["failures.schedule=[]"], env)
     hash_check(rep, "gloo-cuda", [(s, recs), (twin, twin_recs)])
+    sharded_kill(rep, out, scenario, env, twin)
+
+
+def sharded_kill(rep: Report, out: Path, scenario: Path, env: dict[str, str],
+                 twin: Optional[dict]) -> None:
+    """Sharded state (ZeRO-1 slices on the GPU, two replicas of each): the
+    killed worker's slices are restored from their other holders, no step
+    is lost to a fallback, and exact mode's final weights equal the
+    replicated fault-free run's."""
+    what = "gloo-cuda sharded kill restored from replicas"
+    s, recs, err = run(scenario, out / "gloo-sharded", [
+        "state.sharding=sharded", "state.replicas=2",
+        "failures.schedule=[{at_step: 15, kill: 1}]"], env)
+    if s is None:
+        rep.line("FAIL", f"{what}: the run wrote no summary ({err})")
+        return
+    recovery = [r for r in recs if r.get("f") == "recovery"]
+    last = recovery[-1] if recovery else {}
+    same = twin is not None and s.get("final_weights_sha256") == twin.get("final_weights_sha256")
+    ok = bool(s["completed"] and s["valid"] and recovery and last.get("fallback") is False
+              and not last.get("lost") and s.get("fallbacks") == 0 and same)
+    rep.check(ok, what, f"completed {s['completed']}, valid {s['valid']}, "
+              f"{len(recovery)} recoveries, last copies {last.get('copies')} lost "
+              f"{last.get('lost')} fallback {last.get('fallback')}, final weights "
+              f"{'equal' if same else 'NOT equal'} to the replicated fault-free run's")
 
 
 def survivors_kept(rep: Report, tag: str, s: dict, recs: list[dict]) -> None:
