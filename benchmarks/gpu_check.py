@@ -12,7 +12,9 @@ any check failed, else 0 (a machine without CUDA: every line ``SKIP``).
   equal those of the same run without faults (a different membership history).
   Then the same with sharded state (two replicas of each ZeRO-1 slice) and
   one kill: the slices come back from their other holders, no fallback, and
-  the final weights equal the replicated fault-free run's.
+  the final weights equal the replicated fault-free run's. And under
+  checkpoint-restart: the kill restarts the group from the checkpoint of
+  step 10, loaded onto the GPU, and the final weights are the same again.
 - One GPU, NCCL: the worker's own NCCL calls (``real.device``) in one
   process, a one-rank group per generation built, used, aborted from the
   abort thread and never destroyed, three in a row (NCCL refuses two ranks
@@ -52,6 +54,7 @@ NCCL_MAX_WORKERS = 8
 ONE_GPU_CHECKS = ("gloo-cuda run completes", "gloo-cuda exactly-once", "gloo-cuda kill -> resume",
                   "gloo-cuda pause -> resume", "gloo-cuda exact hash equal across histories",
                   "gloo-cuda sharded kill restored from replicas",
+                  "gloo-cuda checkpoint-restart from a checkpoint",
                   "nccl one-rank build/abort/rebuild")
 NCCL_CHECKS = ("nccl-kill run completes", "nccl-kill exactly-once", "nccl SIGKILL mid-allreduce",
                "nccl-kill survivors never torn down", "nccl-pause run completes",
@@ -228,6 +231,30 @@ def one_gpu(rep: Report, out: Path) -> None:
     twin, twin_recs, _ = run(scenario, out / "gloo-no-faults", ["failures.schedule=[]"], env)
     hash_check(rep, "gloo-cuda", [(s, recs), (twin, twin_recs)])
     sharded_kill(rep, out, scenario, env, twin)
+    restart_kill(rep, out, scenario, env, twin)
+
+
+def restart_kill(rep: Report, out: Path, scenario: Path, env: dict[str, str],
+                 twin: Optional[dict]) -> None:
+    """Checkpoint-restart: a kill tears the group down, the relaunched
+    processes load the last checkpoint onto the GPU (written from a CPU
+    copy) and redo the steps since; exact mode's final weights equal the
+    fault-free run's."""
+    what = "gloo-cuda checkpoint-restart from a checkpoint"
+    s, recs, err = run(scenario, out / "gloo-restart", [
+        "strategy.kind=checkpoint-restart", "strategy.checkpoint_interval_steps=10",
+        "failures.schedule=[{at_step: 15, kill: 1}]"], env)
+    if s is None:
+        rep.line("FAIL", f"{what}: the run wrote no summary ({err})")
+        return
+    restarts = [r for r in recs if r.get("f") == "restart"]
+    resumed = [r for r in recs if r.get("f") == "generation" and r.get("reason") == "restart"]
+    cursor = resumed[0].get("cursor") if resumed else None
+    same = twin is not None and s.get("final_weights_sha256") == twin.get("final_weights_sha256")
+    ok = bool(s["completed"] and s["valid"] and restarts and cursor and cursor[0] == 10 and same)
+    rep.check(ok, what, f"completed {s['completed']}, valid {s['valid']}, {len(restarts)} "
+              f"restart(s), resumed at step {cursor[0] if cursor else None} (checkpoint 10), "
+              f"final weights {'equal' if same else 'NOT equal'} to the fault-free run's")
 
 
 def sharded_kill(rep: Report, out: Path, scenario: Path, env: dict[str, str],
