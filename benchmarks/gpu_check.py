@@ -234,6 +234,17 @@ def one_gpu(rep: Report, out: Path) -> None:
     restart_kill(rep, out, scenario, env, twin)
 
 
+def one_kill_run(rep: Report, what: str, scenario: Path, out: Path, env: dict[str, str],
+                 sets: list[str]) -> Optional[tuple[dict, list[dict]]]:
+    """The scenario with ``sets`` and one fault, worker 1 killed at step 15:
+    its summary and records, or None (and a FAIL line) if it wrote none."""
+    s, recs, err = run(scenario, out, sets + ["failures.schedule=[{at_step: 15, kill: 1}]"], env)
+    if s is None:
+        rep.line("FAIL", f"{what}: the run wrote no summary ({err})")
+        return None
+    return s, recs
+
+
 def restart_kill(rep: Report, out: Path, scenario: Path, env: dict[str, str],
                  twin: Optional[dict]) -> None:
     """Checkpoint-restart: a kill tears the group down, the relaunched
@@ -241,12 +252,11 @@ def restart_kill(rep: Report, out: Path, scenario: Path, env: dict[str, str],
     copy) and redo the steps since; exact mode's final weights equal the
     fault-free run's."""
     what = "gloo-cuda checkpoint-restart from a checkpoint"
-    s, recs, err = run(scenario, out / "gloo-restart", [
-        "strategy.kind=checkpoint-restart", "strategy.checkpoint_interval_steps=10",
-        "failures.schedule=[{at_step: 15, kill: 1}]"], env)
-    if s is None:
-        rep.line("FAIL", f"{what}: the run wrote no summary ({err})")
+    got = one_kill_run(rep, what, scenario, out / "gloo-restart", env, [
+        "strategy.kind=checkpoint-restart", "strategy.checkpoint_interval_steps=10"])
+    if got is None:
         return
+    s, recs = got
     restarts = [r for r in recs if r.get("f") == "restart"]
     resumed = [r for r in recs if r.get("f") == "generation" and r.get("reason") == "restart"]
     cursor = resumed[0].get("cursor") if resumed else None
@@ -264,12 +274,11 @@ def sharded_kill(rep: Report, out: Path, scenario: Path, env: dict[str, str],
     is lost to a fallback, and exact mode's final weights equal the
     replicated fault-free run's."""
     what = "gloo-cuda sharded kill restored from replicas"
-    s, recs, err = run(scenario, out / "gloo-sharded", [
-        "state.sharding=sharded", "state.replicas=2",
-        "failures.schedule=[{at_step: 15, kill: 1}]"], env)
-    if s is None:
-        rep.line("FAIL", f"{what}: the run wrote no summary ({err})")
+    got = one_kill_run(rep, what, scenario, out / "gloo-sharded", env,
+                       ["state.sharding=sharded", "state.replicas=2"])
+    if got is None:
         return
+    s, recs = got
     recovery = [r for r in recs if r.get("f") == "recovery"]
     last = recovery[-1] if recovery else {}
     same = twin is not None and s.get("final_weights_sha256") == twin.get("final_weights_sha256")

@@ -244,19 +244,24 @@ strategy: {kind: elastic}
     assert gens[-1]["t"] > 110.0 and gens[-1]["reason"] == "growth"
 
 
+# every diagnosis blames the wrong node: a live member goes to a 300 s
+# automated repair, the culprit is back after a 50 s reboot
+WRONG_BLAME = """
+name: wrong-blame
+cluster: {{workers: {workers}, spares: 0, {rack}repair: {{auto_s: 300.0, manual_p: 0.0,
+          auto_fail_p: 0.0, wrong_blame_p: 1.0, reboot_s: 50.0}}}}
+workload: {{steps: 600, global_batch: {workers}, micro_batch: 1, micro_batch_s: 1.0,
+           allreduce_s: 0.0, dataset_samples: 100000}}
+detector: {{heartbeat_s: 1.0, timeout_s: 5.0}}
+rendezvous: {{min_workers: 2, max_workers: {workers}, last_call_s: 1.0}}
+failures: {{schedule: [{{at_s: 10.0, {fault}}}]}}
+strategy: {{kind: elastic}}
+"""
+
+
 def test_a_wrong_blame_on_the_sim_takes_an_innocent_member_out_until_its_repair(
         tmp_path: Path) -> None:
-    summary, history = _run(tmp_path, """
-name: wrong-blame
-cluster: {workers: 6, spares: 0, repair: {auto_s: 300.0, manual_p: 0.0, auto_fail_p: 0.0,
-          wrong_blame_p: 1.0, reboot_s: 50.0}}
-workload: {steps: 600, global_batch: 12, micro_batch: 1, micro_batch_s: 1.0, allreduce_s: 0.0,
-           dataset_samples: 100000}
-detector: {heartbeat_s: 1.0, timeout_s: 5.0}
-rendezvous: {min_workers: 3, max_workers: 6, last_call_s: 1.0}
-failures: {schedule: [{at_s: 10.0, kill: 2}]}
-strategy: {kind: elastic}
-""")
+    summary, history = _run(tmp_path, WRONG_BLAME.format(workers=6, rack="", fault="kill: 2"))
     assert summary["completed"] and summary["valid"], summary["violations"]
     assert summary["blames"] == 1 and summary["kills"] == 1 and summary["failures"] == 1
     (blame,) = [r for r in history if r.get("kind") == "blame"]
@@ -275,17 +280,8 @@ strategy: {kind: elastic}
 
 def test_a_rack_lost_with_wrong_blames_blames_distinct_innocents_outside_it(
         tmp_path: Path) -> None:
-    summary, history = _run(tmp_path, """
-name: wrong-blame-rack
-cluster: {workers: 8, spares: 0, rack_size: 2, repair: {auto_s: 300.0, manual_p: 0.0,
-          auto_fail_p: 0.0, wrong_blame_p: 1.0, reboot_s: 50.0}}
-workload: {steps: 600, global_batch: 16, micro_batch: 1, micro_batch_s: 1.0, allreduce_s: 0.0,
-           dataset_samples: 100000}
-detector: {heartbeat_s: 1.0, timeout_s: 5.0}
-rendezvous: {min_workers: 2, max_workers: 8, last_call_s: 1.0}
-failures: {schedule: [{at_s: 10.0, kill_rack: 1}]}
-strategy: {kind: elastic}
-""")
+    summary, history = _run(tmp_path, WRONG_BLAME.format(workers=8, rack="rack_size: 2, ",
+                                                         fault="kill_rack: 1"))
     assert summary["completed"] and summary["valid"], summary["violations"]
     blames = [r for r in history if r.get("kind") == "blame"]
     assert sorted(b["culprit"] for b in blames) == [2, 3]
