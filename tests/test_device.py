@@ -434,3 +434,19 @@ def test_a_cpu_real_run_records_what_it_ran_on(tmp_path: Path) -> None:
                    "nccl_version": None}
     assert {k: read_summary(tmp_path)[k] for k in got} == got
     assert not [p["pid"] for p in summary["processes"] if pid_running(p["pid"])]
+
+
+@pytest.mark.slow
+@real_processes
+@pytest.mark.timeout(300)
+def test_the_gpu_check_harness_passes_rehearsed_on_the_cpu() -> None:
+    """``benchmarks/gpu_check.sh --rehearse-on-cpu 1``: the one-GPU checks'
+    harness on the CPU over gloo (not the GPU paths, which only a GPU
+    machine runs), so that the prepared check still works when one is lent."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(["bash", str(root / "benchmarks" / "gpu_check.sh"), "--rehearse-on-cpu",
+                          "1"], cwd=root, capture_output=True, text=True, timeout=280)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stdout + out.stderr
+    passed = [line for line in lines if line.startswith("PASS ")]
+    assert len(passed) == 7 and not [line for line in lines if line.startswith("FAIL ")], lines
