@@ -311,16 +311,20 @@ class NetFaults:
         exchange over the members' links (back to the plan's once no link is
         degraded); on a lossy member link one step per segment, each with its
         own draw. A partial step carried in keeps its fraction, not its
-        seconds, when the price changed."""
+        seconds, when the price changed (on a lossy link the fraction of its
+        healthy time: the retransmissions come whole, at the exchange)."""
         sim = self.sim
         base = sim.gray.step_s(sim._plans[len(sim.members)][1])  # slow members stretch it
         hosts = [h for h in self.links.degraded_hosts()
                  if any(w in sim.members for w in sim.sc.host_workers(h))]
         old, carry = sim.step_s, now - sim.seg_t0
+        lossy = any(self.links.loss_rate(h) > 0 for h in hosts)
         sim.step_s = base + self.links.exchange_extra_s(hosts, now, self.segments)
         if carry > 0 and old > 0 and sim.step_s != old:
-            sim.seg_t0 = now - carry / old * sim.step_s
-        if any(self.links.loss_rate(h) > 0 for h in hosts):
+            # the step in flight keeps the fraction it has done; a loss's wait
+            # comes whole at its exchange, after the compute (only the rest scales)
+            sim.seg_t0 = now - carry / old * (base if lossy else sim.step_s)
+        if lossy:
             return min(stop, sim.cursor.step + 1)
         return stop
 

@@ -239,6 +239,38 @@ def test_a_small_loss_rate_slows_the_job_but_the_run_stays_valid(tmp_path: Path)
     assert lossy["elapsed_s"] > base["elapsed_s"] + 0.5  # some exchanges waited out an RTO
 
 
+def test_a_bulk_transfer_is_held_by_a_heavy_loss_until_it_ends() -> None:
+    links = Links(seed=1, latency_s=0.001)
+    links.degrade(0, rate=0.3, until=1.0)
+    rto = 2 * 0.001 + RTO_MIN_S
+    # 111 segments (a 20k-parameter exchange): an attempt fails with 1 - 0.7^111 ~ 1,
+    # so the attempts at 0, rto, 3 rto fail and the one at 7 rto (past 1.0 s) gets through
+    assert links.bulk_retransmit_s(0, "exchange/0", 0.0, 111) == pytest.approx(7 * rto)
+    assert links.bulk_retransmit_s(0, "exchange/0", 1.0, 111) == 0.0  # after the end
+    # one segment: the old per-message chain, draw for draw
+    a, b = Links(seed=1, latency_s=0.001), Links(seed=1, latency_s=0.001)
+    a.degrade(0, rate=0.3)
+    b.degrade(0, rate=0.3)
+    assert [a.bulk_retransmit_s(0, "x", 0.0, 1) for _ in range(200)] == \
+        [b.retransmit_s(0, "x") for _ in range(200)]
+
+
+def test_the_step_in_flight_when_a_heavy_loss_starts_waits_it_out(tmp_path: Path) -> None:
+    """As on real (``real-loss-host``: 1.49 s): the exchange is held until the
+    loss ends and its backed-off retransmission fires, not cut short at the heal."""
+    sc = load_scenario(LOSS, ["failures.schedule=[{at_s: 5.0, loss: 1, rate: 0.3, for_s: 1.0}]",
+                              "workload.model_params=20000"])
+    run(sc, tmp_path)
+    commits = sorted((r for r in _records(tmp_path) if r["f"] == "commit"), key=lambda r: r["t"])
+    before = [c for c in commits if c["t"] <= 5.0][-1]
+    held = [c for c in commits if c["t"] > 5.0][0]
+    assert held["step"] == held["last"] == before["last"] + 1, (before, held)  # one step alone
+    rto = 2 * sc.network.latency_s + RTO_MIN_S
+    step_s = sc.workload.micro_batch_s + sc.workload.allreduce_s  # a healthy step, at most
+    assert held["t"] - 5.0 >= 7 * rto > 1.0  # three failed attempts, the fourth after the end
+    assert held["t"] - 5.0 <= 7 * rto + step_s
+
+
 def test_without_link_faults_the_links_are_never_consulted(tmp_path: Path) -> None:
     """The fast path: no network fault, no draw and no pricing through the links."""
     sim = Simulation(_with("[{at_s: 5.0, partition: [2], for_s: 6.0}]"), tmp_path)
