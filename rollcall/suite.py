@@ -33,7 +33,9 @@ measurements into a model:
 
 :func:`overrides` evaluates the model at a scenario's own size: the sim keys
 of its costs (``workload.step_s_by_workers`` for every member count it can
-have, ``strategy.checkpoint_*_s``, ``strategy.restart_s``,
+have: the suite's own measured step where a micro-run had the scenario's
+micro-batches and model size at that count, else the fit;
+``strategy.checkpoint_*_s``, ``strategy.restart_s``,
 ``network.bandwidth_Bps``, ...). A calibration models costs only: the
 detector's timeout and heartbeat, the faults and the sizes stay the
 scenario's (detection by timeout is measured and reported, not applied).
@@ -297,6 +299,25 @@ def _at(line: Mapping[str, Any] | None, nbytes: float) -> float | None:
     return None if line is None else line["base_s"] + line["per_byte_s"] * nbytes
 
 
+def _measured_steps(points: Sequence[Sequence[float]], shards: int,
+                    params_m: float) -> dict[int, float]:
+    """Members -> the suite's own measured step (the mean over its
+    generations, weighted by their steps) where a micro-run had this
+    scenario's shape (micro-batches and model size) at that member count:
+    a measurement beats the fit; the fit fills the other counts."""
+    sums: dict[int, list[float]] = {}
+    for point in points:
+        if len(point) == 6:
+            m, s, p, n, y, _ = point
+        else:  # a version-1 file: no step counts
+            (m, s, p, y, _), n = point, 1
+        if s == shards and math.isclose(p, params_m, rel_tol=1e-9):
+            acc = sums.setdefault(int(m), [0.0, 0.0])
+            acc[0] += n * y
+            acc[1] += n
+    return {m: total / n for m, (total, n) in sums.items() if n > 0}
+
+
 def overrides(model: Mapping[str, Any], sc: Scenario) -> dict[str, Any]:
     """The sim keys of ``sc``'s costs on the calibrated machine."""
     assert model.get("kind") == KIND, model.get("kind")
@@ -306,8 +327,9 @@ def overrides(model: Mapping[str, Any], sc: Scenario) -> dict[str, Any]:
     step, floor = model["step"], 1e-6
     most = max(sc.rendezvous.max_workers, sc.cluster.workers)
     relay = model.get("keeper_relay_step_s") if sc.keeper.store == "etcd" else None
-    table = {m: round(max(floor, _step(step["coef"], m, shards, params_m, step["cpus"])
-                          + (relay or 0.0)), 9)
+    seen = _measured_steps(step["points"], shards, params_m)
+    table = {m: round(max(floor, seen.get(m, _step(step["coef"], m, shards, params_m,
+                                                   step["cpus"])) + (relay or 0.0)), 9)
              for m in range(1, most + 1)}
     full = table[sc.cluster.workers]
     out: dict[str, Any] = {

@@ -84,6 +84,21 @@ def test_a_relayed_keepers_step_and_a_fresh_process_start_are_applied() -> None:
     assert "cluster.launch_s" not in plain
 
 
+def test_a_measured_shape_takes_the_suites_own_steps_over_the_fit() -> None:
+    sc = load_scenario(KILL_ONE)  # 8 micro-batches of a 20k-parameter model
+    shards, params_m = sc.workload.global_batch // sc.workload.micro_batch, 0.02
+    points = [[4, shards, params_m, 30, 0.012, 0.010],  # 4 members: two generations
+              [4, shards, params_m, 10, 0.016, 0.010],
+              [3, shards, 2.0, 50, 0.500, 0.400]]       # another model size: not this shape
+    model = {**MODEL, "step": {**MODEL["step"], "points": points}}
+    table = suite.overrides(model, sc)["workload.step_s_by_workers"]
+    assert table[4] == pytest.approx((30 * 0.012 + 10 * 0.016) / 40)  # weighted by steps
+    fitted = suite.overrides(MODEL, sc)["workload.step_s_by_workers"]
+    assert table[3] == fitted[3] and table[2] == fitted[2]  # unmeasured counts: the fit
+    old = {**MODEL, "step": {**MODEL["step"], "points": [[4, shards, params_m, 0.02, 0.01]]}}
+    assert suite.overrides(old, sc)["workload.step_s_by_workers"][4] == 0.02  # version 1
+
+
 def test_the_step_fit_keeps_every_cost_non_negative() -> None:
     # y = 2 + 3 x1 exactly, plus a second feature that noise would buy negative
     rows = [[1.0, x, x * x] for x in (0.0, 1.0, 2.0, 3.0, 4.0)]
