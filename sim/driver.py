@@ -765,20 +765,20 @@ class Simulation:
         kind, how = ("kill_rack", "kill") if domain == "rack" else ("lose_host", "crash")
         self._write(rec(now, "info", "fault", NEMESIS, kind=kind, **{domain: int(index)},
                         workers=victims))
+        self._nodes_down(now, victims, how, record=False)
+
+    def _nodes_down(self, now: float, victims: list[int], kind: str, record: bool) -> None:
+        """One fault takes ``victims`` down (see :meth:`_node_down`); none of
+        them is an innocent a wrong diagnosis may blame for another."""
         self._hitting = frozenset(victims)
         for w in victims:
-            self._node_down(now, w, how, record=False)
+            self._node_down(now, w, kind, record)
         self._hitting = frozenset()
 
     def _fault(self, now: float, f: Any) -> None:
         action = f.action
         if action == "kill":
-            victims = self._pick(f.targets)
-            self._hitting = frozenset(victims)
-            for w in victims:
-                if self.nodes.hw[w]:
-                    self._node_down(now, w, "kill")
-            self._hitting = frozenset()
+            self._nodes_down(now, self._pick(f.targets), "kill", record=True)
         elif f.domain is not None:
             self._domain_down(now, *f.domain)
         elif action in ("partition", "isolate_keeper"):

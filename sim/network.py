@@ -118,8 +118,8 @@ class Links:
         assert latency_s >= 0, latency_s
         self.seed = seed
         self.latency_s = latency_s  # one way, worker to keeper, healthy links
-        self._faults: dict[int, list[tuple[float, float]]] = {}  # host -> active (extra_s, rate)
-        self._ends: dict[int, list[tuple[float, float]]] = {}  # host -> active (rate, ends at)
+        # host -> its active faults: (extra_s, rate, when it is due to end)
+        self._faults: dict[int, list[tuple[float, float, float]]] = {}
         self._cut: dict[int, str] = {}  # host -> "partition" | "isolate_keeper"
         self._k: dict[str, int] = {}    # stream -> draws made
 
@@ -139,32 +139,22 @@ class Links:
         link; ``until``: when it is due to end (a transfer's retransmissions
         know that an attempt after it gets through)."""
         assert extra_s >= 0 and 0 <= rate < 1, (extra_s, rate)
-        self._faults.setdefault(host, []).append((extra_s, rate))
-        if rate > 0:
-            self._ends.setdefault(host, []).append((rate, until))
+        self._faults.setdefault(host, []).append((extra_s, rate, until))
 
     def restore(self, host: int, extra_s: float = 0.0, rate: float = 0.0) -> None:
         """That fault ends (faults on one link stack: the others stay)."""
         active = self._faults[host]
-        active.remove((extra_s, rate))
+        active.remove(next(f for f in active if f[:2] == (extra_s, rate)))
         if not active:
             del self._faults[host]
-        if rate > 0:
-            ends = self._ends[host]
-            ends.remove(next(e for e in ends if e[0] == rate))
-            if not ends:
-                del self._ends[host]
 
     def extra_s(self, host: int) -> float:
         """Extra one-way latency on ``host``'s link (the active delays, summed)."""
-        return sum(x for x, _ in self._faults.get(host, ()))
+        return sum(x for x, _, _ in self._faults.get(host, ()))
 
     def loss_rate(self, host: int) -> float:
         """The fraction of packets ``host``'s link drops (independent losses combined)."""
-        keep = 1.0
-        for _, p in self._faults.get(host, ()):
-            keep *= 1.0 - p
-        return 1.0 - keep
+        return self.loss_rate_at(host, -math.inf)
 
     def cut(self, hosts: Iterable[int], kind: str) -> None:
         """``partition`` (from everyone) or ``isolate_keeper`` (from the keeper only)."""
@@ -196,24 +186,16 @@ class Links:
 
     def retransmit_s(self, host: int, stream: str) -> float:
         """Seconds one message over ``host``'s link waits for retransmissions:
-        each transmission is dropped with the link's loss rate; every drop
+        each transmission is dropped with the link's loss rate (as long as
+        the link is lossy, whenever its faults are due to end); every drop
         costs the current RTO, which doubles (RFC 6298 5.5) up to RTO_MAX_S."""
-        p = self.loss_rate(host)
-        if p == 0.0:
-            return 0.0
-        wait, rto = 0.0, self.rto_s(host)
-        for _ in range(RETRIES_MAX):
-            if self.draw(stream) > p:
-                break  # this transmission got through
-            wait += rto
-            rto = min(2.0 * rto, RTO_MAX_S)
-        return wait
+        return self.bulk_retransmit_s(host, stream, -math.inf, 1)
 
     def loss_rate_at(self, host: int, t: float) -> float:
         """The fraction ``host``'s link drops at ``t``, counting only the loss
         faults not due to end by then."""
         keep = 1.0
-        for p, until in self._ends.get(host, ()):
+        for _, p, until in self._faults.get(host, ()):
             if until > t:
                 keep *= 1.0 - p
         return 1.0 - keep
@@ -228,7 +210,8 @@ class Links:
         wait, rto = 0.0, self.rto_s(host)
         for _ in range(RETRIES_MAX):
             p = self.loss_rate_at(host, now + wait)
-            if p == 0.0 or self.draw(stream) > 1.0 - (1.0 - p) ** segments:
+            fails = p if segments == 1 else 1.0 - (1.0 - p) ** segments
+            if p == 0.0 or self.draw(stream) > fails:
                 break  # this attempt got through
             wait += rto
             rto = min(2.0 * rto, RTO_MAX_S)
