@@ -43,7 +43,7 @@ from typing import Any, Callable, Optional
 from rollcall.config import keeper_config, repair_shop
 from rollcall.core import (
     DRIVER, EMPTY, NEMESIS, Blame, Broadcast, CommitVerdict, Formed, IdRuns, JobFailed, Join, Keeper,
-    Record, Refused, Relaunch, Pull, Repair, RestartJob, Retire, Send, rec,
+    Record, Refused, Relaunch, Pull, Repair, RestartJob, Retire, Send, Warm, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
@@ -204,6 +204,7 @@ class Launcher:
         self.answers: list[Retire | Blame] = []  # the shop's, for the fault being carried out
         self.hitting: set[int] = set()  # the nodes the fault being carried out takes
         self.pulls: list[Pull] = []  # spares from the cold pool, due at their at_s
+        self.warms: list[Warm] = []  # idle nodes made warm standbys, due at their at_s
         # link faults in force: (heal at, the Network's fault, hosts, cut-off lives)
         self.heals: list[tuple[float, Any, list[int], list[tuple[int, int]]]] = []
         self.delays: list[tuple[float, float]] = []  # each delay ordered: (heal at, latency_s)
@@ -994,6 +995,8 @@ class Launcher:
                 self.repairs.append((act.back_at_s, act.worker, act))
             elif isinstance(act, (Retire, Blame)):
                 self.answers.append(act)  # carried out once the fault's record is written
+            elif isinstance(act, Warm):
+                self.warms.append(act)
             else:
                 self.pulls.append(act)
 
@@ -1015,7 +1018,7 @@ class Launcher:
             if ft is not None:
                 times.append(self.train_start + ft)
         times += [t for t, _ in self.sigconts] + [t for t, _, _ in self.repairs]
-        times += [p.at_s for p in self.pulls]
+        times += [p.at_s for p in self.pulls] + [w.at_s for w in self.warms]
         times += [x[0] for x in self.heals]
         if self.done_at is not None:
             times.append(self.done_at)
@@ -1046,21 +1049,36 @@ class Launcher:
             if now >= t:
                 self.repairs.remove(entry)
                 self.write(repair.record(now))
-                self.shop.up(now, w)
-                self.nodes_down.discard(w)
                 if self.fleet is not None:
                     self.fleet.bring_up(self.sc.host_of(w))
-                self.keeper.node_up(now, w)  # its life: life_given
+                if self.shop.up(now, w):  # else it waits idle, no process (warm_standbys)
+                    self.nodes_down.discard(w)
+                    self.keeper.node_up(now, w)  # its life: life_given
         for pull in list(self.pulls):
             if now >= pull.at_s:  # a cold spare, preempted from other work: a fresh process
                 self.pulls.remove(pull)
                 self.shop.up(now, pull.worker, pulled=True)
                 self.write(pull.record(now))
                 self.spawn(pull.worker, 0)
+        self.warm_due(now)
         self.maybe_activate()
         self.release_joins()
         if self.done_at is not None and now >= self.done_at:
             self.finish("completed", "all steps committed")
+
+    def warm_due(self, now: float) -> None:
+        """Idle nodes whose host selection ended start their process, as warm
+        standbys (the repair shop chose them; one that failed meanwhile not)."""
+        for warm in [x for x in self.warms if now >= x.at_s]:
+            self.warms.remove(warm)
+            if not self.shop.warmed(now, warm.worker):
+                continue
+            self.write(warm.record(now))
+            if warm.back:  # back from repair: the keeper names its life (life_given)
+                self.nodes_down.discard(warm.worker)
+                self.keeper.node_up(now, warm.worker)
+            else:
+                self.spawn(warm.worker, 0)
 
     def life_given(self, worker: int, life: int) -> None:
         """The keeper handed out the life a repaired node's process starts as."""
@@ -1131,7 +1149,7 @@ class Launcher:
             # Spares are workers like the rest: they join at the start and the
             # keeper keeps those beyond max_workers as standbys, admitted at
             # the first roll call with room (as on the sim).
-            for w in range(c.workers, c.workers + c.spares):
+            for w in range(c.workers, self.shop.initial):  # the others wait idle
                 self.spawn(w, 0, batch=batch)
             # A scripted join is a new worker arriving; its process is started
             # now and kept idle (torch imported) until the join fires, so the

@@ -204,15 +204,15 @@ def _event_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
 
 
 def _launch_costs(h: _History) -> list[float]:
-    """Samples of a fresh process's start-up outside a restart: a ``pull``
-    or ``repair`` record -> the growth round the new process opens
+    """Samples of a fresh process's start-up outside a restart: a ``pull``,
+    ``warm`` or ``repair`` record -> the growth round the new process opens
     by asking to join (the first round after it, when that round is a growth
     that admits the node; a round opened otherwise in between may have
     taken its join in, and measures nothing)."""
     rounds = sorted((t, g) for g, t in h.opened.items())
     out = []
     for r in h.recs:
-        if r.get("f") != "fault" or r.get("kind") not in ("pull", "repair"):
+        if r.get("f") != "fault" or r.get("kind") not in ("pull", "warm", "repair"):
             continue
         t = float(r["t"])
         nxt = next(((t0, g) for t0, g in rounds if t0 >= t), None)

@@ -126,7 +126,7 @@ def repair_shop(sc: Scenario, draws: Draws) -> RepairShop:
     c = sc.cluster
     return RepairShop(draws, repair_policy(sc), up=c.workers + c.spares, want=c.workers,
                       target=c.workers + c.spares, pool=c.spare_pool, preempt_s=c.preempt_s,
-                      first_pool_id=sc.pool_first_id)
+                      first_pool_id=sc.pool_first_id, warm=c.warm_standbys, select_s=c.select_s)
 
 
 def draws(sc: Scenario) -> Draws:

@@ -162,6 +162,16 @@ class Cluster(_Section):
     ``preempt_s`` each (the wait for the work they are taken from), until
     ``workers + spares`` are; a pulled node joins as a newcomer.
 
+    ``warm_standbys``: AIReSim's warm standbys. At most ``workers +
+    warm_standbys`` nodes in service hold a worker process (the members and
+    the standbys that joined and wait); the spares beyond are idle in the
+    working pool, without one. When a node with a process fails, the idle
+    node that waited longest is made a standby: its host selection takes
+    ``select_s``, then its process starts (``launch_s``) and joins. A
+    node back from repair takes a free place at once, or waits idle. Unset
+    (the default): every node in service runs a process, every spare is a
+    warm standby. The repair shop decides (``rollcall.core.repairs``).
+
     ``launch_s``: the time a fresh process started outside a restart (a
     pulled spare's, a repaired node's new life) takes to ask to join: its
     start-up (interpreter, framework, connections). The sim charges it; on
@@ -201,6 +211,8 @@ class Cluster(_Section):
     spare_pool: NonNegInt = 0
     preempt_s: NonNegFloat = 1200.0
     launch_s: NonNegFloat = 0.0
+    warm_standbys: NonNegInt | None = None
+    select_s: NonNegFloat = 0.0
     rack_size: PosInt | None = None
     workers_per_host: PosInt | None = None
     device: Literal["cpu", "cuda"] = "cpu"
@@ -211,6 +223,9 @@ class Cluster(_Section):
         if self.repair_s is not None and self.repair is not None:
             raise _Problem(("repair",), "give repair_s (a fixed time) or repair (a pipeline), "
                                         "not both")
+        if self.select_s and self.warm_standbys is None:
+            raise _Problem(("select_s",), "is the host selection of an idle node made a warm "
+                                          "standby: it needs warm_standbys")
         return self
 
     @model_validator(mode="after")

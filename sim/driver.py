@@ -130,6 +130,7 @@ from rollcall.core import (
     DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Blame, Broadcast, Checkpointed, Cursor, Enter,
     FailureTally, Formed, IdRuns, Persist,
     JobFailed, Keeper, Log, Membership, Pull, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
+    Warm,
     Send, SendToKeeper, Stop, check, commit, describe_assignment, members_delta, members_field,
     rank_range, rec,
     sample_ids, step_batch, summarize_report,
@@ -569,6 +570,8 @@ class Simulation:
             elif isinstance(act, Blame):
                 self._write(act.record(now))
                 self._node_down(now, act.worker, "blame", record=False)
+            elif isinstance(act, Warm):
+                self._at(act.at_s, self._warmed, act)
             else:
                 self._at(act.at_s, self._pulled, act)
 
@@ -581,10 +584,26 @@ class Simulation:
         now = self.env.now
         self.tally.counts["repairs"] += 1
         self._write(repair.record(now))
-        self.shop.up(now, w)
+        if not self.shop.up(now, w):  # it waits idle, without a process (warm_standbys)
+            self._arrive(now, w, self.draws.next_lifetime(w))
+            return
         life = self.keeper.node_up(now, w)
         self._arrive(now, w, self.draws.next_lifetime(w))
         self._start(now, [w], [life])
+
+    def _warmed(self, warm: Warm) -> None:
+        """An idle node's host selection ended: its process starts and joins,
+        a warm standby's (the repair shop chose it)."""
+        if self.state == DONE:
+            return
+        if warm.back and self.failover.back_at is not None:  # its life is the next keeper's
+            self._at(self.failover.back_at, self._warmed, warm)
+            return
+        now, w = self.env.now, warm.worker
+        if not self.shop.warmed(now, w):
+            return  # the node failed during its selection
+        self._write(warm.record(now))
+        self._start(now, [w], [self.keeper.node_up(now, w) if warm.back else 0])
 
     def _pulled(self, pull: Pull) -> None:
         """A spare pulled from the cold pool arrives (after its preemption) and joins."""
@@ -1453,11 +1472,12 @@ class Simulation:
         elif self.draws.model is not None:  # every node's first life
             self.fail_heap = [(self.draws.next_lifetime(w), w, 1) for w in range(n0)]
             heapq.heapify(self.fail_heap)
-        self.nodes.proc[:n0] = True
+        running = self.shop.initial  # the others wait idle (warm_standbys)
+        self.nodes.proc[:running] = True
         self._write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
                         strategy=sc.strategy.kind, workers=self.W, spares=sc.cluster.spares))
         # every agent's first message, Join(w, 0, None): one batch
-        msgs = self._batch_actions(0.0, self.bulk.start(0.0, IdRuns.span(0, n0 - 1), 0))
+        msgs = self._batch_actions(0.0, self.bulk.start(0.0, IdRuns.span(0, running - 1), 0))
         self._at(self.lat, self._kreceive_at, msgs)
         self._job_proc = env.process(self._job_process())
         if self.aging is not None:

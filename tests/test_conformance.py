@@ -1,7 +1,7 @@
 """Conformance (issue 14): on one scenario the sim and the real target decide the same.
 
 Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``
-and ``scenarios/chaos-cr-kill-join-kill.yaml``: all eighteen have a schedule,
+and ``scenarios/chaos-cr-kill-join-kill.yaml``: all nineteen have a schedule,
 none has random lifetimes, so none is skipped) runs once on each target.
 :mod:`rollcall.decisions` reads the decision sequence from each history
 alone: generations (gen, members, cursor, source, stale, reason),
@@ -93,6 +93,8 @@ real-loss-host             gen 1 (nobody is evicted: TCP retransmits what
 real-spare-pool            gen 1; the eviction; gen 2; gen 3 (growth: the
                            spare pulled from the cold pool; gen, members,
                            reason); end
+real-warm-standby          gen 1; the eviction; gen 2 (the warm standby
+                           admitted); end
 real-pause-one             gen 1; the eviction (worker, incarnation, reason);
                            gen 2; gen 3 (gen, members, reason); end
 real-straggler             gen 1; the straggler's eviction (worker,
@@ -219,7 +221,7 @@ def test_every_shipped_real_scenario_is_covered() -> None:
         sc = load_scenario(SCENARIOS / f"{name}.yaml", [])
         unscripted = not sc.failures.schedule or sc.failures.worker_mtbf_s is not None
         assert unscripted == (name in SKIPPED), (name, "update SKIPPED and the docstring")
-    assert len(SHIPPED) == 18, SHIPPED  # the docstring names each of them
+    assert len(SHIPPED) == 19, SHIPPED  # the docstring names each of them
 
 
 @pytest.mark.timeout(150)
@@ -320,6 +322,25 @@ def test_a_cold_spare_is_pulled_on_both_targets(runs: Callable[..., Pair]) -> No
         assert faults[2]["t"] - faults[0]["t"] >= sc.cluster.preempt_s - 1e-9
         grown = [d for d in decisions(history) if d["kind"] == "generation"][-1]
         assert grown["reason"] == "growth" and grown["members"] == [[0, 0], [2, 4]]
+
+
+@pytest.mark.timeout(150)
+def test_an_idle_spare_is_made_a_warm_standby_on_both_targets(runs: Callable[..., Pair]) -> None:
+    """``cluster.warm_standbys`` is the core repair shop's: of the two spares
+    only the first runs a process at the start; the kill retires worker 1,
+    the warm standby (worker 3) is admitted at the roll call, and the idle
+    spare (worker 4) is made the next standby ``select_s`` after the kill,
+    on both targets."""
+    sc, sim, real = runs("real-warm-standby")
+    for history in (sim, real):
+        faults = [r for r in history if r["f"] == "fault"]
+        assert [(r["kind"], r["workers"]) for r in faults] == \
+            [("kill", [1]), ("retire", [1]), ("warm", [4])]
+        assert faults[2]["t"] - faults[0]["t"] >= sc.cluster.select_s - 1e-9
+        gens = [d for d in decisions(history) if d["kind"] == "generation"]
+        assert [g["members"] for g in gens] == [[[0, 2]], [[0, 0], [2, 3]]]
+        entered = {r["process"] for r in history if r["f"] == "enter"}
+        assert entered == {0, 1, 2, 3}, entered  # worker 4 waits as a standby
 
 
 @pytest.mark.timeout(150)

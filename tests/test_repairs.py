@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from rollcall.core import (
-    Blame, Draws, FailureModel, Pull, Repair, RepairPolicy, RepairShop, Retire,
+    Blame, Draws, FailureModel, Pull, Repair, RepairPolicy, RepairShop, Retire, Warm,
 )
 from rollcall.core.history import members_of
 from rollcall.results import read_history
@@ -178,6 +178,70 @@ def test_scripted_joins_count_as_nodes_in_service() -> None:
     shop.joined(0.0, 8)
     assert shop.down(1.0, 0) == []  # a joined node covers the loss
     assert shop.down(2.0, 1) == [Pull(9, 7.0)]
+
+
+def test_warm_standbys_cap_the_processes_and_an_idle_node_refills_them() -> None:
+    """``want + warm`` nodes hold a process: the idle nodes wait, longest
+    idle first, and one is made a standby (after ``select_s``) whenever a
+    node with a process fails; a repaired node takes a free place or waits."""
+    fixed = RepairPolicy(fixed_s=50.0)
+    shop = _shop(fixed, up=7, want=4, target=7, warm=1, select_s=30.0)
+    assert shop.initial == 5 and shop.idle == [5, 6]
+    assert shop.down(10.0, 0) == [Repair(0, 60.0, "fixed", False), Warm(5, 40.0, False)]
+    assert shop.down(15.0, 6) == [Repair(6, 65.0, "fixed", False)]  # idle: no process lost
+    assert shop.down(20.0, 1) == [Repair(1, 70.0, "fixed", False)]  # nobody idle is left
+    assert shop.warmed(40.0, 5) and not shop.warmed(40.0, 5)  # its process starts, once
+    assert shop.up(60.0, 0)  # a free place: its process starts at once
+    assert not shop.up(65.0, 6) and shop.idle == [6]  # full: it waits idle
+    assert shop.down(80.0, 2) == [Repair(2, 130.0, "fixed", False), Warm(6, 110.0, True)]
+    assert shop.down(90.0, 6) == [Repair(6, 140.0, "fixed", False)]  # during its selection
+    assert not shop.warmed(110.0, 6)  # it failed: no process starts
+    assert shop.busy == 4 and shop.up(70.0, 1)
+
+
+def test_with_warm_standbys_pulls_stop_at_the_places_for_processes() -> None:
+    """AIReSim tops the pool up to job size + standbys: a spare preempted from
+    other work is never left idle."""
+    shop = _shop(None, up=5, want=4, target=6, pool=4, preempt_s=100.0, first_pool_id=20,
+                 warm=1)
+    assert shop.down(0.0, 0) == []  # four left: enough
+    assert shop.down(10.0, 1) == [Pull(20, 110.0), Pull(21, 210.0)]  # to 5, not 6
+    assert shop.up(110.0, 20, pulled=True) and shop.busy == 5
+
+
+def test_no_warm_limit_starts_every_node_in_service() -> None:
+    shop = _shop(RepairPolicy(fixed_s=5.0), up=6, want=4, target=6)
+    assert shop.initial == 6 and shop.idle == []
+    assert shop.down(1.0, 0) == [Repair(0, 6.0, "fixed", False)] and shop.up(6.0, 0)
+
+
+def test_select_s_needs_warm_standbys() -> None:
+    with pytest.raises(ScenarioError, match="warm_standbys"):
+        parse_scenario("name: x\ncluster: {spares: 2, select_s: 60.0}\n")
+
+
+def test_a_warm_standby_replaces_a_lost_member_and_an_idle_spare_takes_its_place(
+        tmp_path: Path) -> None:
+    """On the sim: spare 6 runs a process and waits as a standby, spares 7
+    and 8 are idle. Each kill admits a standby at once; the idle spare that
+    waited longest is made the next one ``select_s`` after the kill."""
+    summary, history = _run(tmp_path, """
+name: warm-standbys
+cluster: {workers: 6, spares: 3, warm_standbys: 1, select_s: 60.0, repair_s: 100000.0}
+workload: {steps: 400, global_batch: 12, micro_batch: 1, micro_batch_s: 1.0, allreduce_s: 0.0,
+           dataset_samples: 100000}
+rendezvous: {min_workers: 4, max_workers: 6, last_call_s: 1.0}
+failures: {schedule: [{at_s: 10.0, kill: 2}, {at_s: 200.0, kill: 3}]}
+strategy: {kind: elastic}
+""")
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    warms = [(r["t"], r["workers"]) for r in history if r.get("kind") == "warm"]
+    assert warms == [(70.0, [7]), (260.0, [8])]
+    gens = [(r["reason"], members_of(r)) for r in history if r["f"] == "generation"]
+    assert gens == [("start", (0, 1, 2, 3, 4, 5)), ("failure", (0, 1, 3, 4, 5, 6)),
+                    ("failure", (0, 1, 4, 5, 6, 7))]
+    entered = {r["process"] for r in history if r["f"] == "enter"}
+    assert 8 not in entered  # the last warmed spare waits as a standby
 
 
 def _run(tmp: Path, yaml: str) -> tuple[dict, list[dict]]:

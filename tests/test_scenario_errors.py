@@ -24,7 +24,7 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "unknown_top_key.yaml": ("seeed", 2, "unknown key (expected one of: name,"),
     "unknown_nested_key.yaml": (
         "cluster.wrokers", 4,
-        "unknown key (expected one of: workers, gpus_per_worker, spares, repair_s, repair, spare_pool, preempt_s, launch_s, rack_size, workers_per_host, device, backend, gpus)"
+        "unknown key (expected one of: workers, gpus_per_worker, spares, repair_s, repair, spare_pool, preempt_s, launch_s, warm_standbys, select_s, rack_size, workers_per_host, device, backend, gpus)"
     ),
     "negative_time.yaml": ("strategy.restart_s", 4, "must be >= 0, got -30"),
     "negative_latency.yaml": ("network.latency_s", 3, "must be >= 0"),

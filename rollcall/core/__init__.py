@@ -55,7 +55,7 @@ from rollcall.core.messages import (
     StepFailed, ToKeeper, ToWorker,
 )
 from rollcall.core.placement import Copy, RecoveryPlan, Reload
-from rollcall.core.repairs import Blame, Pull, Repair, RepairPolicy, RepairShop, Retire
+from rollcall.core.repairs import Blame, Pull, Repair, RepairPolicy, RepairShop, Retire, Warm
 from rollcall.core.reshard import (
     describe_assignment, lr_scale, plan_step, rank_range, sample_ids, step_batch, stripes,
 )
@@ -75,7 +75,7 @@ __all__ = [
     "StragglerPolicy",
     "TO_KEEPER_TYPES",
     "TO_WORKER_TYPES", "Detector", "PhiDetector", "TimeoutDetector", "ToKeeper", "ToWorker",
-    "WIRE_MESSAGE_TYPES",
+    "WIRE_MESSAGE_TYPES", "Warm",
     "WorkerId", "check", "check_cursor", "check_flag", "check_id_set", "check_list", "check_nat",
     "check_text", "commit",
     "describe_assignment", "expand_deltas", "from_ranges", "lr_scale", "make_detector",

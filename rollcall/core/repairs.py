@@ -5,7 +5,17 @@ nodes are left for the job, spares are pulled from a cold pool (preempted
 from other work). Those are decisions, so they are made here, for both
 targets: a driver reports a node down (:meth:`RepairShop.down`) and back up
 (:meth:`RepairShop.up`) and carries out what it is told (:class:`Repair`,
-:class:`Retire`, :class:`Pull`).
+:class:`Retire`, :class:`Pull`, :class:`Warm`).
+
+Warm standbys (AIReSim's ``warm_standbys``, ``docs/airesim-model.md``
+section 1.4): with a limit of ``warm`` standbys, at most ``want + warm``
+nodes in service hold a worker process (the job's members and its warm
+standbys, which have joined and wait); the rest are idle in the working
+pool, without one. When a node holding a process fails, the idle node
+that waited longest is made a standby: its host selection takes
+``select_s`` (:class:`Warm`), then its process starts and joins. A node
+back from repair takes a free place at once (its process starts) or waits
+idle. Without a limit every node in service runs a process, as before.
 
 The repair pipeline is AIReSim's (``docs/airesim-model.md`` section 1.5): a
 failure is diagnosed with probability ``diagnosis_p`` (an undiagnosed node
@@ -42,7 +52,7 @@ from typing import Callable, Optional, Sequence, Union
 from rollcall.core.failures import Draws, nth_uniform
 from rollcall.core.history import NEMESIS, rec
 
-__all__ = ["Blame", "Pull", "Repair", "RepairPolicy", "RepairShop", "Retire", "ShopAction"]
+__all__ = ["Blame", "Pull", "Repair", "RepairPolicy", "RepairShop", "Retire", "ShopAction", "Warm"]
 
 _DRAWS_PER_FAILURE = 5  # diagnosis, automated time, escalation, manual time, outcome
 _BLAME_DRAWS = 2  # per failure of the culprit: whether the wrong node is blamed, which one
@@ -158,23 +168,46 @@ class Pull:
         return rec(now, "info", "fault", NEMESIS, kind="pull", workers=[self.worker])
 
 
-ShopAction = Union[Repair, Retire, Blame, Pull]
+@dataclass(frozen=True)
+class Warm:
+    """Idle node ``worker`` becomes a warm standby: its host selection ends
+    at ``at_s``, when its process starts (and joins). ``back``: the node
+    failed before and is back from repair, so the keeper hands out its life
+    (``Keeper.node_up``); else it never ran a process (life 0)."""
+
+    worker: int
+    at_s: float
+    back: bool
+
+    def record(self, now: float) -> dict:
+        """The history's ``warm`` fault record, when its process starts."""
+        return rec(now, "info", "fault", NEMESIS, kind="warm", workers=[self.worker])
+
+
+ShopAction = Union[Repair, Retire, Blame, Pull, Warm]
 
 
 class RepairShop:
     """The nodes in service, in repair and in the cold pool of one run.
 
     ``want``: the nodes the job runs on (its workers); ``target``: the
-    nodes it keeps when it pulls (workers and warm spares). Spares are pulled
+    nodes it keeps when it pulls (workers and spares). Spares are pulled
     once fewer than ``want`` are up or on their way, one at a time,
-    ``preempt_s`` each, until ``target`` are; pulled ids start at
-    ``first_pool_id``.
+    ``preempt_s`` each, until ``target`` are (with warm standbys, no more
+    than hold a process); pulled ids start at
+    ``first_pool_id``. ``warm``: the most warm standbys (None: no limit),
+    ``select_s``: the host selection of an idle node made one.
+
+    The ``up`` nodes in service at the start are ids ``0..up-1``; the first
+    :attr:`initial` of them start a process, the others wait idle.
     """
 
     def __init__(self, draws: Draws, policy: Optional[RepairPolicy], *, up: int, want: int,
                  target: int, pool: int = 0, preempt_s: float = 0.0,
-                 first_pool_id: int = 0) -> None:
+                 first_pool_id: int = 0, warm: Optional[int] = None,
+                 select_s: float = 0.0) -> None:
         assert 0 <= want <= target and pool >= 0 and preempt_s >= 0, (want, target, pool)
+        assert (warm is None or warm >= 0) and select_s >= 0, (warm, select_s)
         self.draws = draws
         self.policy = policy
         self.want, self.target = want, target
@@ -186,6 +219,13 @@ class RepairShop:
         self._failures: dict[int, list[float]] = {}  # node -> failure times (retirement)
         self._blamed: dict[int, int] = {}  # node -> times a wrong diagnosis blamed it
         self.retired: set[int] = set()
+        self.places = None if warm is None else want + warm  # processes at most
+        self.select_s = select_s
+        #: nodes ``0..initial-1`` start a process; the others in service wait idle
+        self.initial = up if self.places is None else min(up, self.places)
+        self.busy = self.initial  # nodes holding a process, or getting one
+        self.idle: list[int] = list(range(self.initial, up))  # longest idle first
+        self._warming: set[int] = set()
 
     def down(self, now: float, worker: int,
              innocents: Callable[[], Sequence[int]] = tuple) -> list[ShopAction]:
@@ -198,23 +238,56 @@ class RepairShop:
         times = self._failures.setdefault(worker, [])
         times.append(now)
         self.in_service -= 1
+        if worker in self.idle:  # an idle node failed: no process was lost
+            self.idle.remove(worker)
+        else:
+            self._warming.discard(worker)
+            self.busy -= 1
         out: list[ShopAction] = []
         if self.policy is not None:
             out += self._retire_or_repair(now, worker, times, innocents)
-        return out + self._pulls(now)
+        return out + self._warm(now) + self._pulls(now)
 
     def joined(self, now: float, worker: int) -> None:
-        """Node ``worker`` is new to the fleet (a scripted join): one more in service."""
+        """Node ``worker`` is new to the fleet (a scripted join, with its process):
+        one more in service."""
         assert worker not in self._failures and worker not in self.retired, worker
         self.in_service += 1
+        self.busy += 1
 
-    def up(self, now: float, worker: int, pulled: bool = False) -> None:
-        """Node ``worker`` is in service again (a repair ended, or a pulled spare came)."""
+    def up(self, now: float, worker: int, pulled: bool = False) -> bool:
+        """Node ``worker`` is in service again (a repair ended, or a pulled
+        spare came): whether its process starts now (else it waits idle
+        until a :class:`Warm` names it; a pulled spare always starts)."""
         assert worker not in self.retired, worker
         self.in_service += 1
         if pulled:
             self.coming -= 1
             assert self.coming >= 0, self.coming
+            return True  # counted busy when it was pulled
+        if self.places is not None and self.busy >= self.places:
+            self.idle.append(worker)
+            return False
+        self.busy += 1
+        return True
+
+    def warmed(self, now: float, worker: int) -> bool:
+        """The host selection of ``worker`` (a :class:`Warm`) ended: whether its
+        process starts (False: the node failed meanwhile)."""
+        if worker not in self._warming:
+            return False
+        self._warming.remove(worker)
+        return True
+
+    def _warm(self, now: float) -> list[ShopAction]:
+        """Idle nodes made warm standbys while fewer than ``places`` hold a process."""
+        out: list[ShopAction] = []
+        while self.places is not None and self.idle and self.busy < self.places:
+            w = self.idle.pop(0)
+            self._warming.add(w)
+            self.busy += 1
+            out.append(Warm(w, now + self.select_s, w in self._failures))
+        return out
 
     def _retire_or_repair(self, now: float, worker: int, times: list[float],
                           innocents: Callable[[], Sequence[int]]) -> list[ShopAction]:
@@ -236,6 +309,7 @@ class RepairShop:
         if innocent is None:
             return [self._repair(now, worker, f"repair/{worker}", k)]
         self.in_service -= 1  # the innocent leaves service too; the culprit reboots
+        self.busy -= 1  # a live member: it held a process
         blamed = self._blamed.get(innocent, 0)
         self._blamed[innocent] = blamed + 1
         return [Repair(worker, now + p.reboot_s, "misdiagnosed", False), Blame(innocent, worker),
@@ -276,11 +350,15 @@ class RepairShop:
         if have >= self.want or not self.pool_left:
             return []
         out: list[ShopAction] = []
-        for _ in range(min(self.target - have, self.pool_left)):
+        # with warm standbys, no more than the places for processes (AIReSim
+        # tops up to job size + standbys): a pulled spare is never left idle
+        top = self.target if self.places is None else min(self.target, self.places)
+        for _ in range(min(top - have, self.pool_left)):
             at = max(now, self._pull_free_s) + self.preempt_s
             self._pull_free_s = at
             out.append(Pull(self.next_pool_id, at))
             self.next_pool_id += 1
             self.pool_left -= 1
             self.coming += 1
+            self.busy += 1
         return out
