@@ -27,6 +27,7 @@ from rollcall.core import (
 from rollcall.core.history import members_of
 from rollcall.results import read_history
 from rollcall.scenario import ScenarioError, parse_scenario
+from real_processes import REAL_PROCESSES
 from sim.driver import Simulation
 
 PIPELINE = RepairPolicy(auto_s=7200.0, manual_s=86400.0, manual_p=0.5, auto_fail_p=0.4,
@@ -423,3 +424,50 @@ def test_computing_age_is_sim_only_and_one_repair_is_given() -> None:
         parse_scenario("name: x\ncluster: {repair_s: 5.0, repair: {auto_s: 5.0}}\n")
     with pytest.raises(ScenarioError, match="retire_after"):
         parse_scenario("name: x\ncluster: {repair: {retire_window_s: 5.0}}\n")
+
+
+# no warm standby at all: a repaired node waits idle, and is made the
+# standby (a `warm` record, its new life handed out by the keeper) only when
+# the next member is lost. The second kill comes seconds after the first
+# warmed spare joined on real (a fresh process starts in 1-2 s here; 8 s
+# leaves room beside a CPU hog), and seconds before the end.
+WARM_BACK = """
+name: warm-back
+seed: 0
+target: real
+cluster: {workers: 3, spares: 1, warm_standbys: 0, select_s: 0.3, repair_s: 1.0}
+workload: {steps: 3000, global_batch: 24, micro_batch: 4, dataset_samples: 480,
+           model_params: 20000}
+detector: {heartbeat_s: 0.1, timeout_s: 2.0}
+rendezvous: {min_workers: 2, max_workers: 3, last_call_s: 0.2, join_timeout_s: 5.0}
+strategy: {kind: elastic, batch: constant, checkpoint_interval_steps: 100}
+failures:
+  schedule:
+    - {at_step: 10, kill: 1}
+    - {at_s: 8.0, kill: 2}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("target", ["sim", pytest.param("real", marks=REAL_PROCESSES)])
+def test_a_repaired_node_waits_idle_until_it_is_made_a_warm_standby(
+        target: str, tmp_path: Path) -> None:
+    """On both targets: the idle spare is warmed at the first kill; worker 1,
+    back from repair with every place taken, waits without a process, and
+    the second kill makes it the standby: it joins as its next life."""
+    from real import driver as real_driver
+    from sim import driver as sim_driver
+
+    sc = parse_scenario(WARM_BACK.replace("target: real", f"target: {target}"))
+    summary = (real_driver if target == "real" else sim_driver).run(sc, tmp_path)
+    assert summary["completed"] and summary["valid"], summary.get("violations")
+    history = list(read_history(tmp_path))
+    kinds = [(r["kind"], r["workers"]) for r in history if r["f"] == "fault"]
+    assert [k for k in kinds if k[0] in ("kill", "warm")] == \
+        [("kill", [1]), ("warm", [3]), ("kill", [2]), ("warm", [1])]
+    gens = [(r["reason"], members_of(r)) for r in history if r["f"] == "generation"]
+    assert gens == [("start", (0, 1, 2)), ("failure", (0, 2)), ("growth", (0, 2, 3)),
+                    ("failure", (0, 3)), ("growth", (0, 1, 3))]
+    back = [r for r in history if r["f"] == "enter" and r["process"] == 1][-1]
+    assert back["incarnation"] == 1 and back["gen"] == 5
