@@ -90,9 +90,12 @@ def members_delta(key: str, members: IdRuns, before: Optional[IdRuns]) -> dict[s
     """``{key: runs}``, or against ``before`` (the list the previous record
     of the kind wrote) ``{key_add: runs, key_drop: runs}`` when the list is
     long and the change is shorter; :func:`expand_deltas` restores ``key``."""
-    if before is not None and members.run_count() > DELTA_MIN_RUNS:
-        add, drop = members - before, before - members
-        if add.run_count() + drop.run_count() < members.run_count():
+    n = members.run_count() if before is not None else 0
+    if n > DELTA_MIN_RUNS:
+        add, drop = members - before, before - members  # type: ignore[operator]
+        # a set has no more runs than ids: the few ids a generation changes
+        # settle it without counting the runs of two masks as wide as the job
+        if len(add) + len(drop) < n or add.run_count() + drop.run_count() < n:
             return {f"{key}_add": add.runs(), f"{key}_drop": drop.runs()}
     return {key: members.runs()}
 

@@ -41,7 +41,7 @@ class IdRuns(Sequence[int]):
     read-only by contract, so reading it costs no call.
     """
 
-    __slots__ = ("mask", "_n", "_lo_", "_hi_", "_cum_", "_runs_")
+    __slots__ = ("mask", "_n", "_lo_", "_hi_", "_cum_", "_runs_", "_nruns", "_hash")
 
     def __init__(self, runs: Iterable[Sequence[int]] = ()) -> None:
         """From inclusive ``[lo, hi]`` runs in increasing order (checked)."""
@@ -69,6 +69,8 @@ class IdRuns(Sequence[int]):
         self._hi_ = hi
         self._cum_: Optional[list[int]] = None
         self._runs_: Optional[list[list[int]]] = None
+        self._nruns = -1  # counted on first use, as _n
+        self._hash = -1  # hash(mask) on first use: O(max id) for a large set, and never -1
 
     @classmethod
     def _raw(cls, lo: list[int], hi: list[int], m: Optional[int] = None) -> "IdRuns":
@@ -163,8 +165,11 @@ class IdRuns(Sequence[int]):
         bits whose lower neighbour is clear (a few big-int operations)."""
         if self._lo_ is not None:
             return len(self._lo_)
-        m = self.mask
-        return (m & ~(m << 1)).bit_count()
+        n = self._nruns
+        if n < 0:
+            m = self.mask
+            n = self._nruns = (m & ~(m << 1)).bit_count()
+        return n
 
     # --- sequence -------------------------------------------------------------
 
@@ -296,7 +301,10 @@ class IdRuns(Sequence[int]):
         return eq if eq is NotImplemented else not eq
 
     def __hash__(self) -> int:
-        return hash(self.mask)
+        h = self._hash
+        if h == -1:
+            h = self._hash = hash(self.mask)
+        return h
 
     def __repr__(self) -> str:
         return f"IdRuns({self.runs()!r})"
