@@ -392,33 +392,21 @@ def history_line(record: dict[str, Any]) -> str:
     them raw, the standard library escapes them) or a float below 1e-4 whose
     exponent has one digit (orjson ``1e-6``, the standard library ``1e-06``).
     A NaN or an infinity, which JSON cannot carry (orjson would write
-    ``null``), is an error: a line with a ``null`` is orjson's only when
-    every float in the record is finite (a None is written alike by both).
+    ``null``), is an error.
     """
     try:
         line = orjson.dumps(record, option=_ORJSON_OPTIONS)
-    except orjson.JSONEncodeError:  # the standard library writes it, or says why not
-        return _STDLIB_ENCODER.encode(record) + "\n"
+    except orjson.JSONEncodeError:
+        line = b"null"  # let the standard library say what it cannot write
     # printable ASCII only: orjson escapes controls below 0x20 but not DEL (0x7f),
     # which the standard library writes as \u007f
     if line.isascii():
         text = line.decode("ascii")  # searched as text: `bytes in bytes` raises and clears a TypeError
-        if "\x7f" not in text and ("e-" not in text or not _SHORT_NEGATIVE_EXPONENT.search(text)) \
-                and ("null" not in text or _finite(record)):
+        if "null" not in text and "\x7f" not in text and (
+                "e-" not in text or not _SHORT_NEGATIVE_EXPONENT.search(text)):
             return text
     # same bytes where both can write it; raises on a NaN or an infinity
     return _STDLIB_ENCODER.encode(record) + "\n"
-
-
-def _finite(value: Any) -> bool:
-    """No NaN or infinity anywhere in ``value`` (a record's fields, nested)."""
-    if isinstance(value, float):
-        return value - value == 0.0  # NaN and the infinities give NaN
-    if isinstance(value, dict):
-        return all(_finite(v) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return all(_finite(v) for v in value)
-    return True
 
 
 class HistoryWriter:
