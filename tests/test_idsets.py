@@ -69,6 +69,19 @@ def test_set_algebra_on_many_shared_runs(base: list[int], a_out: list[int], b_ou
         assert len(r) == len(list(r))
 
 
+@given(st.lists(st.integers(0, 200_000), max_size=40))
+def test_a_few_ids_far_apart_read_off_the_mask(ids: list[int]) -> None:
+    """A set of changes (a few ids, wide as a 10^5-node job): its ids and runs
+    read off the top of the mask are the sorted ids and their runs."""
+    want = sorted(set(ids))
+    r = IdRuns.from_mask(sum(1 << i for i in want))
+    assert list(r) == want and list(IdRuns.from_mask(r.mask).ascending()) == want
+    assert r.runs() == IdRuns.of(want).runs() == [list(x) for x in IdRuns.of(want).runs()]
+    runs = r.runs()
+    assert all(hi + 1 < lo for (_, hi), (lo, _) in zip(runs, runs[1:]))
+    assert sum(hi - lo + 1 for lo, hi in runs) == len(want)
+
+
 @given(st.lists(st.tuples(st.integers(0, 20_000), st.integers(0, 300)), max_size=40),
        st.integers(0, 20_100), st.integers(0, 40))
 def test_mask_and_runs_are_one_set(spans: list[tuple[int, int]], x: int, k: int) -> None:

@@ -123,8 +123,13 @@ class IdRuns(Sequence[int]):
     # --- the two forms ----------------------------------------------------------
 
     def _runs_now(self) -> None:
-        """Derive the runs from the mask (once: callers check ``_lo_``)."""
-        self._lo_, self._hi_ = _runs_of(self.mask)
+        """Derive the runs from the mask (once: callers check ``_lo_``): a few
+        ids are read off the top of the mask (a set of changes, wide as the
+        job but holding two ids), more by their runs."""
+        if len(self) <= _PEEL_MAX:
+            self._lo_, self._hi_ = _runs_of_ids(_ids_descending(self.mask)[::-1])
+        else:
+            self._lo_, self._hi_ = _runs_of(self.mask)
 
     @property
     def _lo(self) -> list[int]:
@@ -184,7 +189,8 @@ class IdRuns(Sequence[int]):
 
     def __iter__(self) -> Iterator[int]:
         if self._lo_ is None and len(self) <= _PEEL_MAX:
-            return _bits(self.mask)  # a few ids: peeled off the mask, no runs derived
+            # a few ids: read off the mask, no runs derived
+            return reversed(_ids_descending(self.mask))
         return chain.from_iterable(map(range, self._lo, map((1).__add__, self._hi)))
 
     def ascending(self) -> Iterator[int]:
@@ -379,6 +385,31 @@ def _bits(m: int) -> Iterator[int]:
         low = m & -m
         yield low.bit_length() - 1
         m ^= low
+
+
+def _ids_descending(m: int) -> list[int]:
+    """The set bits of ``m``, highest first: each costs a shift and an xor
+    (the highest bit's position is known without a pass over the int, where
+    the lowest's takes a negated copy of all of it)."""
+    out = []
+    while m:
+        b = m.bit_length() - 1
+        out.append(b)
+        m ^= 1 << b
+    return out
+
+
+def _runs_of_ids(ids: list[int]) -> tuple[list[int], list[int]]:
+    """The maximal runs of increasing ids."""
+    lo: list[int] = []
+    hi: list[int] = []
+    for i in ids:
+        if hi and hi[-1] == i - 1:
+            hi[-1] = i
+        else:
+            lo.append(i)
+            hi.append(i)
+    return lo, hi
 
 
 def _low_bits(m: int, k: int) -> int:
