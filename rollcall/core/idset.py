@@ -99,14 +99,7 @@ class IdRuns(Sequence[int]):
             return ids
         if isinstance(ids, range) and ids.step == 1:
             return cls.span(ids.start, ids.stop - 1)
-        lo: list[int] = []
-        hi: list[int] = []
-        for i in sorted(set(ids)):
-            if hi and hi[-1] == i - 1:
-                hi[-1] = i
-            else:
-                lo.append(i)
-                hi.append(i)
+        lo, hi = _runs_of_ids(sorted(set(ids)))
         if lo and lo[0] < 0:
             raise ValueError(f"negative id {lo[0]}")
         return cls._raw(lo, hi) if lo else EMPTY
