@@ -584,12 +584,10 @@ class Simulation:
         now = self.env.now
         self.tally.counts["repairs"] += 1
         self._write(repair.record(now))
-        if not self.shop.up(now, w):  # it waits idle, without a process (warm_standbys)
-            self._arrive(now, w, self.draws.next_lifetime(w))
-            return
-        life = self.keeper.node_up(now, w)
+        starts = self.shop.up(now, w)  # else it waits idle, without a process (warm_standbys)
         self._arrive(now, w, self.draws.next_lifetime(w))
-        self._start(now, [w], [life])
+        if starts:
+            self._start(now, [w], [self.keeper.node_up(now, w)])
 
     def _warmed(self, warm: Warm) -> None:
         """An idle node's host selection ended: its process starts and joins,
