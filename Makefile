@@ -24,7 +24,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install -e '.[test]'
+	$(VENV)/bin/python -m pip install -e '.[test]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 quickstart: $(STAMP)
