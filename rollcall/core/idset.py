@@ -47,19 +47,22 @@ class IdRuns(Sequence[int]):
         """From inclusive ``[lo, hi]`` runs in increasing order (checked)."""
         lo: list[int] = []
         hi: list[int] = []
-        for a, b in runs:
-            a, b = int(a), int(b)
-            if b < a:
-                raise ValueError(f"empty run [{a}, {b}]")
-            if a < 0:
-                raise ValueError(f"negative id in run [{a}, {b}]")
-            if hi and a <= hi[-1] + 1:
-                if a <= hi[-1]:
+        end = -2  # the last run's upper id (none yet: no id is adjacent to it)
+        for a, b in runs:  # a history's member lists are read through here: one pass, few calls
+            if a.__class__ is not int or b.__class__ is not int:
+                a, b = int(a), int(b)
+            if b < a or a < 0 or a <= end + 1:
+                if b < a:
+                    raise ValueError(f"empty run [{a}, {b}]")
+                if a < 0:
+                    raise ValueError(f"negative id in run [{a}, {b}]")
+                if a <= end:
                     raise ValueError("runs must be increasing and disjoint")
-                hi[-1] = b  # adjacent: one run
-            else:
-                lo.append(a)
-                hi.append(b)
+                hi[-1] = end = b  # adjacent: one run
+                continue
+            lo.append(a)
+            hi.append(b)
+            end = b
         self._init(_mask_of_runs(lo, hi), lo, hi)
 
     def _init(self, m: int, lo: Optional[list[int]], hi: Optional[list[int]]) -> None:
@@ -358,10 +361,16 @@ class IdRuns(Sequence[int]):
 
 EMPTY = IdRuns._raw([], [], 0)
 
-# Below this many runs (or set ids) the conversions loop over the int's bits
-# in Python; above, they go through the mask's binary digits as a string,
-# where C does the work (int <-> str in base 2 and a regular expression).
+# Below this many runs (or set ids) the runs of a mask are peeled off it in
+# Python; above, they are read from its binary digits as a string, where C
+# does the work (int -> str in base 2 and a regular expression).
 _PY_MAX_RUNS = 8
+# Up to this many runs a mask is built by or-ing one shifted block of ones
+# per run (a word-wise pass each: ~5 ps per bit); above, from a string of
+# its binary digits (~2.5 ns per bit, whatever the runs). Measured: 38 runs
+# over 2,100 ids 4.4 us against 8.8 us; 64 over 130,000, 41 us against 320 us;
+# 500 over 130,000, 283 us against 293 us.
+_MASK_LOOP_MAX_RUNS = 256
 _LOW64 = (1 << 64) - 1
 _ONES = re.compile("1+")
 
@@ -430,7 +439,7 @@ def _low_bits(m: int, k: int) -> int:
 
 def _mask_of_runs(lo: list[int], hi: list[int]) -> int:
     """The bitmask of normalised runs."""
-    if len(lo) <= _PY_MAX_RUNS:
+    if len(lo) <= _MASK_LOOP_MAX_RUNS:
         m = 0
         for a, b in zip(lo, hi):
             m |= ((1 << (b - a + 1)) - 1) << a
