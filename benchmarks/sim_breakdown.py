@@ -82,8 +82,7 @@ def child(root: Path, strategy: str, seeds: int) -> dict[str, list[float]]:
     return out
 
 
-def _archive(rev: str) -> Path:
-    dest = Path(tempfile.mkdtemp(prefix="simbreak-"))
+def _archive(rev: str, dest: Path) -> Path:
     git = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True)
     if git.returncode != 0:
         raise SystemExit(f"sim_breakdown: cannot archive {rev!r}: {git.stderr.decode().strip()}")
@@ -109,7 +108,11 @@ def main() -> int:
         root, strategy, seeds = args.child
         print(json.dumps(child(Path(root), strategy, int(seeds))))
         return 0
-    base = _archive(args.against)
+    with tempfile.TemporaryDirectory(prefix="simbreak-") as tmp:
+        return _compare(args, _archive(args.against, Path(tmp)))
+
+
+def _compare(args: argparse.Namespace, base: Path) -> int:
     med: Callable[[list[float]], float] = statistics.median
     print(f"llama3-54d, {args.seeds} seeds per tree, ms per run (median)")
     print(f"{'strategy':<19} {'tree':<8} " + " ".join(f"{p:>8}" for p in PARTS))
