@@ -99,6 +99,28 @@ def test_a_measured_shape_takes_the_suites_own_steps_over_the_fit() -> None:
     assert suite.overrides(old, sc)["workload.step_s_by_workers"][4] == 0.02  # version 1
 
 
+# A suite's measured steps on this 2-core machine (session 21): (members,
+# micro-batches, 1e6 params, steps, mean step s), two model sizes 100x apart
+MEASURED_STEPS = [
+    (4, 8, 0.02, 39, 0.011109), (3, 8, 0.02, 39, 0.007094), (2, 8, 0.02, 79, 0.005156),
+    (3, 8, 0.02, 65, 0.006916), (4, 8, 0.02, 73, 0.009499), (4, 24, 2.0, 9, 0.075364),
+    (3, 24, 2.0, 22, 0.095942), (4, 24, 2.0, 66, 0.082017), (3, 6, 0.02, 24, 0.006241),
+    (2, 6, 0.02, 39, 0.006069), (3, 6, 2.0, 24, 0.041752), (2, 6, 2.0, 39, 0.037984),
+]
+
+
+def test_the_step_fit_minds_the_small_steps_as_much_as_the_large() -> None:
+    points = [(m, s, p, y, n) for m, s, p, n, y in MEASURED_STEPS]
+    coef = suite.fit_step(points, cpus=2)
+    worst = max(abs(suite._step(coef, m, s, p, 2) / y - 1) for m, s, p, y, _ in points)
+    assert worst < 0.25, worst  # fitted on absolute seconds: 53%, the small model's 2-member step
+    absolute = suite._nnls([[math.sqrt(n) * x for x in suite._features(m, s, p, 2)]
+                            for m, s, p, _, n in points],
+                           [math.sqrt(n) * y for *_, y, n in points])
+    assert worst < max(abs(suite._step(absolute, m, s, p, 2) / y - 1)
+                       for m, s, p, y, _ in points) - 0.2
+
+
 def test_the_step_fit_keeps_every_cost_non_negative() -> None:
     # y = 2 + 3 x1 exactly, plus a second feature that noise would buy negative
     rows = [[1.0, x, x * x] for x in (0.0, 1.0, 2.0, 3.0, 4.0)]
