@@ -119,6 +119,8 @@ def test_the_step_fit_minds_the_small_steps_as_much_as_the_large() -> None:
                            [math.sqrt(n) * y for *_, y, n in points])
     assert worst < max(abs(suite._step(absolute, m, s, p, 2) / y - 1)
                        for m, s, p, y, _ in points) - 0.2
+    # a step timed at 0 (two commits in one clock tick) is left out, not weighed infinitely
+    assert suite.fit_step(points + [(2, 8, 0.02, 0.0, 5)], cpus=2) == coef
 
 
 def test_the_step_fit_keeps_every_cost_non_negative() -> None:
