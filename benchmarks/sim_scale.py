@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -73,6 +75,8 @@ def child(name: str, strategy: str, seed: int, history: bool) -> dict:
     sim = Simulation(sc, out)
     s = sim.run()
     wall, cpu = time.perf_counter() - t, time.process_time() - c
+    if out is not None:
+        shutil.rmtree(out, ignore_errors=True)  # the history was written: that was the cost
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
     return {"scenario": name, "strategy": strategy, "seed": seed, "wall_s": wall, "cpu_s": cpu,
             "keeper_wall_s": s["keeper_wall_s"], "check_wall_s": s["check_wall_s"],
@@ -105,14 +109,22 @@ def main() -> int:
                         "/tmp/sim_scale.prof")
         pstats.Stats("/tmp/sim_scale.prof").sort_stats("tottime").print_stats(25)
         return 0
+    with tempfile.TemporaryDirectory(prefix="simscale-") as tmp:
+        args.tmp = tmp  # the children's TMPDIR too: what a tree's child leaves goes with it
+        trees = [("this", Path(__file__).resolve())]
+        if args.against:
+            base = _archive(args.against, Path(tmp) / "base")
+            if base is None:
+                return 2
+            trees.append((args.against, base / "benchmarks" / "sim_scale.py"))
+        _compare(args, trees)
+    return 0
+
+
+def _compare(args: argparse.Namespace, trees: list[tuple[str, Path]]) -> None:
+    """Every scenario and strategy asked, each tree's child per replicate, side by side."""
     names = [args.only] if args.only else list(SCENARIOS)
     strategies = [args.strategy] if args.strategy else list(STRATEGIES)
-    trees = [("this", Path(__file__).resolve())]
-    if args.against:
-        base = _archive(args.against)
-        if base is None:
-            return 2
-        trees.append((args.against, base / "benchmarks" / "sim_scale.py"))
     print(f"{'tree':<8} {'scenario':<12} {'strategy':<19} {'seed':>4} {'wall s':>8} {'cpu s':>7} "
           f"{'keeper%':>7} {'sim s/wall s':>13} {'events/s':>9} {'simpy raw/s':>11} {'fail':>5} "
           f"{'gens':>5} {'peak MiB':>9}  ok")
@@ -128,13 +140,12 @@ def main() -> int:
             if ratios:
                 print(f"== {name} {strategy}: median cpu ratio this/{args.against} "
                       f"{statistics.median(ratios):.2f} over {len(ratios)} replicate(s)")
-    return 0
 
 
-def _archive(rev: str) -> Optional[Path]:
-    """A ``git archive`` of ``rev`` in a temporary directory, or None (and why)."""
-    dest = Path(tempfile.mkdtemp(prefix="simscale-base-"))
+def _archive(rev: str, dest: Path) -> Optional[Path]:
+    """A ``git archive`` of ``rev`` in ``dest``, or None (and why)."""
     git = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True)
+    dest.mkdir()
     if git.returncode != 0:
         print(f"sim_scale: cannot archive {rev!r}: {git.stderr.decode().strip()}", file=sys.stderr)
         return None
@@ -150,7 +161,8 @@ def _row(tag: str, script: Path, name: str, strategy: str, seed: int,
         cmd.append("--no-history")
     lead = f"{tag:<8} {name:<12} {strategy:<19} {seed:>4}"
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                           env={**os.environ, "TMPDIR": args.tmp})
     except subprocess.TimeoutExpired:
         print(f"{lead} {'> ' + str(int(args.timeout)):>8}  (timed out)")
         return None
