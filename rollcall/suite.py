@@ -225,8 +225,10 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
         sizes = {int(r["gen"]): len(from_ranges(r["members"])) for r in read_history(d)
                  if r.get("f") == "generation"}
         counts = m.get("steps_by_generation") or {}
+        # a generation timed at 0 s (its commits stamped at one instant: a
+        # hand-made history) has no step to fit or to take as measured
         points = [(sizes[int(g)], shards, params_m, float(step_s), int(counts.get(g, 1)))
-                  for g, step_s in m["step_s_by_generation"].items()]
+                  for g, step_s in m["step_s_by_generation"].items() if float(step_s) > 0]
         if (sc.get("keeper") or {}).get("store") == "etcd":
             # the keeper's run: its failover, and its steps, which carry each
             # commit through the launcher's relay to a keeper process (fitted
@@ -290,8 +292,8 @@ def fit_step(points: Sequence[tuple[int, int, float, float, int]], cpus: int) ->
     of the large model outweighed the small ones tenfold, and the fit missed
     those by up to 53% (22% so, on the same points). And each generation's
     mean step weighs as the steps it is over (a mean of few steps is noisy:
-    its variance is ~1/n, so its row gets sqrt(n)). A step timed at 0 (two
-    commits in one clock tick) has no relative error to fit: it is left out.
+    its variance is ~1/n, so its row gets sqrt(n)). A step timed at 0 has
+    no relative error to fit: it is left out (:func:`fit` gathers none).
     """
     points = [pt for pt in points if pt[3] > 0 and pt[4] > 0]
     if not points:
