@@ -361,10 +361,10 @@ class IdRuns(Sequence[int]):
 
 EMPTY = IdRuns._raw([], [], 0)
 
-# Below this many runs (or set ids) the runs of a mask are peeled off it in
-# Python; above, they are read from its binary digits as a string, where C
-# does the work (int -> str in base 2 and a regular expression).
-_PY_MAX_RUNS = 8
+# Up to this many runs the runs of a mask are peeled off it in Python;
+# above, they are read from its binary digits as a string, where C does the
+# work (int -> str in base 2 and a regular expression).
+_PEEL_MAX_RUNS = 16
 # Up to this many runs a mask is built by or-ing one shifted block of ones
 # per run (a word-wise pass each: ~5 ps per bit); above, from a string of
 # its binary digits (~2.5 ns per bit, whatever the runs). Measured: 38 runs
@@ -458,7 +458,7 @@ def _runs_of(m: int) -> tuple[list[int], list[int]]:
     (each costs a few word-wise int operations, whatever the ids), through
     the binary digits as a string when there are many. The count of runs
     (the bits whose lower neighbour is clear) picks the way."""
-    if (m & ~(m << 1)).bit_count() > 2 * _PY_MAX_RUNS:
+    if (m & ~(m << 1)).bit_count() > _PEEL_MAX_RUNS:
         return _runs_of_many(m)
     lo: list[int] = []
     hi: list[int] = []
