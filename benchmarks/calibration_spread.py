@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shutil
 import statistics
 import sys
 import tempfile
@@ -38,19 +37,17 @@ from rollcall import calibrate  # noqa: E402
 from rollcall.results import SUMMARY_FILE, read_summary  # noqa: E402
 from rollcall.scenario import load_scenario  # noqa: E402
 
+import sim_vs_real  # noqa: E402  (this script's folder)
+
 GOAL = 0.15
 
 
 def _predict(path: Path, doc: dict) -> float:
-    """The sim's ``elapsed_s`` for the real scenario at ``path`` under suite ``doc``."""
-    from sim.driver import run
-
+    """The sim's ``elapsed_s`` for the real scenario at ``path`` under suite
+    ``doc``, run as ``sim_vs_real.py`` runs it (its run directory removed)."""
     sc = calibrate.calibrated(load_scenario(path, [], target="real"), doc)
-    out = Path(tempfile.mkdtemp(prefix="calspread-"))
-    try:
-        return float(run(sc, out)["elapsed_s"])
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="calspread-") as tmp:
+        return float(sim_vs_real._run(sc, Path(tmp) / "sim")["elapsed_s"])
 
 
 def _real(dirs: list[Path], names: list[str]) -> dict[str, list[float]]:

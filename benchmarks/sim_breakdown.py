@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from sim_scale import archive  # this script's folder: a git archive of another tree
+
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("total", "keeper", "commit", "agents", "check", "rest")
 AGENT_CALLS = ("receive", "step_committed", "start", "discard", "take", "absorb", "reconnected",
@@ -83,14 +85,6 @@ def child(root: Path, strategy: str, seeds: int) -> dict[str, list[float]]:
     return out
 
 
-def _archive(rev: str, dest: Path) -> Path:
-    git = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True)
-    if git.returncode != 0:
-        raise SystemExit(f"sim_breakdown: cannot archive {rev!r}: {git.stderr.decode().strip()}")
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=git.stdout, check=True)
-    return dest
-
-
 def _run_child(root: Path, strategy: str, seeds: int) -> dict[str, list[float]]:
     p = subprocess.run([sys.executable, __file__, "--child", str(root), strategy, str(seeds)],
                        capture_output=True, text=True, timeout=900)
@@ -110,7 +104,8 @@ def main() -> int:
         print(json.dumps(child(Path(root), strategy, int(seeds))))
         return 0
     with tempfile.TemporaryDirectory(prefix="simbreak-") as tmp:
-        return _compare(args, _archive(args.against, Path(tmp)))
+        base = archive(args.against, Path(tmp) / "base")
+        return 2 if base is None else _compare(args, base)
 
 
 def _compare(args: argparse.Namespace, base: Path) -> int:

@@ -113,7 +113,7 @@ def main() -> int:
         args.tmp = tmp  # the children's TMPDIR too: what a tree's child leaves goes with it
         trees = [("this", Path(__file__).resolve())]
         if args.against:
-            base = _archive(args.against, Path(tmp) / "base")
+            base = archive(args.against, Path(tmp) / "base")
             if base is None:
                 return 2
             trees.append((args.against, base / "benchmarks" / "sim_scale.py"))
@@ -142,7 +142,7 @@ def _compare(args: argparse.Namespace, trees: list[tuple[str, Path]]) -> None:
                       f"{statistics.median(ratios):.2f} over {len(ratios)} replicate(s)")
 
 
-def _archive(rev: str, dest: Path) -> Optional[Path]:
+def archive(rev: str, dest: Path) -> Optional[Path]:
     """A ``git archive`` of ``rev`` in ``dest``, or None (and why)."""
     git = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True)
     dest.mkdir()
