@@ -276,3 +276,21 @@ def test_max_restarts_zero_gives_up_at_the_first_failure_and_none_never() -> Non
         out = k.receive(2.1 + 10 * i, JoinBatch(relaunch.workers, None, relaunch.incarnations))
         out += k.handle_timer(2.7 + 10 * i)
         assert of(out, Formed)
+
+
+def test_members_silent_in_one_tick_cost_one_restart() -> None:
+    """Found while fixing seed 380662767 of the stateful test: a partition
+    silences workers 1 and 2 together, and the detector's verdicts come in
+    one tick. The first restarts the job and tears every member down; the
+    second life's verdict was then read as a loss in the restarting group,
+    a second restart at the same instant (one more against max_restarts,
+    and that worker's next life named twice over by the later relaunch)."""
+    k = keeper(max_restarts=1)
+    start(k, 3)
+    k.observe_alive(3.5, [0])  # only worker 0 is heard from
+    out = k.handle_timer(4.0)
+    evicted = [o.record["worker"] for o in of(out, Record) if o.record["f"] == "evict"]
+    assert evicted == [1]  # the restart ended worker 2's life before its verdict
+    assert len(of(out, RestartJob)) == 1 and not of(out, JobFailed)
+    (relaunch,) = of(out, Relaunch)
+    assert relaunch.lives() == {0: 1, 1: 1, 2: 1}

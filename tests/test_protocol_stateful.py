@@ -577,6 +577,29 @@ def test_a_relaunch_names_a_life_node_up_handed_out() -> None:
     assert not m.world.violations, m.world.violations
 
 
+def test_a_repaired_members_life_that_dies_in_the_restart_is_torn_down() -> None:
+    """The example hypothesis found (seed 380662767; a gap, fixed in
+    Keeper._restart_again): worker 0's node is lost, the restart relaunches
+    worker 2 alone, and the repaired node's new life 1 of worker 0 joins the
+    restart round. A rack loss freezes that life; evicted, its loss restarts
+    the group again, which kept it as a running life instead of tearing it
+    down, and the next restart relaunched worker 0 as life 1 again."""
+    m = ShardedRendezvous()
+    m.start(n=3, min_workers=3, room=0, latency=0.0, strategy="checkpoint-restart",
+            batched=False, bulk=False,
+            spec=ShardSpec(n_shards=1, replicas=1, rack_size=None, shard_bytes=100))
+    m.heal()
+    m.crash(i=0, node_lost=True, noticed=False)
+    m.fault_mid_step(dt=0.0, fault="leave", i=0)
+    for _ in range(7):
+        m.advance(dt=1.0)
+    for _ in range(3):
+        m.rack_loss(i=0)
+    w = m.world
+    assert not w.violations, w.violations
+    assert [p.agent.incarnation for p in w.procs[0]] == [0, 1, 2, 3]
+
+
 def test_checker_reads_a_zombies_late_enter_as_going_back() -> None:
     """The example hypothesis found (a gap, fixed: enter records name the
     life, and the checker orders each life's enters): worker 1 is paused before it hears

@@ -583,7 +583,10 @@ class Keeper:
             dead = self.liveness.expired(lambda t: expiry(t) <= now)
         assert dead == sorted(dead), "verdicts in id order (the history is deterministic)"
         for worker in dead:
-            self._declare_dead(now, worker, "timeout")
+            # a restart an earlier verdict of this tick caused tore the
+            # others' lives down already: theirs are over, not lost again
+            if worker in self.liveness:
+                self._declare_dead(now, worker, "timeout")
         if self.benched:
             self._unbench(now)
         r = self.round
@@ -1187,7 +1190,9 @@ class Keeper:
         (spares, a repaired member's new life) wait for the next one, but
         the ``dead`` one whose loss this is: kept as a standby, it counted as
         joined for its id's next life, which never asked (the stateful
-        test, seed 3)."""
+        test, seed 3); kept as running, its id was relaunched later as the
+        life that had died (seed 380662767). It is torn down with the
+        started ones."""
         members = self.members
         # the lives running: the relaunched ones, and those node_up handed out
         # (a repaired node's) that have not joined yet
@@ -1203,7 +1208,10 @@ class Keeper:
                     if w in waiting:
                         self.standby_gen[w] = g
         self.round = None
-        self._restart(now, "restart-failure", started, keep=r.joined - started)
+        # the dead life is over too, whether it was started by the relaunch
+        # or joined the round otherwise (a repaired member's new life): torn
+        # down, it is relaunched as its next life, never kept as running
+        self._restart(now, "restart-failure", over, keep=r.joined - over)
 
     def _relaunch(self, now: float, r: Round) -> None:
         """The relaunch a restart ordered is due: the lives of the torn-down
