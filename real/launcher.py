@@ -687,8 +687,12 @@ class Launcher:
         # A slow order goes first too: step N's exchange needs the last
         # member's compute, so the slowed worker hears it before it can ask
         # to commit step N (its first slow step, as on the sim; seen in CI:
-        # sent after the answer, it came a step late now and then).
-        before = (*LINK_FAULTS, "lose_host", "slow")
+        # sent after the answer, it came a step late now and then). A kill
+        # goes first for the same reason: the answer's send wakes its
+        # worker, which on a busy machine could run step N+1 and ask to
+        # commit it before this process got the CPU back to send SIGKILL
+        # (seen once: real-warm-standby's kill at step 10 resumed at 11).
+        before = (*LINK_FAULTS, "lose_host", "slow", "kill", "kill_rack", "crash")
         for d in [d for d in due if d.kind in before]:
             self.inject(d)
         if conn.sock in self.conns:
