@@ -642,8 +642,9 @@ class Worker:
         fast mode (``part`` None, one loss per shard), or each kept on its own
         in exact mode's ``part``. The per-sample ledger record leaves here,
         before the exchange, so a kill cannot lose it, with how long the
-        compute took (``compute_s``, wall seconds)."""
-        began = time.monotonic()
+        compute took (``compute_s``, see :meth:`compute_clock`)."""
+        clock = self.compute_clock()
+        began = clock()
         self.wl.zero_grad()
         ids_all: list[int] = []
         losses: list[float] = []
@@ -664,10 +665,12 @@ class Worker:
             else:  # each shard's gradient on its own, never float-added to another
                 grads, loss = self.wl.shard_gradient(ids)
                 part.add(j, grads, loss)
+        compute_s = clock() - began
         if self.slow_factor > 1 and cursor.step >= self.slow_from:
-            self.stretch(gen, (self.slow_factor - 1) * (time.monotonic() - began))
+            self.stretch(gen, (self.slow_factor - 1) * compute_s)
+            compute_s *= self.slow_factor
             self.stretched = cursor.step
-        compute_s = round(time.monotonic() - began, 6)
+        compute_s = round(compute_s, 6)
         # the keeper's straggler policy hears it with the commit request
         self.compute = (compute_s, len(mine))
         if ids_all:
@@ -675,6 +678,18 @@ class Worker:
             self.record(rec(self.now(), "ok", "contribute", self.worker, gen=gen,
                             step=cursor.step, samples=ids_all, compute_s=compute_s))
         return part, losses, mine
+
+    def compute_clock(self) -> Callable[[], float]:
+        """What a step's compute is timed with. On the CPU: this thread's CPU
+        time (torch computes on it, ``set_num_threads(1)``). The straggler
+        policy compares members' compute, and on a machine the workers share
+        with other load, wall time counts the moments a member waited for a
+        core: a few milliseconds now and then, against steps of about one,
+        which made a member lag or not by chance (``real-straggler`` evicted
+        two steps late beside a CPU hog). A ``slow`` fault's stretch, the
+        throttling it models, is added to it. On a GPU: wall time (the
+        compute runs on the device, not on this thread)."""
+        return time.thread_time if self.wl.device.type == "cpu" else time.monotonic
 
     def late_stretch(self, gen: int, step: int) -> None:
         """A slow order meant for this step (``slow_from``) that came once its
