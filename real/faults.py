@@ -139,6 +139,14 @@ class FaultPlan:
             out.append(self._due(i, f))
         return out
 
+    def next_gate(self) -> int:
+        """The committed count at which :meth:`due_by_step` will next hand out
+        a fault (0: none left): a keeper that answers commits itself holds
+        the last member's ack of that step until the fault is in."""
+        gates = [int(w) - 1 if f.action == "slow" and f.targets != "random" else int(w)
+                 for w, _, f in self.by_step]
+        return max(1, min(gates)) if gates else 0
+
     def pick(self, candidates: list[int]) -> Optional[int]:
         """The run's next random target among ``candidates`` (None when empty)."""
         return self.draws.pick(candidates)

@@ -42,6 +42,7 @@ from real import wire
 from real.keeper_port import CommitAsk
 from real.relay import Relay
 from real.keeper_store import KeeperStore, StoreUnavailable, read_password
+from real.keeper_finder import write_keeper_json
 from real.keeper_wire import TO_SUPERVISOR, supervisor_mac
 from real.procs import die_with_parent, python_env, release
 
@@ -194,6 +195,11 @@ class RemoteKeeper:
         return self.sock is not None
 
     @property
+    def direct(self) -> bool:
+        """``keeper.worker_links: direct``: the workers link to the keeper themselves."""
+        return self.l.sc.keeper.worker_links == "direct"
+
+    @property
     def users_cluster(self) -> bool:
         """``keeper.etcd_endpoints``: the record lives in the user's etcd."""
         return self.l.sc.keeper.etcd_endpoints is not None
@@ -246,6 +252,15 @@ class RemoteKeeper:
             self.endpoints = list(self.etcd.endpoints)
         self.store = KeeperStore(self.endpoints, self.prefix, secret=self.password(),
                                  timeout_s=max(1.0, self.ttl_s / 2), user=self.user)
+        if self.direct:  # what each worker needs to find the keeper in etcd itself
+            if self.l.fleet is not None and self.l.fleet.network is not None and self.hosts is None:
+                raise RuntimeError("keeper.worker_links: direct in hosts mode needs the run's "
+                                   "own etcd (a worker's namespace does not reach this "
+                                   "machine's loopback)")
+            auth = ("secret" if not self.users_cluster else
+                    "none" if self.password_file() is None else "file")
+            write_keeper_json(self.l.real_dir, self.endpoints, self.prefix, auth, self.user,
+                              self.password_file())
         for _ in range(1 + self.standbys):
             self.spawn()
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -412,6 +427,7 @@ class RemoteKeeper:
         asks, self.asks = self.asks, {}
         for ask in asks.values():
             self.l.commit_answered(ask, LOST)
+        self.l.gate_released(frozen=False)  # a gate's later faults are not lost with it
 
     def drop_link(self) -> None:
         self.out = bytearray()
@@ -509,6 +525,12 @@ class RemoteKeeper:
                 l.commit_answered(ask, CommitVerdict(ok, reason, first, complete))
         elif kind == "life":
             l.life_given(frame[1], frame[2])
+        elif kind == "committed":
+            _, w, life, gen, step, ok, first, complete, reason, record, held = frame
+            ask = CommitAsk(None, w, life, gen, step, record, 0.0, 0)
+            l.commit_answered(ask, CommitVerdict(ok, reason, first, complete), held)
+        elif kind == "released":
+            l.gate_released()
         else:
             raise wire.WireError(f"{kind} is not a frame a keeper sends")
 
@@ -517,7 +539,9 @@ class RemoteKeeper:
         if term != self.term:
             raise wire.WireError(f"the keeper says term {term}, etcd said {self.term}")
         first, self.served = not self.served, True
-        if not first:
+        if self.direct:  # the workers find it in etcd; it holds the acks of the next gate
+            self._send("gate", self.l.faults.next_gate())
+        elif not first:
             self.l.tell_workers(("keeper", term))
         for w in self.pending_lives:
             self._send("node_up", w)
@@ -574,3 +598,18 @@ class RemoteKeeper:
         self.asks[self.next_ask] = ask
         self._send("commit", self.next_ask, ask.worker, ask.incarnation, ask.gen, ask.step,
                    ask.compute_s, ask.load)
+
+    def batch(self, lives: list[tuple[int, int]], until: float) -> None:
+        """Direct links: the keeper holds these lives' Joins (one arrival)."""
+        if self.direct:
+            self._send("batch", [list(x) for x in lives], until)
+
+    def gate(self, step: int) -> None:
+        if self.direct:
+            self._send("gate", step)
+
+    def release(self, worker: int, life: int, gen: int, step: int, freeze: bool) -> None:
+        self._send("release", worker, life, gen, step, freeze)
+
+    def resume(self) -> None:
+        self._send("resume")

@@ -31,7 +31,7 @@ class CommitAsk:
     """One member's request to commit ``step`` of ``gen`` (its connection
     gets the answer), with the compute it reports for the straggler policy."""
 
-    conn: Any
+    conn: Any  # None: a direct link's commit, answered by the keeper itself
     worker: int
     incarnation: int
     gen: int
@@ -77,6 +77,18 @@ class LocalKeeper:
         self.sink.commit_answered(ask, verdict)
         self.sink.effects(self.keeper.report_compute(now, ask.worker, ask.incarnation, ask.gen,
                                                      ask.step, ask.compute_s, ask.load))
+
+    def batch(self, lives: list[tuple[int, int]], until: float) -> None:
+        """Direct links only: the launcher holds a batch's Joins itself."""
+
+    def gate(self, step: int) -> None:
+        """Direct links only: the launcher answers every commit itself."""
+
+    def release(self, worker: int, life: int, gen: int, step: int, freeze: bool) -> None:
+        """Direct links only."""
+
+    def resume(self) -> None:
+        """Direct links only."""
 
     def get_timer(self) -> Optional[float]:
         return self.keeper.get_timer()

@@ -45,8 +45,10 @@ from rollcall.scenario import Scenario
 from real import wire
 from real.keeper_store import KeeperStore, StoreUnavailable, read_password
 from real.keeper_wire import TO_KEEPER_PROC, supervisor_ok
+from real.keeper_workers import WorkerLinks
 
 DEPOSED_EXIT = 3
+MAX_PENDING = 64  # links accepted and not yet authenticated: past this the oldest goes
 
 
 def _etcd_password(args: argparse.Namespace, secret: bytes) -> Optional[str]:
@@ -77,11 +79,13 @@ class KeeperProcess:
         self.keeper: Optional[Keeper] = None
         self.conn: Optional[socket.socket] = None
         self.reader = wire.FrameReader(TO_KEEPER_PROC)
-        self.nonce = wire.new_nonce()
-        self.authed = False
         self.serving = False  # took over (the launcher's first report came)
         self.renew_at = 0.0
         self.sel = selectors.DefaultSelector()
+        self.direct = self.sc.keeper.worker_links == "direct"
+        # links accepted, not yet authenticated: the launcher's or a worker's (direct)
+        self.pending: dict[socket.socket, tuple[wire.FrameReader, str]] = {}
+        self.workers = WorkerLinks(self.sel, self.send, self.emit, self.now)
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -122,18 +126,72 @@ class KeeperProcess:
             pass
 
     def accept(self) -> None:
+        """A new link: challenged; its first frame says whose it is (:meth:`first`)."""
         try:
             sock, _ = self.listener.accept()
         except BlockingIOError:
             return
-        if self.conn is not None:  # one supervisor: the newest link wins
-            self.sel.unregister(self.conn)
-            self.conn.close()
-        self.conn, self.authed = sock, False
-        self.reader, self.nonce = wire.FrameReader(TO_KEEPER_PROC), wire.new_nonce()
+        if len(self.pending) >= MAX_PENDING:  # the oldest unauthenticated link goes
+            self.drop_pending(next(iter(self.pending)))
+        kinds = {"sup_hello": TO_KEEPER_PROC["sup_hello"]}
+        if self.direct:
+            kinds["hello"] = wire.WORKER_TO_KEEPER["hello"]
+        reader, nonce = wire.FrameReader(kinds), wire.new_nonce()
+        self.pending[sock] = (reader, nonce)
         sock.setblocking(False)
-        self.sel.register(sock, selectors.EVENT_READ, "conn")
-        self.send("challenge", self.nonce, self.run_id)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sel.register(sock, selectors.EVENT_READ, ("pending", reader))
+        try:
+            sock.send(wire.encode(("challenge", nonce, self.run_id)))  # fits an empty buffer
+        except OSError:
+            self.drop_pending(sock)
+
+    def drop_pending(self, sock: socket.socket) -> None:
+        self.pending.pop(sock, None)
+        self.sel.unregister(sock)
+        sock.close()
+
+    def first(self, sock: socket.socket) -> None:
+        """The first frame of a link: the launcher's ``sup_hello`` (the newest
+        supervisor link wins) or, with direct links, a worker's ``hello``."""
+        reader, nonce = self.pending[sock]
+        data = wire.recv_some(sock)
+        if data is None:
+            return
+        try:
+            frames = reader.feed(data) if data else None
+        except wire.WireError:
+            frames = None
+        if frames is None:  # closed, or not a hello of this protocol
+            self.drop_pending(sock)
+            return
+        if not frames:
+            return  # the rest of the hello is on its way
+        frame = frames[0]
+        del self.pending[sock]
+        if frame[0] == "hello" and wire.hello_ok(self.secret, nonce, self.run_id, frame):
+            self.workers.adopt(sock, reader, frame[1], frame[2])
+            self.workers.feed(sock, reader, b"")  # what came with the hello
+        elif frame[0] == "sup_hello" and supervisor_ok(self.secret, nonce, self.run_id, frame):
+            if self.conn is not None:  # one supervisor: the newest link wins
+                self.drop_conn()
+            self.conn, self.reader = sock, reader
+            reader.kinds = TO_KEEPER_PROC
+            reader.authenticated()
+            self.sel.modify(sock, selectors.EVENT_READ, "conn")
+            if not self.feed(b""):
+                self.drop_conn()
+        else:
+            self.sel.unregister(sock)
+            sock.close()
+            print(f"real.keeper_proc: {self.candidate}: dropped a link without the run's "
+                  f"hello", file=sys.stderr, flush=True)
+
+    def drop_conn(self) -> None:
+        assert self.conn is not None
+        self.sel.unregister(self.conn)
+        self.conn.close()
+        self.conn = None
 
     def readable(self) -> bool:
         """Read the link; False once the launcher closed it (or sent a bad frame)."""
@@ -145,6 +203,9 @@ class KeeperProcess:
             print(f"real.keeper_proc: {self.candidate}: the launcher closed the link",
                   file=sys.stderr, flush=True)
             return False
+        return self.feed(data)
+
+    def feed(self, data: bytes) -> bool:
         try:
             wire.feed_frames(self.reader, data, self.frame)
         except wire.WireError as exc:
@@ -156,12 +217,6 @@ class KeeperProcess:
     def frame(self, frame: tuple) -> None:
         kind, now, k = frame[0], self.now(), self.keeper
         assert k is not None
-        if not self.authed:
-            if kind != "sup_hello" or not supervisor_ok(self.secret, self.nonce, self.run_id, frame):
-                raise wire.WireError("the first frame must be the run's sup_hello")
-            self.authed = True
-            self.reader.authenticated()
-            return
         if kind == "report":
             _, started, down, exited = frame
             self.send("term", k.term)
@@ -173,18 +228,29 @@ class KeeperProcess:
             self.emit(k.take_over(now, dict(started)))
             for w, life in exited:
                 self.emit(k.exited(now, w, life))
+            if self.direct:
+                self.workers.serve(k)
         elif not self.serving:
             raise wire.WireError(f"{kind} before the report")
         elif kind == "msgs":
             self.emit(k.receive_many(now, frame[1]))
         elif kind == "exited":
             self.emit(k.exited(now, frame[1], frame[2]))
+            self.workers.exited(frame[1], frame[2])
         elif kind == "node_down":
             k.node_down(now, frame[1])
         elif kind == "node_up":
             self.send("life", frame[1], k.node_up(now, frame[1]))
         elif kind == "commit":
             self.commit(now, *frame[1:])
+        elif kind == "batch":
+            self.workers.batch(frame[1], frame[2])
+        elif kind == "gate":
+            self.workers.gate = frame[1]
+        elif kind == "release":
+            self.workers.release(*frame[1:])
+        elif kind == "resume":
+            self.workers.resume()
         else:
             raise wire.WireError(f"{kind} is not a frame a supervisor sends")
 
@@ -204,6 +270,11 @@ class KeeperProcess:
                 self.emit(self.keeper.persisted(self.now(), out.generation, self.persist(out)))
             elif isinstance(out, Deposed):
                 self.depose()
+            elif isinstance(out, Send) and self.direct:
+                self.workers.route(out.to, out.message)
+            elif isinstance(out, Broadcast) and self.direct:
+                for w in out.to:
+                    self.workers.route(w, out.message)
             elif isinstance(out, Send):
                 self.send("send", out.to, message_to_data(out.message))
             elif isinstance(out, Broadcast):
@@ -211,6 +282,7 @@ class KeeperProcess:
             elif isinstance(out, Record):
                 self.send("rec", out.record)
             elif isinstance(out, Formed):
+                self.workers.formed(len(out.members))
                 self.send("formed", out.generation, out.members.runs())
             elif isinstance(out, RestartJob):
                 self.send("restart", out.generation, out.reason, out.teardown.runs())
@@ -251,18 +323,26 @@ class KeeperProcess:
         while True:
             k = self.keeper
             assert k is not None
-            due = [t for t in (k.get_timer(), self.renew_at) if t is not None]
+            due = [t for t in (k.get_timer(), self.renew_at, self.workers.next_due())
+                   if t is not None]
             timeout = max(0.0, min(due) - self.now()) if due else 0.5
             events = self.sel.select(min(timeout, 0.5))
             # the keeper's own clock first: one that was paused past its lease
             # deposes itself before it reads (and could act on) anything
             if self.serving:
                 self.emit(k.handle_timer(self.now()))
-            for key, _ in events:
+            for key, mask in events:
                 if key.data == "listen":
                     self.accept()
-                elif self.conn is not None and not self.readable():
-                    return 0  # the launcher is gone: the run is over
+                elif key.data == "conn":
+                    if self.conn is not None and not self.readable():
+                        return 0  # the launcher is gone: the run is over
+                elif key.fileobj in self.pending:
+                    self.first(key.fileobj)
+                elif key.data[0] == "worker":
+                    self.workers.event(key.fileobj, key.data[1], mask)
+            if self.workers.batches:
+                self.workers.release_joins()
             if self.now() >= self.renew_at:
                 self.renew()
 

@@ -17,6 +17,11 @@ launcher -> keeper
     ("node_down", worker)
     ("node_up", worker)                         answered by ("life", worker, life)
     ("commit", ask, worker, incarnation, gen, step, compute_s, load)
+    ("batch", [[worker, life]...], until)       direct links: hold these lives' Joins
+    ("gate", step)                              direct links: the next step a fault waits for
+    ("release", worker, life, gen, step, freeze)  direct links: send the ack held at a gate
+                                                 (freeze: hear no worker until "resume")
+    ("resume",)                                 direct links: the gate's later faults are in
 keeper -> launcher
     ("challenge", nonce, run)
     ("term", term)                               this keeper's term, once
@@ -29,6 +34,18 @@ keeper -> launcher
     ("job_failed", reason)
     ("verdict", ask, ok, first, complete, reason)
     ("life", worker, life)
+    ("committed", worker, life, gen, step, ok, first, complete, reason, record, held)
+                                                 direct links: a commit a worker asked
+    ("released", worker, life, gen, step)        direct links: the held ack went (frozen)
+
+``keeper.worker_links: direct``: each worker also links to the active keeper
+itself, found through etcd (:mod:`real.worker`), with the frames of
+:data:`real.wire.WORKER_TO_KEEPER` and :data:`real.wire.KEEPER_TO_WORKER`
+(a worker's ``hello`` instead of the ``sup_hello``). The keeper answers its
+commits; the launcher hears each (``committed``: the history's record, the
+scripted faults of a step) and, at a gate step (one a scripted fault waits
+for), the keeper holds the last member's ack until the launcher has put the
+fault in (``release``), as the launcher did when it relayed.
 """
 
 from __future__ import annotations
@@ -42,7 +59,7 @@ from rollcall.core import (
     TO_KEEPER_TYPES, TO_WORKER_TYPES, CodecError, check_flag, check_id_set, check_list,
     check_nat, check_text, message_from_data,
 )
-from real.wire import _compute_s, _hexdigest, _record
+from real.wire import _compute_s, _hexdigest, _number, _record
 
 nat, flag, text, listed = check_nat, check_flag, check_text, check_list
 MAX_LIST = 1 << 20  # ids or lives in one frame
@@ -94,6 +111,10 @@ TO_KEEPER_PROC: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "node_down": (nat,),
     "node_up": (nat,),
     "commit": (nat, nat, nat, nat, nat, _compute_s, nat),
+    "batch": (_pairs, _number),
+    "gate": (nat,),
+    "release": (nat, nat, nat, nat, flag),
+    "resume": (),
 }
 TO_SUPERVISOR: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "challenge": (_hexdigest, _hexdigest),
@@ -107,6 +128,8 @@ TO_SUPERVISOR: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "job_failed": (lambda v, w: check_text(v, w, 1024),),
     "verdict": (nat, flag, flag, flag, text),
     "life": (nat, nat),
+    "committed": (nat, nat, nat, nat, flag, flag, flag, text, _record, flag),
+    "released": (nat, nat, nat, nat),
 }
 
 

@@ -195,6 +195,7 @@ class Launcher:
         self.committed = 0                       # highest committed cursor step
         self.committed_cursor = [0, 0]
         self.acked: dict[tuple[int, int], set[int]] = {}  # members told a step committed
+        self.after_gate: list[Due] = []  # direct links: a gate's faults that follow its ack
         self.finals: dict[int, tuple[list, str]] = {}
         self.done_at: Optional[float] = None
         self.result: Optional[str] = None        # completed | failed | interrupted | error
@@ -478,6 +479,12 @@ class Launcher:
         batch = self.new_batch()
         for w, inc in out.lives().items():
             self.spawn(w, inc, batch=batch)
+        self.tell_batch(batch)
+
+    def tell_batch(self, batch: int) -> None:
+        """Direct links: the keeper holds this batch's Joins, as :meth:`hold_join` would."""
+        lives = [(p.worker, p.incarnation) for p in self.procs if p.batch == batch]
+        self.keeper.batch(lives, self.batch_deadline[batch])
 
     # --- service I/O ------------------------------------------------------------------
 
@@ -655,9 +662,11 @@ class Launcher:
         """Ask the keeper's commit vote; :meth:`commit_answered` gets its answer."""
         self.keeper.commit(now, CommitAsk(conn, w, inc, gen, step, record, compute_s, load))
 
-    def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict) -> None:
+    def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict, held: bool = False) -> None:
         """The vote's answer: the history's record, the scripted faults of a
-        step every member holds, and the member's ack."""
+        step every member holds, and the member's ack. With direct links
+        (``ask.conn`` None) the keeper sent the ack, or ``held`` it at a gate
+        until the faults are in: it is released here."""
         now, conn, w, gen, step, record = (self.now(), ask.conn, ask.worker, ask.gen, ask.step,
                                            ask.record)
         self.completed = self.completed or verdict.complete
@@ -695,10 +704,28 @@ class Launcher:
         before = (*LINK_FAULTS, "lose_host", "slow", "kill", "kill_rack", "crash")
         for d in [d for d in due if d.kind in before]:
             self.inject(d)
-        if conn.sock in self.conns:
+        after = [d for d in due if d.kind not in before]
+        if conn is None:
+            if due:
+                self.keeper.gate(self.faults.next_gate())
+            if held:  # the rest once the keeper sent the ack and hears no worker
+                self.keeper.release(w, ask.incarnation, gen, step, bool(after))
+                self.after_gate += after
+                return
+        elif conn.sock in self.conns:
             self.queue(conn, ("ack", gen, step, ok))
-        for d in [d for d in due if d.kind not in before]:
+        for d in after:
             self.inject(d)
+
+    def gate_released(self, frozen: bool = True) -> None:
+        """Direct links: the ack held at a gate went and the keeper hears no
+        worker (``frozen``; not when its link was lost): the faults that go
+        after it go in, then it hears them again."""
+        after, self.after_gate = self.after_gate, []
+        for d in after:
+            self.inject(d)
+        if frozen and self.keeper.up:
+            self.keeper.resume()
 
     # --- faults ------------------------------------------------------------------------
 
@@ -1155,6 +1182,7 @@ class Launcher:
             # the first roll call with room (as on the sim).
             for w in range(c.workers, self.shop.initial):  # the others wait idle
                 self.spawn(w, 0, batch=batch)
+            self.tell_batch(batch)
             # A scripted join is a new worker arriving; its process is started
             # now and kept idle (torch imported) until the join fires, so the
             # arrival is the schedule's and not the seconds of a cold start.

@@ -178,6 +178,21 @@ TO_WORKER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
 }
 
 
+# keeper.worker_links: direct: a worker's own link to the active keeper
+# process (real/keeper_proc.py), whose address it found in etcd
+WORKER_TO_KEEPER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
+    "hello": TO_LAUNCHER["hello"],
+    "msg": TO_LAUNCHER["msg"],
+    "commit": TO_LAUNCHER["commit"],
+}
+KEEPER_TO_WORKER: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
+    "challenge": TO_WORKER["challenge"],
+    "msg": TO_WORKER["msg"],
+    "ack": TO_WORKER["ack"],
+    "keeper": TO_WORKER["keeper"],  # the keeper's term, once it serves this link
+}
+
+
 def encode(frame: tuple) -> bytes:
     """One frame: its kind, then its fields (messages in their plain-data form)."""
     items = [message_to_data(x) if isinstance(x, WIRE_MESSAGE_TYPES) else x for x in frame]

@@ -63,6 +63,7 @@ from rollcall.scenario import Scenario
 from real import reduce, wire
 from real.procs import die_with_parent
 from real.device import Communicators, nccl_backend, pick_device, worker_env
+from real.keeper_finder import KeeperFinder, KeeperLink, open_store
 
 #: A group's collective timeout (gloo and NCCL) and NCCL's non-blocking init
 #: and abort limit: a backstop only; the keeper ends a generation long before.
@@ -104,7 +105,14 @@ class Worker:
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.reader = wire.FrameReader(wire.TO_WORKER)
-        self.handshake(wire.read_secret(args.secret_file))
+        key = wire.read_secret(args.secret_file)
+        self.handshake(key)
+        # keeper.worker_links: direct: this worker finds the keeper in etcd and links to it
+        self.klink: Optional[KeeperLink] = None
+        if sc.keeper.worker_links == "direct":
+            ttl_s = float(sc.keeper.lease_ttl_s)
+            finder = KeeperFinder(open_store(self.run_dir / "real", key, ttl_s), ttl_s)
+            self.klink = KeeperLink(self, finder, key)
         self.agent = Agent(self.worker, self.incarnation, sc.detector.heartbeat_s)
         self.target: Optional[Enter] = None
         self.aborted_gen = 0
@@ -161,8 +169,36 @@ class Worker:
             except OSError:
                 pass
 
+    def to_keeper(self, obj) -> bool:
+        """A frame for the keeper: on this worker's own link (direct), else
+        the launcher's; False when no keeper serves the direct link (dropped)."""
+        if self.klink is None:
+            self.send(obj)
+            return True
+        with self.send_lock:
+            return self.klink.send(wire.encode(obj))
+
     def record(self, r: dict) -> None:
         self.send(("rec", r))
+
+    def record_link(self, term: Optional[int], candidate: Optional[str], reason: str) -> None:
+        self.record(rec(self.now(), "info", "keeper_link", self.worker, incarnation=self.incarnation,
+                        term=term, candidate=candidate, reason=reason))
+
+    def keeper_served(self, term: int) -> None:
+        """Direct links: a keeper of ``term`` serves this link; start, or ask
+        again what went unanswered (a failover)."""
+        with self.lock:
+            if self.started:
+                self.apply(self.agent.reconnected(self.now()))
+        self.maybe_start()
+
+    def keeper_lost(self) -> None:
+        """Direct links: the keeper's link ended; the commit in flight is refused."""
+        with self.lock:
+            p = self.awaiting_ack
+            if p is not None:
+                self.handle(("ack", p[0], p[1], False))
 
     def apply(self, actions) -> None:
         """Turn the agent's actions into effects; the caller holds ``lock``."""
@@ -171,7 +207,7 @@ class Worker:
                 if isinstance(a.message, Heartbeat) and self.late.holding:
                     self.late.hold(self.now(), wire.encode(("msg", a.message)))
                 else:
-                    self.send(("msg", a.message))
+                    self.to_keeper(("msg", a.message))
             elif isinstance(a, Enter):
                 self.target = a
                 if self.comms is not None:  # every earlier generation is over here
@@ -193,7 +229,8 @@ class Worker:
 
     def maybe_start(self) -> None:
         with self.lock:
-            if not self.started and self.ready and self.activate:
+            served = self.klink is None or self.klink.served
+            if not self.started and self.ready and self.activate and served:
                 self.started = True
                 self.apply(self.agent.start(self.now(), None))
 
@@ -211,8 +248,11 @@ class Worker:
                 if due is not None:
                     timer = due if timer is None else min(timer, due)
                 timeout = 0.5 if timer is None else max(0.0, timer - self.now())
-                readable, _, _ = select.select([self.sock], [], [], timeout)
-                if readable:
+                fds = [self.sock] + (self.klink.fds() if self.klink is not None else [])
+                readable, _, _ = select.select(fds, [], [], timeout)
+                if self.klink is not None:
+                    self.klink.ready(readable)
+                if self.sock in readable:
                     data = self.sock.recv(1 << 16)
                     if not data:
                         self.close_link()  # the launcher is done, or gone
@@ -226,7 +266,9 @@ class Worker:
                             self.apply(self.agent.handle_timer(self.now()))
                     for data in self.late.due(self.now()):
                         with self.send_lock:
-                            if not self.closed:
+                            if self.klink is not None:
+                                self.klink.send(data)
+                            elif not self.closed:
                                 self.sock.sendall(data)
         except (OSError, ValueError):
             pass  # the connection broke, or a peer sent a bad frame: stop
@@ -761,8 +803,9 @@ class Worker:
             if not self.agent.may_step(gen):
                 raise Aborted()
             self.awaiting_ack = (gen, cursor.step, nxt)
-            self.send(("commit", self.worker, self.incarnation, gen, cursor.step, commit,
-                       *self.compute))
+            if not self.to_keeper(("commit", self.worker, self.incarnation, gen, cursor.step,
+                                   commit, *self.compute)):
+                self.handle(("ack", gen, cursor.step, False))  # no keeper: not committed
             while (gen, cursor.step) not in self.acks and not self.stopped:
                 self.cond.wait(0.5)
             return self.acks.pop((gen, cursor.step), False)

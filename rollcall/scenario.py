@@ -296,6 +296,8 @@ _ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "de
             "pause", "slow", "late_heartbeats", "join", "kill_keeper", "kill_etcd",
             "partition_keeper")
 # the actions that last for_s
+#: the faults of a host's links (hosts mode: nftables, or the host agent's relay)
+LINK_ACTIONS = ("partition", "isolate_keeper", "delay", "loss")
 _TIMED = ("pause", "partition", "isolate_keeper", "delay", "loss", "slow", "late_heartbeats",
           "partition_keeper")
 # the faults' own parameter: action -> key (required with it, allowed only with it)
@@ -759,6 +761,14 @@ class KeeperSection(_Section):
     starts, never copied into the run's files); the run keeps its keys under
     ``/rollcall/<run id>/`` and deletes them when it ends.
 
+    ``worker_links`` (etcd only): how the workers reach the keeper. ``launcher``:
+    through the launcher (each host's agent here), which finds the active
+    keeper in etcd and tells its workers after a failover. ``direct``: each
+    worker finds the active keeper in etcd itself (it watches the leadership
+    key) and links to it; the launcher hears what it needs from the keeper.
+    Link faults (``partition``, ``isolate_keeper``, ``delay``, ``loss``) are
+    not built for direct links yet.
+
     The sim models the failover: the keeper fails at random with mean
     ``mtbf_s`` (None: only ``kill_keeper`` faults), and a standby takes over
     ``failover_s`` later (default ``lease_ttl_s``: the lease must lapse
@@ -773,9 +783,13 @@ class KeeperSection(_Section):
     lease_ttl_s: Annotated[float, Strict(), Field(ge=1.0, le=600.0)] = 2.0
     mtbf_s: PosFloat | None = None
     failover_s: PosFloat | None = None
+    worker_links: Literal["launcher", "direct"] = "launcher"
 
     @model_validator(mode="after")
     def _etcd_only(self) -> "KeeperSection":
+        if self.store == "memory" and self.worker_links != "launcher":
+            raise _Problem(("worker_links",), "needs keeper.store: etcd (the workers find "
+                                              "the keeper there)")
         if self.store == "memory":
             for key in ("standbys", "etcd_endpoints", "etcd_user", "etcd_password_file",
                         "mtbf_s", "failover_s"):
@@ -918,6 +932,10 @@ class Scenario(_Section):
         k = self.keeper
         for i, fault in enumerate(self.failures.schedule):
             action = fault.action
+            if k.worker_links == "direct" and action in LINK_ACTIONS:
+                raise _Problem(("failures", "schedule", i, action),
+                               "not built with keeper.worker_links: direct yet (the "
+                               "workers' links go to the keeper's host, not the launcher's)")
             if action not in ("kill_keeper", "kill_etcd", "partition_keeper"):
                 continue
             if k.store != "etcd":

@@ -1,7 +1,7 @@
 """Conformance (issue 14): on one scenario the sim and the real target decide the same.
 
 Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``
-and ``scenarios/chaos-cr-kill-join-kill.yaml``: all nineteen have a schedule,
+and ``scenarios/chaos-cr-kill-join-kill.yaml``: all twenty have a schedule,
 none has random lifetimes, so none is skipped) runs once on each target.
 :mod:`rollcall.decisions` reads the decision sequence from each history
 alone: generations (gen, members, cursor, source, stale, reason),
@@ -106,6 +106,8 @@ real-keeper-failover       gen 1; gen 2 (failover: the active keeper killed
                            once every member holds step 12, on the sim too);
                            the eviction; gen 3; gen 4 (failover); end (etcd
                            on real: skipped, with the reason, without it)
+real-keeper-failover-      the same, the workers finding each keeper in
+direct                     etcd themselves (``keeper.worker_links: direct``)
 real-roll-call-kill        gen 1; the killed worker's eviction and the
                            paused one's; gen 2 (all but reason); gen 3 (gen,
                            members, reason); end
@@ -221,7 +223,7 @@ def test_every_shipped_real_scenario_is_covered() -> None:
         sc = load_scenario(SCENARIOS / f"{name}.yaml", [])
         unscripted = not sc.failures.schedule or sc.failures.worker_mtbf_s is not None
         assert unscripted == (name in SKIPPED), (name, "update SKIPPED and the docstring")
-    assert len(SHIPPED) == 19, SHIPPED  # the docstring names each of them
+    assert len(SHIPPED) == 20, SHIPPED  # the docstring names each of them
 
 
 @pytest.mark.timeout(150)

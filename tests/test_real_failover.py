@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from polling import pid_running
+from polling import pid_running, wait_for
 from real_processes import REAL_PROCESSES
 from rollcall.results import read_history
 from rollcall.scenario import Scenario, parse_scenario
@@ -320,3 +320,115 @@ def test_a_keeper_host_cut_off_from_etcd_by_nftables(tmp_path: Path) -> None:
     heal = _assert_the_cut_keeper_was_replaced(s, recs)
     assert heal.get("dropped_packets", 0) > 0, heal  # the kernel's rules did the cutting
     assert_nothing_left(tmp_path, s)
+
+
+# --- keeper.worker_links: direct: the workers find the keeper in etcd themselves ----------
+
+
+def _links_of_workers(recs: list[dict]) -> dict[int, list[int]]:
+    """The terms each worker linked to, from its own ``keeper_link`` records
+    (the launcher's carry ``process: driver``)."""
+    out: dict[int, list[int]] = {}
+    for r in recs:
+        if r["f"] == "keeper_link" and isinstance(r["process"], int) and r["reason"] == "connected":
+            out.setdefault(r["process"], []).append(r["term"])
+    return out
+
+
+@skip_no_etcd
+def test_workers_find_each_new_keeper_in_etcd_themselves(tmp_path: Path) -> None:
+    """Direct links: the active keeper killed twice and a worker once, as
+    above. Each surviving worker read the leadership key itself and linked
+    to the keeper of every term (1, 2, 3); the run is valid with the ledger."""
+    sc = _scenario("{at_step: 12, kill_keeper: active}, {at_step: 25, kill: 1},"
+                   " {at_step: 38, kill_keeper: active}", keeper=", worker_links: direct")
+    s, recs = _run(sc, tmp_path)
+    assert s["completed"] and s["valid"], (s["end_reason"], s["violations"])
+    assert s["samples_duplicated"] == 0 and s["samples_skipped"] == 0
+    assert s["keeper_failovers"] == 2
+    gens = _generations(recs)
+    assert [g["gen"] for g in gens] == sorted({g["gen"] for g in gens})
+    assert [g["reason"] for g in gens if g["reason"] == "failover"] == ["failover"] * 2
+    links = _links_of_workers(recs)
+    assert links[0] == [1, 2, 3] and links[2] == [1, 2, 3], links
+    assert links[1] == [1, 2], links  # killed at step 25, in term 2
+    # the failovers' generations resume where every member held the step
+    # (the keeper held the last ack of step 12 and 38 until the launcher had
+    # killed it): the sim's cursors
+    resumed = [g["cursor"][0] for g in gens if g["reason"] == "failover"]
+    assert resumed == [12, 38], resumed
+
+
+@skip_no_etcd
+def test_direct_links_move_off_a_keeper_cut_off_from_etcd(tmp_path: Path) -> None:
+    """Direct links and ``partition_keeper``: the cut keeper still has its
+    workers' links but not etcd; it deposes itself when its lease ends, and
+    the workers, watching the key, link to the standby of term 2."""
+    # more steps than above: the workers leave the cut keeper as soon as the
+    # key changes, and the run must outlast its exit (it deposes itself once
+    # its lease ends, then waits out its revoke until the heal)
+    sc = _scenario("{at_step: 12, partition_keeper: active, for_s: 2}", steps=200,
+                   keeper=", worker_links: direct")
+    s, recs = _run(sc, tmp_path)
+    _assert_the_cut_keeper_was_replaced(s, recs)
+    links = _links_of_workers(recs)
+    assert all(terms == [1, 2] for terms in links.values()) and len(links) == 3, links
+
+
+@skip_no_etcd
+def test_a_link_to_the_keeper_without_the_runs_key_is_dropped(tmp_path: Path) -> None:
+    """A peer that finds the keeper's address (in etcd) and links to it with a
+    hello under another key, or with garbage, is dropped; the run goes on."""
+    import json
+    import socket
+    import threading
+
+    from real import wire
+    from real.keeper_store import KeeperStore, StoreUnavailable
+
+    sc = _scenario("{at_step: 12, kill: 2}", steps=60, keeper=", worker_links: direct")
+    seen: list[str] = []
+
+    def intruder() -> None:
+        real = tmp_path / "real"
+        try:
+            wait_for(lambda: (real / "keeper.json").exists() and (real / "secret").exists(),
+                     60, "the run's keeper.json")
+        except AssertionError:
+            return
+        doc = json.loads((real / "keeper.json").read_text())
+        store = KeeperStore(doc["endpoints"], doc["prefix"],
+                            secret=wire.read_secret(str(real / "secret")).hex())
+
+        def leader() -> Any:
+            try:
+                return store.leader()
+            except StoreUnavailable:
+                return None
+
+        try:
+            lead = wait_for(leader, 60, "a keeper in etcd")
+        except AssertionError:
+            return
+        host, port = lead[2].rsplit(":", 1)
+        for payload in ("bad-key", "garbage"):
+            with socket.create_connection((host, int(port)), timeout=30) as sock:
+                challenge = wire.FrameReader(wire.KEEPER_TO_WORKER)
+                frames: list = []
+                while not frames:
+                    frames = challenge.feed(sock.recv(4096))
+                _, nonce, run = frames[0]
+                if payload == "bad-key":
+                    mac = wire.hello_mac(b"x" * 32, nonce, run, 0, 0, 1, False)
+                    sock.sendall(wire.encode(("hello", 0, 0, 1, False, mac)))
+                else:
+                    sock.sendall(b"\x00\x00\x00\x05hello")
+                seen.append(payload if sock.recv(4096) == b"" else f"{payload}: not dropped")
+        store.close()
+
+    t = threading.Thread(target=intruder, daemon=True)
+    t.start()
+    s, recs = _run(sc, tmp_path)
+    t.join(timeout=60)
+    assert seen == ["bad-key", "garbage"], seen
+    assert s["completed"] and s["valid"], (s["end_reason"], s["violations"])

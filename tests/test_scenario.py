@@ -306,3 +306,27 @@ def test_sharded_state_racks_and_kill_rack() -> None:
     again = parse_scenario(s.to_yaml())
     assert again == s
     assert s.to_dict()["failures"]["schedule"][0] == {"at_s": 1.0, "kill_rack": 1}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        (["keeper.worker_links=direct"],
+         "keeper.worker_links (from --set): needs keeper.store: etcd (the workers find the keeper"),
+        (["keeper.worker_links=sideways"], "keeper.worker_links"),
+        (["keeper.store=etcd", "keeper.worker_links=direct", "cluster.workers_per_host=2",
+          "failures.schedule=[{at_step: 3, partition: [0], for_s: 1}]"],
+         "not built with keeper.worker_links: direct yet"),
+    ],
+)
+def test_direct_worker_links_need_etcd_and_no_link_faults(overrides: list[str],
+                                                          fragment: str) -> None:
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(MINIMAL, "s.yaml", overrides=overrides)
+    assert "\n" not in str(info.value) and fragment in str(info.value), str(info.value)
+
+
+def test_direct_worker_links_with_etcd_are_accepted() -> None:
+    s = parse_scenario(MINIMAL, overrides=["keeper.store=etcd", "keeper.worker_links=direct"])
+    assert s.keeper.worker_links == "direct"
+    assert parse_scenario(MINIMAL).keeper.worker_links == "launcher"
