@@ -1,0 +1,52 @@
+"""Conformance with direct worker links (issue 20): the shipped real scenarios
+again, with their record in etcd and each worker finding the keeper there
+itself (``keeper.store: etcd``, one standby, ``keeper.worker_links:
+direct``). The launcher then carries none of the workers' messages or
+commits: the keeper answers them, holds a batch's Joins and the last ack
+of a step a scripted fault waits for. The decisions must still be the
+sim's, under :mod:`test_conformance`'s rules.
+
+Left out: the scenarios with link faults (not built with direct links: the
+scenario is refused in one line) and those whose record is in etcd already
+(they run in :mod:`test_conformance`). Minutes long: the slow suite.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from rollcall.decisions import decisions, first_difference, kills
+from rollcall.scenario import LINK_ACTIONS, load_scenario
+from test_conformance import SCENARIOS, SHIPPED, Pair, comparable, runs  # noqa: F401 (fixture)
+from real_processes import REAL_PROCESSES
+
+pytestmark = [*REAL_PROCESSES, pytest.mark.slow]
+
+DIRECT = ("keeper.store=etcd", "keeper.standbys=1", "keeper.worker_links=direct")
+
+
+def _direct_ok(name: str) -> bool:
+    sc = load_scenario(SCENARIOS / f"{name}.yaml", [])
+    return sc.keeper.store == "memory" and not any(
+        f.action in LINK_ACTIONS for f in sc.failures.schedule)
+
+
+CASES = [n for n in SHIPPED if _direct_ok(n)]
+
+
+def test_the_sweep_covers_every_scenario_it_can() -> None:
+    assert len(CASES) == 14, CASES
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("name", CASES)
+def test_direct_links_make_the_sims_decisions(runs: Callable[..., Pair], name: str) -> None:
+    sc, sim, real = runs(name, *DIRECT)
+    assert kills(sim) == kills(real), (kills(sim), kills(real))
+    dead = set(kills(sim))
+    ours, theirs = comparable(sc, decisions(sim), dead), comparable(sc, decisions(real), dead)
+    assert ours, "no decision to compare"
+    diff = first_difference(ours, theirs)
+    assert diff is None, diff
