@@ -225,12 +225,15 @@ def _users_cluster(tmp_path: Path, root_password: str) -> Any:
 
 
 @skip_no_etcd
-def test_a_users_etcd_cluster_with_a_user_of_its_own(tmp_path: Path) -> None:
+@pytest.mark.parametrize("links", ["launcher", pytest.param("direct", marks=pytest.mark.slow)])
+def test_a_users_etcd_cluster_with_a_user_of_its_own(tmp_path: Path, links: str) -> None:
     """``keeper.etcd_endpoints``: the record lives in the user's cluster, as
     the user ``keeper.etcd_user`` (password in ``etcd_password_file``) whose
     role reaches only ``/rollcall/``. The keeper fails over through it, the
     run leaves none of its keys there, the cluster keeps running, and the
-    password is in none of the run's files."""
+    password is in none of the run's files. With direct links each worker
+    reads the leadership key as that user too (the file's path, never the
+    password, in the run's ``keeper.json``)."""
     from real.etcd import gateway
 
     cluster, token = _users_cluster(tmp_path, "root-pw-of-the-user")
@@ -239,7 +242,8 @@ def test_a_users_etcd_cluster_with_a_user_of_its_own(tmp_path: Path) -> None:
         pw.write_text("pw-of-the-trainer\n")
         urls = ", ".join(f'"{u}"' for u in cluster.endpoints)
         sc = _scenario("{at_step: 12, kill_keeper: active}", steps=40, keeper=(
-            f", etcd_endpoints: [{urls}], etcd_user: trainer, etcd_password_file: '{pw}'"))
+            f", etcd_endpoints: [{urls}], etcd_user: trainer, etcd_password_file: '{pw}',"
+            f" worker_links: {links}"))
         from rollcall.cli import _keeper_problem
 
         assert _keeper_problem(sc) is None, "the CLI's check lets these credentials through"
@@ -247,6 +251,8 @@ def test_a_users_etcd_cluster_with_a_user_of_its_own(tmp_path: Path) -> None:
         assert s["completed"] and s["valid"], (s["end_reason"], s["violations"])
         assert s["keeper_failovers"] == 1
         assert [r["term"] for r in recs if r["f"] == "takeover"] == [1, 2]
+        if links == "direct":
+            assert all(t == [1, 2] for t in _links_of_workers(recs).values()), recs
         assert all(cluster.pid(i) is not None for i in range(3)), "the user's cluster runs on"
         left = gateway(cluster.endpoints[0], "/kv/range", {
             "key": _b64("/rollcall/"), "range_end": _b64("/rollcall0"), "count_only": True},
