@@ -253,10 +253,8 @@ class RemoteKeeper:
         self.store = KeeperStore(self.endpoints, self.prefix, secret=self.password(),
                                  timeout_s=max(1.0, self.ttl_s / 2), user=self.user)
         if self.direct:  # what each worker needs to find the keeper in etcd itself
-            if self.l.fleet is not None and self.l.fleet.network is not None and self.hosts is None:
-                raise RuntimeError("keeper.worker_links: direct in hosts mode needs the run's "
-                                   "own etcd (a worker's namespace does not reach this "
-                                   "machine's loopback)")
+            net = self.l.fleet.network if self.l.fleet is not None else None
+            assert net is None or self.hosts is not None, "refused: direct, hosts, the user's etcd"
             auth = ("secret" if not self.users_cluster else
                     "none" if self.password_file() is None else "file")
             write_keeper_json(self.l.real_dir, self.endpoints, self.prefix, auth, self.user,

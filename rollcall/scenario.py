@@ -930,6 +930,12 @@ class Scenario(_Section):
         """A keeper or etcd fault needs the keeper it hits: an etcd store,
         and for ``kill_keeper`` a standby to take over."""
         k = self.keeper
+        if (k.worker_links == "direct" and k.etcd_endpoints is not None
+                and self.cluster.workers_per_host is not None):
+            raise _Problem(("keeper", "worker_links"),
+                           "direct with keeper.etcd_endpoints cannot have hosts "
+                           "(cluster.workers_per_host): a host's namespace does not reach "
+                           "your cluster on this machine's loopback")
         for i, fault in enumerate(self.failures.schedule):
             action = fault.action
             if k.worker_links == "direct" and action in LINK_ACTIONS:

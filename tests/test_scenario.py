@@ -317,6 +317,9 @@ def test_sharded_state_racks_and_kill_rack() -> None:
         (["keeper.store=etcd", "keeper.worker_links=direct", "cluster.workers_per_host=2",
           "failures.schedule=[{at_step: 3, partition: [0], for_s: 1}]"],
          "not built with keeper.worker_links: direct yet"),
+        (["keeper.store=etcd", "keeper.worker_links=direct", "cluster.workers_per_host=2",
+          "keeper.etcd_endpoints=[http://127.0.0.1:2379]"],
+         "a host's namespace does not reach your cluster"),
     ],
 )
 def test_direct_worker_links_need_etcd_and_no_link_faults(overrides: list[str],
