@@ -11,9 +11,10 @@ link to a keeper of a newer term than the one it has, or any keeper when it
 has none.
 
 While the worker has a link, the thread watches the leadership key (an
-etcd watch, bounded by half the lease: a keeper deposed without closing its
-links is replaced by one of a newer term); while it has none, it reads the
-key every :data:`POLL_S`.
+etcd watch, in slices of :data:`WATCH_SLICE_S` so that a lost link is
+looked for at once: a keeper deposed without closing its links is replaced
+by one of a newer term); while it has none, it reads the key every
+:data:`POLL_S`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Optional
 from real.keeper_store import KeeperStore, StoreUnavailable, read_password
 
 POLL_S = 0.05  # while the worker has no keeper link: how often etcd is read
+WATCH_SLICE_S = 0.5  # while it has one: the longest watch before the thread looks up
 CONNECT_TIMEOUT_S = 1.0
 
 KEEPER_JSON = "keeper.json"  # under the run's real/ directory, written by the launcher
@@ -104,7 +106,7 @@ class KeeperFinder:
                 self.kick.wait(POLL_S)
                 continue
             try:
-                self.store.wait_leader_change(self.ttl_s / 2)
+                self.store.wait_leader_change(min(self.ttl_s / 2, WATCH_SLICE_S))
             except StoreUnavailable:
                 self.kick.wait(POLL_S)
 

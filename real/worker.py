@@ -182,8 +182,9 @@ class Worker:
         self.send(("rec", r))
 
     def record_link(self, term: Optional[int], candidate: Optional[str], reason: str) -> None:
-        self.record(rec(self.now(), "info", "keeper_link", self.worker, incarnation=self.incarnation,
-                        term=term, candidate=candidate, reason=reason))
+        self.record(rec(self.now(), "info", "keeper_link", self.worker,
+                        incarnation=self.incarnation, term=term, candidate=candidate,
+                        reason=reason))
 
     def keeper_served(self, term: int) -> None:
         """Direct links: a keeper of ``term`` serves this link; start, or ask

@@ -215,3 +215,55 @@ def test_a_cluster_is_gone_after_its_with_block_even_on_an_exception(tmp_path: P
     assert c.started_pids and not [pid for pid in c.started_pids if pid_running(pid)]
     assert not c.member_dir(0).exists()
     c.stop()  # idempotent
+
+
+def test_a_workers_finder_links_to_each_new_leader(cluster: EtcdCluster) -> None:
+    """``keeper.worker_links: direct``: the worker's finder (real/keeper_finder.py)
+    reads the leadership key, connects to the address it names and hands
+    the socket over; while linked it watches the key and hands over a link
+    to the next term's keeper as soon as that one leads; a lost link makes
+    it look again at once (the same term is linked anew)."""
+    import select
+    import socket
+
+    from real.keeper_finder import KeeperFinder
+
+    s = store(cluster)
+    listeners = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    addr = [f"127.0.0.1:{ls.getsockname()[1]}" for ls in listeners]
+    finder = KeeperFinder(store(cluster, s.prefix), ttl_s=60.0)
+
+    def found() -> tuple[int, str, socket.socket]:
+        def take():
+            r, _, _ = select.select([finder.wake_r], [], [], 0.2)
+            return finder.take() if r else None
+        got = wait_for(take, OP_S, "the finder's link")
+        assert len(got) == 1, got
+        return got[0]
+
+    try:
+        assert not finder.take()  # nobody leads: nothing found
+        a = s.campaign("keeper-a", addr[0], ttl_s=30)
+        assert a is not None
+        term, candidate, sock = found()
+        assert (term, candidate) == (1, "keeper-a")
+        listeners[0].accept()[0].close()
+        sock.close()
+        finder.link_state(1)
+        s.resign(a)
+        b = s.campaign("keeper-b", addr[1], ttl_s=30)
+        assert b is not None and b.term == 2
+        term, candidate, sock = found()  # the watch hears it
+        assert (term, candidate) == (2, "keeper-b")
+        sock.close()
+        finder.link_state(None)  # the link to term 2 broke: the same keeper again
+        term, _, sock = found()
+        assert term == 2
+        sock.close()
+        s.resign(b)
+    finally:
+        finder.close()
+        finder.thread.join(timeout=OP_S)
+        assert not finder.thread.is_alive()
+        for ls in listeners:
+            ls.close()
