@@ -175,6 +175,7 @@ class KeeperProcess:
         elif frame[0] == "sup_hello" and supervisor_ok(self.secret, nonce, self.run_id, frame):
             if self.conn is not None:  # one supervisor: the newest link wins
                 self.drop_conn()
+            self.workers.resume()  # a gate the old link left frozen is the launcher's no more
             self.conn, self.reader = sock, reader
             reader.kinds = TO_KEEPER_PROC
             reader.authenticated()
