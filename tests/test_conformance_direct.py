@@ -17,9 +17,10 @@ from typing import Callable
 
 import pytest
 
-from rollcall.decisions import decisions, first_difference, kills
 from rollcall.scenario import LINK_ACTIONS, load_scenario
-from test_conformance import SCENARIOS, SHIPPED, Pair, comparable, runs  # noqa: F401 (fixture)
+from test_conformance import (  # noqa: F401 (runs: the fixture)
+    SCENARIOS, SHIPPED, Pair, assert_same_decisions, runs,
+)
 from real_processes import REAL_PROCESSES
 
 pytestmark = [*REAL_PROCESSES, pytest.mark.slow]
@@ -43,10 +44,4 @@ def test_the_sweep_covers_every_scenario_it_can() -> None:
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("name", CASES)
 def test_direct_links_make_the_sims_decisions(runs: Callable[..., Pair], name: str) -> None:
-    sc, sim, real = runs(name, *DIRECT)
-    assert kills(sim) == kills(real), (kills(sim), kills(real))
-    dead = set(kills(sim))
-    ours, theirs = comparable(sc, decisions(sim), dead), comparable(sc, decisions(real), dead)
-    assert ours, "no decision to compare"
-    diff = first_difference(ours, theirs)
-    assert diff is None, diff
+    assert_same_decisions(runs(name, *DIRECT))
