@@ -725,6 +725,33 @@ def test_a_late_join_from_before_a_generation_its_life_entered_claims_nothing(ba
     assert report.valid, report.violations
 
 
+def test_a_late_join_from_a_life_evicted_since_claims_nothing() -> None:
+    """Seed 1035 (CI's profile; a gap, fixed in Keeper._join): worker 1,
+    alone, is evicted (frozen by a rack loss), readmitted in generation 3 at
+    step 2 and commits step 2; frozen again, it is evicted, which opens
+    round 4. A copy of its old Join (stamped with generation 2, claiming
+    step 2) then arrives. The keeper no longer tracked the life, so it took
+    the copy for a rejoin and formed generation 4 at step 2 with worker 1 as
+    the source, which holds step 3. The life stamped generation 3 since: the
+    copy claims nothing."""
+    m = Rendezvous()
+    m.start(n=2, min_workers=1, room=0, latency=0.2, strategy="elastic", batched=False,
+            bulk=False, spec=None)
+    for name, kw in [("leave", dict(i=0)), ("heal", {}), ("heal", {}), ("rack_loss", dict(i=0)),
+                     ("heal", {}), ("rack_loss", dict(i=0))]:
+        getattr(m, name)(**kw)
+    w = m.world
+    late = [f for f in w.sent if m._copyable(f) and isinstance(f.msg, Join)
+            and f.msg.worker == 1 and f.msg.generation == 2]
+    assert late, "the scenario sends the Join the case replays"
+    w.deliver(Flight(w.now, next(w._seq), late[0].dst, late[0].msg, late[0].lives))
+    assert not w.violations, w.violations
+    assert 4 not in w.views, "no generation formed from the late copy"
+    m.heal()
+    m.teardown()
+    assert not w.violations, w.violations
+
+
 def test_a_lives_less_answer_from_before_a_life_was_born_claims_nothing() -> None:
     """The example hypothesis found (a gap, fixed by Keeper._born_after):
     worker 1's life 1 answers a roll call as a lives-less batch claiming
