@@ -143,8 +143,7 @@ class FaultPlan:
         """The committed count at which :meth:`due_by_step` will next hand out
         a fault (0: none left): a keeper that answers commits itself holds
         the last member's ack of that step until the fault is in."""
-        gates = [int(w) - 1 if f.action == "slow" and f.targets != "random" else int(w)
-                 for w, _, f in self.by_step]
+        gates = [_handed_out_at(f) for _, _, f in self.by_step]
         return max(1, min(gates)) if gates else 0
 
     def pick(self, candidates: list[int]) -> Optional[int]:
@@ -152,6 +151,16 @@ class FaultPlan:
         return self.draws.pick(candidates)
 
 
+def _slow_of_fixed_targets(f) -> bool:
+    return f.action == "slow" and f.targets != "random"
+
+
+def _handed_out_at(f) -> int:
+    """The committed count at which step-scripted fault ``f`` is handed out: a
+    slow of fixed targets a step early (see :meth:`FaultPlan.due_by_step`)."""
+    return int(f.when) - 1 if _slow_of_fixed_targets(f) else int(f.when)
+
+
 def _early(f, committed: int) -> bool:
     """Whether scripted fault ``f`` is a slow of fixed targets due at the next step."""
-    return f.action == "slow" and f.targets != "random" and int(f.when) - 1 <= committed
+    return _slow_of_fixed_targets(f) and _handed_out_at(f) <= committed

@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+from real import wire
 from real.keeper_store import KeeperStore, StoreUnavailable, read_password
 
 POLL_S = 0.05  # while the worker has no keeper link: how often etcd is read
@@ -113,9 +114,8 @@ class KeeperFinder:
     def _maybe_connect(self, term: int, candidate: str, address: str) -> None:
         if term <= max(self.linked or 0, self.offered):
             return
-        host, port = address.rsplit(":", 1)
         try:
-            sock = socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S)
+            sock = wire.connect_to(address, CONNECT_TIMEOUT_S)
         except OSError:
             return  # not listening yet, or gone again: the next read
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -166,7 +166,6 @@ class KeeperLink:
             return False  # the control thread hears the end when it reads
 
     def _adopt(self, term: int, candidate: str, sock: socket.socket) -> None:
-        from real import wire
         if self.term is not None and self.sock is not None and term <= self.term:
             sock.close()
             return
@@ -178,7 +177,6 @@ class KeeperLink:
         self.w.record_link(term, candidate, "connected")
 
     def _read(self) -> None:
-        from real import wire
         try:
             data = self.sock.recv(1 << 16)
         except OSError:
@@ -198,7 +196,6 @@ class KeeperLink:
             self._drop("bad-frame")
 
     def _frame(self, frame: tuple) -> None:
-        from real import wire
         kind = frame[0]
         if kind == "challenge":
             _, nonce, run = frame

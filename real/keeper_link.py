@@ -462,9 +462,8 @@ class RemoteKeeper:
         term, candidate, address = found
         if self.up:  # a newer term leads: the keeper we talk to was deposed
             self.lost("superseded")
-        host, port = address.rsplit(":", 1)
         try:
-            sock = socket.create_connection((host, int(port)), timeout=1.0)
+            sock = wire.connect_to(address, timeout_s=1.0)
             self.greet(sock)
         except (OSError, wire.WireError):
             return  # not listening yet, or gone again: the next poll
@@ -559,16 +558,9 @@ class RemoteKeeper:
     def flush(self) -> None:
         if self.sock is None or not self.out:
             return
-        try:
-            n = self.sock.send(self.out)
-        except BlockingIOError:
-            n = 0
-        except OSError:
-            self.lost("send-failed")
-            return
-        del self.out[:n]
-        if len(self.out) > MAX_BACKLOG:
-            self.lost("backlog")
+        over = wire.send_some(self.sock, self.out, MAX_BACKLOG)
+        if over is not None:
+            self.lost(over)
             return
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if self.out else 0)
         self.sel.modify(self.sock, events, ("kconn", None))

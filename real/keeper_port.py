@@ -21,9 +21,21 @@ the launcher has one code path: ``effects(outputs)``,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional, Protocol
+from typing import Any, Mapping, Optional, Protocol
 
-from rollcall.core import CommitVerdict, Keeper
+from rollcall.core import CommitVerdict, Keeper, Refused
+
+
+def link_for(worker: int, message: Any, of_life: Mapping[tuple[int, int], Any],
+             newest: Mapping[int, Any]) -> Optional[Any]:
+    """The link a keeper message for ``worker`` goes on: a ``Refused`` to the
+    life it names (a newer life of the id must not take it for its own),
+    anything else to the id's newest life; None when that life has none.
+    The launcher's relay and the keeper process's direct links route alike."""
+    link = None
+    if isinstance(message, Refused):
+        link = of_life.get((worker, message.incarnation))
+    return newest.get(worker) if link is None else link
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,10 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from rollcall.core import Join, Keeper, Refused
+from rollcall.core import Join, Keeper
 
 from real import wire
+from real.keeper_port import link_for
 
 MAX_BACKLOG = 8 << 20  # bytes queued for a worker that does not read: its link is dropped
 
@@ -114,10 +115,6 @@ class WorkerLinks:
         if self.newest.get(link.worker) is link:
             del self.newest[link.worker]
 
-    def close(self) -> None:
-        for sock in list(self.links):
-            self.drop(sock)
-
     def send(self, link: WorkerLink, frame: tuple) -> None:
         """Queue one frame and send what the socket takes now; a worker that
         stops reading (stopped, cut off) must not stall the keeper."""
@@ -127,15 +124,7 @@ class WorkerLinks:
         self.flush(link)
 
     def flush(self, link: WorkerLink) -> None:
-        try:
-            n = link.sock.send(link.out) if link.out else 0
-        except BlockingIOError:
-            n = 0
-        except OSError:
-            self.drop(link.sock)
-            return
-        del link.out[:n]
-        if len(link.out) > MAX_BACKLOG:
+        if wire.send_some(link.sock, link.out, MAX_BACKLOG) is not None:
             self.drop(link.sock)
             return
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if link.out else 0)
@@ -168,11 +157,7 @@ class WorkerLinks:
     # --- what the keeper says ----------------------------------------------------------------
 
     def route(self, worker: int, message: Any) -> None:
-        link = None
-        if isinstance(message, Refused):
-            link = self.of_life.get((worker, message.incarnation))
-        if link is None:
-            link = self.newest.get(worker)
+        link = link_for(worker, message, self.of_life, self.newest)
         if link is not None:
             self.send(link, ("msg", message))
 

@@ -43,14 +43,14 @@ from typing import Any, Callable, Optional
 from rollcall.config import keeper_config, repair_shop
 from rollcall.core import (
     DRIVER, EMPTY, NEMESIS, Blame, Broadcast, CommitVerdict, Formed, IdRuns, JobFailed, Join, Keeper,
-    Record, Refused, Relaunch, Pull, Repair, RestartJob, Retire, Send, Warm, rec,
+    Record, Relaunch, Pull, Repair, RestartJob, Retire, Send, Warm, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
-from rollcall.scenario import Scenario
+from rollcall.scenario import LINK_ACTIONS, Scenario
 
 from real import wire
 from real.faults import Due, FaultPlan
-from real.keeper_port import CommitAsk, LocalKeeper
+from real.keeper_port import CommitAsk, LocalKeeper, link_for
 from real.procs import REPO_ROOT, python_env, release
 from real.fleet import Fleet, host_signal
 from real.netns import Network
@@ -58,10 +58,6 @@ from real.netns import Network
 # Scripted joins whose processes are started (idle) at launch; more are
 # started when their join fires.
 PREWARM_MAX = 8
-
-# the faults on hosts' links (hosts mode): nftables rules (real.netns), or for
-# ``delay`` the host agent's relay of its workers' keeper link (real.relay)
-LINK_FAULTS = ("partition", "isolate_keeper", "loss", "delay")
 
 # A completed run's wait for its workers' last frames, beyond any delay still held
 # (see Launcher.drain)
@@ -384,11 +380,7 @@ class Launcher:
     # --- keeper outputs -------------------------------------------------------------
 
     def route(self, worker: int, message: Any) -> None:
-        conn = None
-        if isinstance(message, Refused):
-            conn = self.conn_of.get((worker, message.incarnation))
-        if conn is None:
-            conn = self.latest_conn.get(worker)
+        conn = link_for(worker, message, self.conn_of, self.latest_conn)
         if conn is not None:
             self.queue(conn, ("msg", message))
 
@@ -701,7 +693,7 @@ class Launcher:
         # worker, which on a busy machine could run step N+1 and ask to
         # commit it before this process got the CPU back to send SIGKILL
         # (seen once: real-warm-standby's kill at step 10 resumed at 11).
-        before = (*LINK_FAULTS, "lose_host", "slow", "kill", "kill_rack", "crash")
+        before = (*LINK_ACTIONS, "lose_host", "slow", "kill", "kill_rack", "crash")
         for d in [d for d in due if d.kind in before]:
             self.inject(d)
         after = [d for d in due if d.kind not in before]
@@ -772,7 +764,7 @@ class Launcher:
             hit = self.late_beats(now, due, fields)
         elif due.kind == "slow":
             hit = self.slow(now, due, fields)
-        elif due.kind in LINK_FAULTS:
+        elif due.kind in LINK_ACTIONS:
             hit = self.cut_links(now, due, fields)
         elif due.kind == "kill_keeper":  # the active keeper process: a standby takes over
             hit, fields["term"] = [], self.keeper.kill_active()

@@ -53,6 +53,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import struct
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -262,6 +263,28 @@ class FrameReader:
     def more(self) -> list[tuple]:
         """Frames already buffered (after a ``hello`` or ``challenge`` stopped :meth:`feed`)."""
         return self.feed(b"")
+
+
+def send_some(sock: Any, out: bytearray, limit: int) -> Optional[str]:
+    """Send what a non-blocking socket takes of ``out`` now (and drop it from
+    ``out``). Returns why the link is over, or None: ``send-failed`` (the
+    socket broke), ``backlog`` (the peer stopped reading and more than
+    ``limit`` bytes wait: a peer that does not read must not stall us)."""
+    try:
+        n = sock.send(out) if out else 0
+    except BlockingIOError:
+        n = 0
+    except OSError:
+        return "send-failed"
+    del out[:n]
+    return "backlog" if len(out) > limit else None
+
+
+def connect_to(address: str, timeout_s: float) -> socket.socket:
+    """A TCP connection to ``host:port`` (the address a keeper published in
+    etcd); OSError if nothing answers in time."""
+    host, port = address.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=timeout_s)
 
 
 def recv_some(sock: Any) -> Optional[bytes]:

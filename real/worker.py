@@ -172,11 +172,15 @@ class Worker:
     def to_keeper(self, obj) -> bool:
         """A frame for the keeper: on this worker's own link (direct), else
         the launcher's; False when no keeper serves the direct link (dropped)."""
-        if self.klink is None:
-            self.send(obj)
-            return True
+        return self.to_keeper_bytes(wire.encode(obj))
+
+    def to_keeper_bytes(self, data: bytes) -> bool:
         with self.send_lock:
-            return self.klink.send(wire.encode(obj))
+            if self.klink is not None:
+                return self.klink.send(data)
+            if not self.closed:
+                self.sock.sendall(data)
+            return True
 
     def record(self, r: dict) -> None:
         self.send(("rec", r))
@@ -266,11 +270,7 @@ class Worker:
                         if timer is not None and self.now() >= timer:
                             self.apply(self.agent.handle_timer(self.now()))
                     for data in self.late.due(self.now()):
-                        with self.send_lock:
-                            if self.klink is not None:
-                                self.klink.send(data)
-                            elif not self.closed:
-                                self.sock.sendall(data)
+                        self.to_keeper_bytes(data)
         except (OSError, ValueError):
             pass  # the connection broke, or a peer sent a bad frame: stop
         except BaseException:

@@ -295,9 +295,10 @@ _DOMAINS = {"rack": "rack_size", "host": "workers_per_host"}
 _ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "delay", "loss",
             "pause", "slow", "late_heartbeats", "join", "kill_keeper", "kill_etcd",
             "partition_keeper")
-# the actions that last for_s
-#: the faults of a host's links (hosts mode: nftables, or the host agent's relay)
+#: the faults of a host's links (hosts mode, real target: nftables rules in
+#: real.netns, or for ``delay`` the host agent's relay of its workers' keeper link)
 LINK_ACTIONS = ("partition", "isolate_keeper", "delay", "loss")
+# the actions that last for_s
 _TIMED = ("pause", "partition", "isolate_keeper", "delay", "loss", "slow", "late_heartbeats",
           "partition_keeper")
 # the faults' own parameter: action -> key (required with it, allowed only with it)
