@@ -394,12 +394,16 @@ class Simulation:
                 self._finish(now, False, f"job failed: {out.reason}")
             elif isinstance(out, Persist):  # always last: the keeper holds back the rest
                 self._apply(now, self.failover.persist(now, out))
+        self._round_alarm(now)
+
+    def _round_alarm(self, now: float) -> None:
+        """Wake for the keeper's next round deadline (last call, join timeout,
+        the relaunch, a restarting group's loss), after any call that may
+        have moved it. Silent workers' verdicts have their own alarms (see
+        _go_silent); the keeper's get_timer() would also report the expiry
+        of every healthy worker, whose beats are not simulated."""
         deadline = self.keeper.next_round_deadline()
         if deadline is not None and self.state != DONE:
-            # The open round's own deadlines (last call, join timeout, the
-            # relaunch). Silent workers' verdicts have their own alarms (see
-            # _go_silent); the keeper's get_timer() would also report the
-            # expiry of every healthy worker, whose beats are not simulated.
             self._alarm(max(deadline, now), detection=False)
 
     # ------------------------------------------------------------------ agents
@@ -471,8 +475,7 @@ class Simulation:
     def _launch(self, now: float, w: int, incarnation: int) -> list:
         """Start a worker process on node ``w`` as ``incarnation``; return
         what its agent sends first (a Join), the agent joining the batch."""
-        assert incarnation >= self.nodes.inc[w], (w, incarnation, int(self.nodes.inc[w]))
-        self.nodes.inc[w] = incarnation
+        self.nodes.started(w, incarnation)
         self.nodes.proc[w] = True
         self.nodes.paused[w] = False
         self.nodes.started_at[w] = now
@@ -535,9 +538,10 @@ class Simulation:
         self.nodes.life[w] += 1
         if not self.failover.down:  # else the supervisor tells the next keeper
             self.keeper.node_down(now, w)
+            self._round_alarm(now)  # a restarting group's loss fails the restart
         if self.nodes.proc[w]:
             if kind != "crash":
-                self._at(now + self.exit_notice_s, self._exited, w, int(self.nodes.inc[w]))
+                self._at(now + self.exit_notice_s, self._exited, w, self.nodes.life_of(w))
             self.nodes.proc[w] = False
             if self.nodes.paused[w]:
                 self.nodes.paused[w] = False  # already silent; its verdict is scheduled
@@ -974,13 +978,17 @@ class Simulation:
             run = runs[0]
             n = run.n  # None: the running segment (run.closed, run.done read inline)
             assert n is not None or not everything, "a roll call closes the running segment first"
-            k = n if everything else run.arrived(t, lat)
-            if k is None:
-                return  # the next vote is still on its way (the common case: O(1))
-            if k > run.voted:
-                self._vote(t, run, k)
+            # a segment closed after its last computed step's vote was cast
+            # (a slowdown's start or end closes it at that step) has no vote
+            # left to wait for: it is written now, not at a vote that never comes
             if n is None or run.voted != n:
-                return
+                k = n if everything else run.arrived(t, lat)
+                if k is None:
+                    return  # the next vote is still on its way (the common case: O(1))
+                if k > run.voted:
+                    self._vote(t, run, k)
+                if n is None or run.voted != n:
+                    return
             runs.popleft()
             self._write_run(run)
 
@@ -989,7 +997,7 @@ class Simulation:
         first, last = run.first + run.voted, run.first + k - 1
         if not run.refused:
             w = self._voter()
-            verdict = self.keeper.commit(t, w, self.nodes.inc.item(w), run.gen, first, last)
+            verdict = self.keeper.commit(t, w, self.nodes.life_of(w), run.gen, first, last)
             if verdict.ok:
                 assert run.vote_at(k, self.lat) <= t + _EPS, "a vote passed before it arrived"
                 assert verdict.first, "the sim votes each step once"
@@ -1289,7 +1297,7 @@ class Simulation:
         self._write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
         reporter = self._voter()  # the lowest live member
         if self._alive(reporter):
-            msg = Checkpointed(reporter, self.nodes.inc.item(reporter), self.gen, self.cursor)
+            msg = Checkpointed(reporter, self.nodes.life_of(reporter), self.gen, self.cursor)
             t = now + self.lat
             if t < self.env.peek() and not self.agents:
                 self._kreceive(t, [msg])  # nothing else happens first: deliver it now
@@ -1359,14 +1367,14 @@ class Simulation:
         up = _flags_of_ids(ids, len(self.nodes.proc))
         assert not (up & ~self.nodes.hw).any(), "the keeper relaunches no node it was told is down"
         assert not (up & self.nodes.proc).any(), "a relaunched node runs no process"
-        self.nodes.inc += up
-        # The driver's incarnation counters move in step with the keeper's
-        # (each relaunch is the next life): checked in full on small jobs, at
-        # both ends on large ones (a full check costs O(n), and the middle
-        # one would derive the runs of a set nothing else lists).
+        # Each process starts as the life the keeper names: the keeper alone
+        # counts lives (a life it handed out and a restart then voided is
+        # skipped, so a node's next life is not always its last plus one).
+        # Checked in full on small jobs, at both ends on large ones.
         sample = ids if len(ids) <= 64 else (ids.first(), ids.last())
-        assert all(int(self.nodes.inc[w]) == order.incarnations.of(w) for w in sample), \
-            "relaunch incarnations out of step with the keeper"
+        assert all(order.incarnations.of(w) > self.nodes.life_of(w) for w in sample), \
+            "a relaunch starts a newer life on each node"
+        self.nodes.relaunched(up, order.incarnations)
         self.nodes.proc |= up
         self.nodes.paused &= ~up
         np.copyto(self.nodes.started_at, now, where=up)

@@ -122,11 +122,11 @@ class KeeperFailover:
         nodes = sim.nodes
         for w in np.flatnonzero(~nodes.hw[:sim.n_nodes]):  # the supervisor reports the down nodes
             k.node_down(now, int(w))
-        started = {int(w): int(nodes.inc[w]) for w in np.flatnonzero(nodes.inc)}
+        started = nodes.lives_started()
         sim._kcall(now, k.take_over, started)
         for w in k.members:  # ... and the members whose process is gone
             if not nodes.proc[w]:
-                sim._kcall(now, k.exited, w, int(nodes.inc[w]))
+                sim._kcall(now, k.exited, w, nodes.life_of(w))
         self._reconnect(now)
         sim._alarm(now + sim.detector.silence_s())  # the verdicts on the silent ones
 

@@ -19,6 +19,7 @@ from typing import Optional
 
 import numpy as np
 
+from rollcall.core import Lives
 from rollcall.results import HistoryWriter
 
 
@@ -30,7 +31,7 @@ class Nodes:
     hw: np.ndarray           # hardware up
     proc: np.ndarray         # a worker process (current incarnation) runs
     paused: np.ndarray       # stopped (silent) process
-    inc: np.ndarray          # incarnation of the current / last process
+    inc: np.ndarray          # life of the current / last process started alone (or looked up)
     started_at: np.ndarray   # when the current process's agent started (its beat phase)
     life: np.ndarray         # hardware life counter (cancels stale failure events)
     pause_epoch: np.ndarray  # bumped per pause and teardown (cancels stale resumes)
@@ -38,16 +39,53 @@ class Nodes:
     # have a process in it (a restart's teardown clears these, not the list)
     member_flags: np.ndarray
     is_member: np.ndarray
+    # the relaunch that started each node's current / last process (an index
+    # into ``relaunches``, the keeper's lives of each), -1: started alone (``inc``)
+    relaunch: np.ndarray
+    relaunches: list[Lives] = field(default_factory=list)
 
     @classmethod
     def zeros(cls, n: int) -> "Nodes":
         flags = [np.zeros(n, bool) for _ in range(4)]
         return cls(*flags, np.zeros(n, np.int64), np.zeros(n), np.zeros(n, np.int64),
-                   np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool))
+                   np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool),
+                   np.full(n, -1, np.int64))
 
     def beating(self) -> np.ndarray:
         """Nodes whose process runs and beats."""
         return self.proc & ~self.paused
+
+    # The keeper alone counts lives: a process runs the life it was started
+    # as, named by the keeper (a Relaunch's lives, or node_up's answer).
+
+    def life_of(self, w: int) -> int:
+        """The life of node ``w``'s current (or last) process (a relaunched
+        one's is looked up once, then kept in ``inc``: the voter asks per vote)."""
+        k = self.relaunch.item(w)
+        if k < 0:
+            return self.inc.item(w)
+        life = self.relaunches[k].of(w)
+        assert life is not None, (w, k)
+        self.inc[w] = life
+        self.relaunch[w] = -1
+        return life
+
+    def started(self, w: int, life: int) -> None:
+        """A process started alone on node ``w`` as ``life``."""
+        assert life >= self.life_of(w), (w, life, self.life_of(w))
+        self.inc[w] = life
+        self.relaunch[w] = -1
+
+    def relaunched(self, up: np.ndarray, lives: Lives) -> None:
+        """A process started on every node of the mask ``up`` as ``lives`` names."""
+        self.relaunch[up] = len(self.relaunches)
+        self.relaunches.append(lives)
+
+    def lives_started(self) -> dict[int, int]:
+        """Node -> the life of its current or last process, for every node
+        that ever ran one past its first life."""
+        ids = np.flatnonzero(self.inc | (self.relaunch >= 0))
+        return {w: life for w in map(int, ids) if (life := self.life_of(w))}
 
 
 @dataclass
