@@ -62,6 +62,7 @@ def keeper_config(sc: Scenario, target: str) -> KeeperConfig:
         restart_delay_s=s.restart_s if target == "sim" else 0.0,
         sharding=shard_spec(sc), policy=job_policy(sc), stragglers=straggler_policy(sc),
         restart_failure=s.restart_failure, max_restarts=s.max_restarts,
+        max_recoveries_without_progress=s.max_recoveries_without_progress,
         durable=sc.keeper.store == "etcd")
 
 

@@ -726,6 +726,12 @@ class Strategy(_Section):
     (doubling each time it is evicted again); see
     :mod:`rollcall.core.stragglers`. Elastic only: a checkpoint-restart job
     keeps its stragglers.
+
+    ``max_recoveries_without_progress``: the job gives up (not completed,
+    "not expected to finish") once no step beyond the furthest one committed
+    has committed over this many consecutive recoveries; it also gives up
+    when failures come faster than it recovers (:mod:`rollcall.core.progress`).
+    ``null``: only the latter.
     """
 
     kind: Literal["elastic", "checkpoint-restart"] = "elastic"
@@ -738,6 +744,7 @@ class Strategy(_Section):
     reduction: Literal["fast", "exact"] = "fast"
     restart_failure: Literal["repeat", "replace"] = "repeat"
     max_restarts: NonNegInt | None = None
+    max_recoveries_without_progress: PosInt | None = 100
     stragglers: Literal["keep", "evict"] = "keep"
     straggler_factor: Annotated[float, Strict(), Field(gt=1.0, le=1000.0)] = 2.0
     straggler_steps: PosInt = 5

@@ -12,8 +12,9 @@ from sim.driver import run
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ROOT / "scenarios" / "quickstart.yaml"
+# failures every few seconds, against restarts of 5 s: busy, yet each strategy finishes
 RANDOM = ["failures.worker_mtbf_s=40", "cluster.repair_s=5", "failures.distribution=weibull",
-          "workload.steps=600"]
+          "workload.steps=600", "strategy.restart_s=5"]
 
 
 def _history(tmp_path: Path, name: str, seed: int, strategy: str) -> bytes:

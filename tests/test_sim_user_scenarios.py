@@ -113,3 +113,35 @@ def test_a_node_lost_while_the_job_restarts_fails_the_restart_once_detected() ->
     assert restarts == [("failure", pytest.approx(1.002)), ("restart-failure", 32.0)]
     (relaunch,) = [r for r in sim.records if r["f"] == "relaunch"]
     assert relaunch["t"] == 132.0 and relaunch["not_relaunched"] == [[1, 2]]
+
+# a job whose MTBF (100 s) is far below its restart (600 s): checkpoint-restart
+# never gets a restart through, elastic recovers in seconds
+HOPELESS = """
+name: hopeless-restarts
+seed: {seed}
+cluster: {{workers: 64, spares: 4, repair_s: 3600}}
+workload: {{steps: 20000, global_batch: 256, micro_batch: 1, micro_batch_s: 0.25,
+           allreduce_s: 0.2}}
+failures: {{worker_mtbf_s: 6400}}
+detector: {{heartbeat_s: 1, timeout_s: 10}}
+rendezvous: {{min_workers: 8}}
+strategy: {{kind: {kind}, checkpoint_interval_steps: 100, checkpoint_write_s: 30,
+           restart_s: 600}}
+"""
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_job_whose_failures_outpace_its_restarts_ends_as_not_expected_to_finish(
+        seed: int) -> None:
+    """The keeper's rule (rollcall.core.progress) ends checkpoint-restart
+    with a reason naming the measured rates, after one window of recoveries
+    rather than at the sim's horizon; elastic, recovering in seconds, completes."""
+    sim = Simulation(parse_scenario(HOPELESS.format(seed=seed, kind="checkpoint-restart")))
+    summary = sim.run(max_wall_s=HANG_GUARD_S)
+    assert not summary["completed"] and summary["valid"], summary["violations"][:2]
+    reason = summary["end_reason"]
+    assert "not expected to finish: over the last 64 recoveries" in reason, reason
+    assert summary["restarts"] == 64
+    (give_up,) = [r for r in sim.records if r["f"] == "round" and r["type"] == "fail"]
+    assert give_up["reason"] in reason
+    _run(HOPELESS.replace("{kind}", "elastic"), seed)

@@ -17,6 +17,8 @@ only the names below; the submodules' other names are internals.
 - :mod:`~rollcall.core.reshard`: data order, virtual shards, batch policy.
 - :mod:`~rollcall.core.placement`, :mod:`~rollcall.core.sharding`: sharded state.
 - :mod:`~rollcall.core.job`: checkpoint policy and completion rule.
+- :mod:`~rollcall.core.progress`: when a job is not expected to finish
+  (failures faster than it recovers, or no progress over many recoveries).
 - :mod:`~rollcall.core.failures`: random lifetimes and choices, by (seed, name, k).
 - :mod:`~rollcall.core.repairs`: a failed node's repair or retirement, and
   when spares are pulled from a cold pool.
@@ -55,6 +57,7 @@ from rollcall.core.messages import (
     StepFailed, ToKeeper, ToWorker,
 )
 from rollcall.core.placement import Copy, RecoveryPlan, Reload
+from rollcall.core.progress import FAILED_ATTEMPTS_LIMIT, NOT_EXPECTED, RECOVERY_WINDOW
 from rollcall.core.repairs import Blame, Pull, Repair, RepairPolicy, RepairShop, Retire, Warm
 from rollcall.core.reshard import (
     describe_assignment, lr_scale, plan_step, rank_range, sample_ids, step_batch, stripes,
@@ -66,10 +69,11 @@ from rollcall.core.types import Cursor, WorkerId, from_ranges
 __all__ = [
     "Abort", "Action", "Agent", "AgentBatch", "AgentState", "Blame", "Broadcast", "CheckReport",
     "Checkpointed", "CodecError", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec", "Deposed",
-    "Draws", "EMPTY", "Enter", "FailureModel", "FailureTally", "Formed", "GroupAction",
+    "Draws", "EMPTY", "Enter", "FAILED_ATTEMPTS_LIMIT", "FailureModel", "FailureTally", "Formed", "GroupAction",
     "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
     "Keeper", "KeeperConfig", "KeeperRecord", "LEASE_MARGIN", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
-    "Output", "Persist", "Phase", "Pull", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload",
+    "NOT_EXPECTED",
+    "Output", "Persist", "Phase", "Pull", "RECOVERY_WINDOW", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload",
     "Repair", "RepairPolicy", "RepairShop", "RestartJob", "Retire",
     "RollCall", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepFailed", "Stop",
     "StragglerPolicy",

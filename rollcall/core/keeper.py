@@ -66,6 +66,7 @@ from rollcall.core.messages import (
     StepFailed, ToKeeper, ToWorker,
 )
 from rollcall.core.placement import Placement, RecoveryPlan
+from rollcall.core.progress import ProgressWatch
 from rollcall.core.record import KeeperRecord
 from rollcall.core.sharding import ShardSpec, decide
 from rollcall.core.stragglers import (
@@ -114,6 +115,10 @@ class KeeperConfig:
     # counts, one that starts over after a loss in the restarting group too.
     # None: never (a job whose MTBF is below its restart time then runs on).
     max_restarts: Optional[int] = None
+    # The job gives up when no step beyond the furthest committed one has
+    # committed over this many consecutive recoveries, and when failures come
+    # faster than it recovers (rollcall.core.progress). None: only the latter.
+    max_recoveries_without_progress: Optional[int] = None
     # The record lives in a store (etcd): every generation decided is
     # written (:class:`Persist`) before any worker hears of it, and a keeper
     # the store refuses is deposed. False: the record lives in this object.
@@ -126,6 +131,9 @@ class KeeperConfig:
             raise ValueError("restart_delay_s must be >= 0")
         if self.max_restarts is not None and self.max_restarts < 0:
             raise ValueError("max_restarts must be >= 0 (or None)")
+        if self.max_recoveries_without_progress is not None \
+                and self.max_recoveries_without_progress < 1:
+            raise ValueError("max_recoveries_without_progress must be >= 1 (or None)")
         if self.relaunch_timeout_s is not None and self.relaunch_timeout_s < self.restart_delay_s:
             raise ValueError("relaunch_timeout_s must cover restart_delay_s")
         if self.strategy not in (ELASTIC, CHECKPOINT_RESTART):
@@ -342,6 +350,8 @@ class Keeper:
         self.round: Optional[Round] = None
         self.failed: Optional[str] = None
         self.restarts = 0  # RestartJobs ordered (checkpoint-restart), for max_restarts
+        # the recoveries and the furthest step: whether the job can still finish
+        self._progress = ProgressWatch(config.max_recoveries_without_progress)
         # the latest life of each worker; lives a restart ordered that have not
         # joined yet are ``awaiting_relaunch`` (their admitted life is the one before)
         self.life_table = LifeTable()
@@ -504,6 +514,7 @@ class Keeper:
         nxt = self.cursor.step if done_to is None else done_to + 1
         assert step == nxt, ("a vote skips or overlaps committed steps", step, last, done_to)
         self._committed = last
+        self._progress.committed(now, last)
         if self._watch is not None:  # the step time, on the keeper's clock
             if self._commit_at is not None:
                 self._step_s = (now - self._commit_at) / (last - step + 1)
@@ -1145,8 +1156,16 @@ class Keeper:
             # Every current life is over: the members whose node is still up
             # are relaunched, each as its next life (the only one accepted now).
             self._restart(now, reason, self.members)
-        else:
+        elif not self._hopeless(now):
             self._open(now, reason)
+
+    def _hopeless(self, now: float) -> bool:
+        """A recovery begins: the job gives up instead if it is not expected
+        to finish (:mod:`rollcall.core.progress`)."""
+        reason = self._progress.recovery(now)
+        if reason is not None:
+            self._fail(now, reason)
+        return reason is not None
 
     def _restart(self, now: float, reason: str, teardown: IdRuns, keep: IdRuns = EMPTY) -> None:
         """Tear down the lives of ``teardown`` (members) and open the restart
@@ -1161,6 +1180,8 @@ class Keeper:
             # the cause is not in the reason: a kill reads "failure" or
             # "step-failed" by which report came first (rollcall.decisions)
             self._fail(now, f"max_restarts={limit} reached ({self.restarts} restarts)")
+            return
+        if self._hopeless(now):
             return
         self.restarts += 1
         self.life_table.bump(teardown)

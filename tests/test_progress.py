@@ -1,0 +1,116 @@
+"""When a job is not expected to finish (rollcall.core.progress), and the keeper acting on it."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rollcall.core import (
+    FAILED_ATTEMPTS_LIMIT, NOT_EXPECTED, RECOVERY_WINDOW, JobFailed, Join, Keeper, KeeperConfig,
+    RestartJob, make_detector,
+)
+from rollcall.core.progress import ProgressWatch
+
+
+def _recoveries(watch: ProgressWatch, outcomes: list[bool], every_s: float = 100.0,
+                takes_s: float = 10.0, step: int = 0) -> list:
+    """One recovery per outcome, ``every_s`` apart; a completed one commits
+    ``step`` (not beyond the furthest) ``takes_s`` after it began."""
+    verdicts = []
+    for i, completed in enumerate(outcomes):
+        verdicts.append(watch.recovery(i * every_s))
+        if completed:
+            watch.committed(i * every_s + takes_s, step)
+    return verdicts
+
+
+def test_recoveries_that_complete_never_end_the_job() -> None:
+    watch = ProgressWatch(None)
+    assert _recoveries(watch, [True] * 10 * RECOVERY_WINDOW) == [None] * 10 * RECOVERY_WINDOW
+
+
+def test_recoveries_all_cut_short_end_the_job_once_a_window_is_measured() -> None:
+    watch = ProgressWatch(None)
+    verdicts = _recoveries(watch, [False] * (RECOVERY_WINDOW + 1))
+    assert verdicts[:RECOVERY_WINDOW] == [None] * RECOVERY_WINDOW
+    reason = verdicts[-1]
+    assert reason is not None and reason.startswith(NOT_EXPECTED)
+    assert "every 100 s" in reason and "none completed" in reason, reason
+
+
+def test_the_limit_is_failed_attempts_per_completed_recovery() -> None:
+    """With ``c`` completed of a window, the job ends once the others are at
+    least FAILED_ATTEMPTS_LIMIT times ``c``."""
+    for completed in range(0, 6):
+        watch = ProgressWatch(None)
+        outcomes = [True] * completed + [False] * (RECOVERY_WINDOW - completed)
+        verdicts = _recoveries(watch, outcomes + [False])
+        cut_short = RECOVERY_WINDOW - completed
+        expected = cut_short >= FAILED_ATTEMPTS_LIMIT * max(1, completed)
+        assert (verdicts[-1] is not None) == expected, (completed, verdicts[-1])
+        assert verdicts[:-1] == [None] * RECOVERY_WINDOW
+
+
+def test_no_progress_over_the_limit_of_recoveries_ends_the_job() -> None:
+    """Recoveries that complete but only redo steps already committed once
+    (rolled back to a checkpoint each time) make no progress."""
+    watch = ProgressWatch(3)
+    watch.committed(1.0, 40)  # the furthest step: 40
+    verdicts = _recoveries(watch, [True] * 4, step=39)
+    assert verdicts[:3] == [None] * 3
+    assert verdicts[3] is not None and "beyond step 40" in verdicts[3], verdicts[3]
+    watch = ProgressWatch(3)
+    watch.committed(1.0, 40)
+    assert _recoveries(watch, [True] * 3, step=39) == [None] * 3
+    watch.committed(400.0, 41)  # progress: the count starts over
+    assert _recoveries(watch, [True] * 3, step=40) == [None] * 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 50)), max_size=300),
+       st.one_of(st.none(), st.integers(1, 200)))
+def test_a_verdict_is_never_given_before_the_job_has_been_measured(
+        events: list[tuple[bool, int]], limit: int | None) -> None:
+    """No verdict before a full window of recoveries, nor before ``limit``
+    recoveries without progress; every verdict names the rule."""
+    watch = ProgressWatch(limit)
+    furthest, since = -1, 0
+    for i, (completed, step) in enumerate(events):
+        reason = watch.recovery(float(i))
+        since += 1
+        if reason is not None:
+            assert reason.startswith(NOT_EXPECTED)
+            assert i >= RECOVERY_WINDOW or (limit is not None and since > limit), (i, since)
+            return
+        if completed:
+            watch.committed(i + 0.5, step)
+            if step > furthest:
+                furthest, since = step, 0
+
+
+def _keeper(limit: int | None) -> Keeper:
+    return Keeper(KeeperConfig(
+        min_workers=2, max_workers=2, last_call_s=0.0, detector=make_detector("timeout", 0.5, 2.0),
+        strategy="checkpoint-restart", restart_delay_s=0.0, max_recoveries_without_progress=limit))
+
+
+def test_the_keeper_gives_up_a_checkpoint_restart_that_never_gets_further() -> None:
+    """Each restart's relaunched group commits only steps it had committed
+    before (its checkpoint is behind them): with a limit of 2 the third
+    failure ends the job, with the history's ``round`` ``fail`` record."""
+    k = _keeper(2)
+    k.receive(0.0, Join(0, 0, None))
+    k.receive(0.0, Join(1, 0, None))
+    assert k.generation == 1
+    assert k.commit(1.0, 0, 0, 1, 0, 9).ok  # steps 0..9: the furthest is 9
+    outputs: list = []
+    for attempt in range(1, 4):
+        outputs = k.exited(10.0 * attempt, 1, attempt - 1)
+        if attempt < 3:
+            assert [o for o in outputs if isinstance(o, RestartJob)]
+            k.receive(10.0 * attempt + 1, Join(0, attempt, None))
+            k.receive(10.0 * attempt + 1, Join(1, attempt, None))
+            assert k.commit(10.0 * attempt + 2, 0, attempt, k.generation, 0, 4).ok
+    (failed,) = [o for o in outputs if isinstance(o, JobFailed)]
+    assert failed.reason.startswith(NOT_EXPECTED) and "beyond step 9" in failed.reason
+    assert not [o for o in outputs if isinstance(o, RestartJob)]
