@@ -278,6 +278,7 @@ class Simulation:
         self.stalled = False
         self.stall_remaining = 0.0
         self.carry = 0.0
+        self.carry_head_s = 0.0  # the carried partial step's head_s (see StepRun)
         self.silent_members = 0
         self.isolated: set[int] = set()  # cut off from the keeper only (isolate_keeper)
         self.stale: IdRuns = EMPTY  # members copying / loading the state
@@ -913,18 +914,21 @@ class Simulation:
         self._acct(now)
         self.state = RUN
         self.seg_t0 = now - self.carry
-        self.carry = 0.0
+        head_s = self.carry_head_s
+        self.carry = self.carry_head_s = 0.0
         self.seg_c0 = self.cursor
         stop = self.policy.next_boundary(self.cursor.step)
         for s in self.step_faults:
             if self.cursor.step < s < stop:
                 stop = s
         if self.net.touched or self.gray.touched:  # a link or member degraded once: reprice
+            t0 = self.seg_t0
             stop = self.net.segment(now, stop)
+            head_s += self.seg_t0 - t0  # the step in flight is charged what it cost
         self.seg_stop = stop
         c = self.cursor
         run = StepRun(self.gen, c.step, c.sample, self.batch, self.seg_t0, self.step_s,
-                      stop - c.step, self.members)
+                      stop - c.step, self.members, head_s=head_s)
         self.runs.append(run)
         self._set_due(self.seg_t0 + (stop - self.seg_c0.step) * self.step_s)
         if self.watch_compute:  # a slowdown's start or end starts a new segment
@@ -942,14 +946,16 @@ class Simulation:
         run = self.runs[-1]
         assert not run.closed and run.first == c0.step and run.voted <= k, (run, k)
         run.n = k
+        head_s = 0.0  # the partial step's, when it is the run's first
         if k == 0:
             self.runs.pop()
+            head_s = run.head_s
         self.cursor = Cursor(c0.step + k, c0.sample + k * self.batch)
         partial = max(0.0, now - (t0 + k * s))
         if abandon:
-            self.tally.acc["lost"] += partial
+            self.tally.acc["lost"] += partial + head_s
         else:
-            self.carry = partial
+            self.carry, self.carry_head_s = partial, head_s
         self.tally.mark = now
 
     # ------------------------------------------------------------------ commit votes
@@ -1006,17 +1012,18 @@ class Simulation:
                 self.committed = run.cursor_after(k)
                 self.tally.elapsed_s = run.t0 + k * run.step_s
                 segs = self.tally.segments  # productive: extend the last segment, or a new one
-                if segs and segs[-1][1] == first - 1 and segs[-1][2] == run.step_s:
+                head_s = run.head_s if first == run.first else 0.0
+                if segs and segs[-1][1] == first - 1 and segs[-1][2] == run.step_s and not head_s:
                     segs[-1][1] = last
                 else:
-                    segs.append([first, last, run.step_s])
+                    segs.append([first, last, run.step_s, head_s])
                 self.keeper_complete = self.keeper_complete or verdict.complete
                 if run.compute is not None:
                     self._report_compute(t, run, first, last)
             else:
                 run.refused = True  # final: the generation is over for commits
         if run.refused:
-            self.tally.acc["lost"] += (k - run.voted) * run.step_s
+            self.tally.acc["lost"] += (k - run.voted) * run.step_s + run.unvoted_head_s()
         run.voted = k
 
     def _report_compute(self, t: float, run: StepRun, first: int, last: int) -> None:
@@ -1104,13 +1111,13 @@ class Simulation:
     def _rollback(self, step: int) -> None:
         segs = self.tally.segments
         while segs and segs[-1][1] >= step:
-            first, last, s = segs[-1]
+            first, last, s, head_s = segs[-1]
             keep_last = step - 1
             if first <= keep_last:
                 self.tally.acc["lost"] += (last - keep_last) * s
                 segs[-1][1] = keep_last
             else:
-                self.tally.acc["lost"] += (last - first + 1) * s
+                self.tally.acc["lost"] += (last - first + 1) * s + head_s
                 segs.pop()
 
     def _abandon(self, now: float) -> None:
@@ -1118,8 +1125,8 @@ class Simulation:
         if self.state == RUN:
             if self.stalled:
                 self._acct(now)
-                self.tally.acc["lost"] += self.carry
-                self.carry = 0.0
+                self.tally.acc["lost"] += self.carry + self.carry_head_s
+                self.carry = self.carry_head_s = 0.0
             else:
                 self._close_segment(now, None, abandon=True)
         else:
@@ -1163,7 +1170,7 @@ class Simulation:
         self.state = IDLE
         self.stalled = False
         self._clock(now)
-        self.carry = 0.0
+        self.carry = self.carry_head_s = 0.0
         if f.cursor < self.committed:
             self._rollback(f.cursor.step)
         self.cursor = self.committed = f.cursor
@@ -1400,9 +1407,9 @@ class Simulation:
         else:
             self._acct(now)
             if self.state == RUN:
-                self.tally.acc["lost"] += self.carry
+                self.tally.acc["lost"] += self.carry + self.carry_head_s
             for run in self.runs:  # votes nobody will answer: the steps are lost
-                self.tally.acc["lost"] += (run.n - run.voted) * run.step_s
+                self.tally.acc["lost"] += (run.n - run.voted) * run.step_s + run.unvoted_head_s()
                 run.voted = run.n
                 self._write_run(run)
             self.runs.clear()

@@ -96,7 +96,9 @@ class Tally:
     mark: float = 0.0  # time attributed up to here
     acc: dict[str, float] = field(default_factory=lambda: dict(
         lost=0.0, stall=0.0, recovery=0.0, checkpoint=0.0))
-    segments: list[list[float]] = field(default_factory=list)  # [first, last, step_s] committed
+    # committed steps: [first, last, step_s, head_s] (head_s: the first step's
+    # seconds beyond step_s, see sim.steps.StepRun)
+    segments: list[list[float]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: dict(
         crashes=0, kills=0, pauses=0, joins=0, repairs=0, detections=0,
         evictions=0, checkpoints=0, restarts=0, rounds=0, keeper_calls=0, rack_kills=0,
@@ -109,7 +111,7 @@ class Tally:
         self.min_members = self.min_members or self.workers
 
     def productive_s(self) -> float:
-        return sum((last - first + 1) * s for first, last, s in self.segments)
+        return sum((last - first + 1) * s + head for first, last, s, head in self.segments)
 
 
 class Recorder:

@@ -42,6 +42,10 @@ class StepRun:
     # stragglers: evict: the members' compute per micro-batch in these steps
     # (typical, the slow ones'), what goes with their votes
     compute: Optional[tuple[float, dict[int, float]]] = None
+    # seconds the first step took beyond step_s (negative: fewer): a step in
+    # flight when the price changed keeps the fraction it had done, which
+    # cost seconds at the old price (the accounting charges what it cost)
+    head_s: float = 0.0
 
     def arrived(self, t: float, latency_s: float) -> Optional[int]:
         """How many of the run's steps had their vote reach the keeper by
@@ -52,6 +56,11 @@ class StepRun:
         limit = self.cap if self.n is None else self.n
         k = int((t - latency_s - self.t0) / self.step_s + _EPS) if self.step_s > 0 else limit
         return max(0, min(limit, k))
+
+    def unvoted_head_s(self) -> float:
+        """The first step's head_s while its vote is not cast (else 0): what
+        goes with the steps when they are lost unvoted."""
+        return self.head_s if self.voted == 0 and (self.n is None or self.n > 0) else 0.0
 
     def vote_at(self, k: int, latency_s: float) -> float:
         """When the vote of the run's ``k``-th step (1-based) reaches the keeper."""

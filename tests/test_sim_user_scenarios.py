@@ -145,3 +145,29 @@ def test_a_job_whose_failures_outpace_its_restarts_ends_as_not_expected_to_finis
     (give_up,) = [r for r in sim.records if r["f"] == "round" and r["type"] == "fail"]
     assert give_up["reason"] in reason
     _run(HOPELESS.replace("{kind}", "elastic"), seed)
+
+
+# one step on one worker, slowed now and then: a slowdown starts inside the step
+SLOWED_STEP = """
+name: slowed-step
+seed: {seed}
+cluster: {{workers: 1}}
+workload: {{steps: 1, global_batch: 1, micro_batch: 1}}
+failures: {{slow_mtbf_s: 0.0146}}
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_a_step_repriced_in_flight_is_charged_what_it_cost(seed: int) -> None:
+    """A step in flight when its price changes keeps the fraction it had done
+    (its end moves), but is charged the seconds it took, not its new price:
+    productive time never exceeds the elapsed time (ETTR within [0, 1]) and
+    every simulated second is in one category."""
+    sim = Simulation(parse_scenario(SLOWED_STEP.format(seed=seed)))
+    s = sim.run(max_wall_s=HANG_GUARD_S)
+    assert s["completed"] and s["valid"], s["violations"][:2]
+    assert any(r["f"] == "fault" and r["kind"] == "slow" for r in sim.records)
+    assert 0.0 <= s["ettr"] <= 1.0 and 0.0 <= s["goodput"] <= 1.0, (s["ettr"], s["goodput"])
+    accounted = (s["productive_s"] + s["lost_work_s"] + s["stall_s"] + s["recovery_s"]
+                 + s["checkpoint_s"])
+    assert accounted == pytest.approx(s["end_s"], rel=1e-9, abs=1e-12)
