@@ -403,6 +403,9 @@ class Keeper:
         self.term = 0
         self.lease_until: Optional[float] = None
         self.deposed: Optional[str] = None
+        # restored from a record and not yet taken over: it knows the
+        # generation but not which of its steps committed, so it votes on none
+        self._restoring = False
         self._awaiting: Optional[int] = None
         self._held: list[Output] = []
 
@@ -501,6 +504,8 @@ class Keeper:
             return _REFUSED["deposed"]
         if self.failed is not None:
             return _REFUSED["job-failed"]
+        if self._restoring:
+            return _REFUSED["round-open"]  # its roll call comes at take_over
         if generation != self.generation or worker not in self.members:
             return _REFUSED["stale-generation"]
         if self.incarnation_of(worker) != incarnation:
@@ -672,6 +677,7 @@ class Keeper:
             raise ValueError(f"term {term} must be newer than the record's")
         k = cls(config)
         k.term = term
+        k._restoring = True
         if record is None:
             return k
         k.generation, k.members, k.cursor = record.generation, record.members, record.cursor
@@ -701,6 +707,7 @@ class Keeper:
         too, so the older ones are over (their messages are refused) and no
         life is ever started twice, whichever keeper orders it."""
         assert self.term > 0 and self.round is None, "restored first (Keeper.restored)"
+        self._restoring = False
         if not self._live(now):
             return self._flush()  # its lease lapsed before it began
         moved = []
@@ -1144,11 +1151,30 @@ class Keeper:
         r = self.round
         if r is not None and self._repeats(r) and worker in self.members:
             self._restart_again(now, r, dead=worker)  # a life of the restarting group is gone
+        elif r is not None and r.reason == "failover" and worker in self.members \
+                and self.config.strategy == CHECKPOINT_RESTART:
+            # a new keeper's roll call lost a member of a checkpoint-restart
+            # group (its restart may have been in flight when the keeper
+            # died): the group restarts, as it would under the old keeper
+            self._set_aside(r)
+            self._fail_generation(now, "leave" if reason == "left" else "failure")
         elif r is not None:
             r.drop(worker)
             self._maybe_close(now)
         elif worker in self.members:
             self._fail_generation(now, "leave" if reason == "left" else "failure")
+
+    def _set_aside(self, r: Round) -> None:
+        """Close the open round without a generation: who joined it and is not a
+        member waits as a standby again (a member's life is torn down)."""
+        for cursor, ws in r.by_cursor.items():
+            waiting = ws - self.members
+            if waiting:
+                self._standby_add(waiting, cursor)
+                for w, g in r.state_gen.items():
+                    if w in waiting:
+                        self.standby_gen[w] = g
+        self.round = None
 
     def _fail_generation(self, now: float, reason: str) -> None:
         """A member of the current generation is gone or the step failed."""
