@@ -28,8 +28,10 @@ not run on a GPU).
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import queue
+import sys
 import threading
 from datetime import timedelta
 from typing import Any, Callable, Optional
@@ -151,9 +153,12 @@ def cuda_devices() -> int:
 
 
 def _torch_version() -> str:
-    import torch
-
-    return str(torch.__version__)
+    """torch's version, without importing it when it is not (seconds, at the end of an
+    interrupted run whose launcher never needed it)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "__version__"):
+        return str(torch.__version__)
+    return importlib.metadata.version("torch")
 
 
 def _nccl_version() -> Optional[str]:

@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from rollcall import interrupts
 from rollcall.config import data_spec
 from rollcall.core import FailureTally, check, summarize_report
 from rollcall.results import HISTORY_FILE, check_summary_keys, goodput, history_line, write_summary
@@ -185,11 +186,20 @@ def announce(out: Path, launcher: Launcher) -> Callable[[str, int], None]:
     return listening
 
 
+#: after a second SIGINT/SIGTERM every process of the run is SIGKILLed at once; the
+#: launcher then has this long to clean up and write the summary before it exits regardless
+SECOND_SIGNAL_EXIT_S = 4.0
+
+
 def run(scenario: Scenario, out_dir: str | Path, max_wall_s: Optional[float] = None,
-        bind: Optional[tuple[str, int]] = None, external_hosts: bool = False) -> dict[str, Any]:
+        bind: Optional[tuple[str, int]] = None, external_hosts: bool = False,
+        stop: Optional[interrupts.Stop] = None) -> dict[str, Any]:
     """Run ``scenario`` as real processes; ``max_wall_s``: end it (not
     completed, result failed) after that many wall seconds, as on the sim.
-    ``bind`` and ``external_hosts``: ``rollcall keeper`` (see :class:`Launcher`)."""
+    ``bind`` and ``external_hosts``: ``rollcall keeper`` (see :class:`Launcher`).
+    ``stop``: the caller's record of SIGINT/SIGTERM (:func:`interrupts.catch`),
+    which may hold a signal that came before; else the run handles them itself.
+    A signal ends the run with ``result: interrupted``, the summary written."""
     problem = device_problem(scenario)  # the CLI says it first (exit 2); a direct caller here
     if problem is None and scenario.cluster.workers_per_host is not None and not external_hosts:
         why = netns_available()  # hosts as namespaces, faults as nftables rules
@@ -197,24 +207,33 @@ def run(scenario: Scenario, out_dir: str | Path, max_wall_s: Optional[float] = N
     if problem is not None:
         raise ValueError(problem)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    launcher = Launcher(scenario, out, max_wall_s, bind=bind, external_hosts=external_hosts)
-    if external_hosts:
-        launcher.on_listening = announce(out, launcher)
-    raised: Optional[BaseException] = None
-    try:
-        launcher.run()
-    except BaseException as exc:  # noqa: BLE001 - keep the results, then re-raise
-        raised = exc
+    with interrupts.catch(immediate=False, stop=stop) as stop:
+        stop.exit_within_s = SECOND_SIGNAL_EXIT_S
+        with stop.shielded(then_raise=False):  # a second signal here: the launcher ends at once
+            out.mkdir(parents=True, exist_ok=True)
+            launcher = Launcher(scenario, out, max_wall_s, bind=bind,
+                                external_hosts=external_hosts)
+        if external_hosts:
+            launcher.on_listening = announce(out, launcher)
+        raised: Optional[BaseException] = None
+        try:
+            launcher.run(stop)
+        except BaseException as exc:  # noqa: BLE001 - keep the results, then re-raise
+            raised = exc
+        with stop.shielded(then_raise=False):  # what a later signal would stop has stopped
+            summary = finish(scenario, launcher, out)
+    if raised is not None:
+        raise raised
+    return summary
+
+
+def finish(scenario: Scenario, launcher: Launcher, out: Path) -> dict[str, Any]:
+    """Merge and check the history, write ``summary.json``, say how the run ended."""
     records = merge_history(out)
     summary = summarize(scenario, launcher, records)
     write_summary(out, summary)
     if launcher.result == "failed":
         print(f"rollcall real: {launcher.reason} (completed: false; results kept in {out})")
-    elif launcher.result == "interrupted":
+    elif launcher.result in ("interrupted", "error"):
         print(f"rollcall real: {launcher.reason}; every worker stopped, results kept in {out}")
-    elif launcher.result == "error":
-        print(f"rollcall real: {launcher.reason}; every worker stopped, results kept in {out}")
-    if raised is not None:
-        raise raised
     return summary

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 from etcd3gw import exceptions as gw_errors
 
+from rollcall import interrupts
 from real.procs import die_with_parent
 from etcd3gw.client import Etcd3Client
 
@@ -169,20 +170,32 @@ class EtcdCluster:
         # the user's ETCD_* settings would silently override the flags
         env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD")}
         try:
-            proc = self._start(i, self._command(i, state), stdin=subprocess.DEVNULL,
-                               stdout=log, stderr=log, env=env, close_fds=True,
-                               preexec_fn=die_with_parent)
+            with interrupts.shielded():  # started and recorded, or neither
+                # a session of its own: a terminal's Ctrl-C is the launcher's to handle
+                proc = self._start(i, self._command(i, state), stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=log, env=env, close_fds=True,
+                                   start_new_session=True, preexec_fn=die_with_parent)
+                self.procs[i], self._logs[i] = proc, log
+                self.started_pids.append(proc.pid)
+                _LIVE.add(self)
         except BaseException:
-            log.close()
+            if self._logs[i] is not log:
+                log.close()
             raise
-        self.procs[i], self._logs[i] = proc, log
-        self.started_pids.append(proc.pid)
-        _LIVE.add(self)
 
     def pid(self, i: int) -> Optional[int]:
         """Member ``i``'s PID while it runs, else None."""
         proc = self.procs[i]
         return proc.pid if proc is not None and proc.poll() is None else None
+
+    def kill_now(self) -> None:
+        """SIGKILL every member at once, waiting for none (:meth:`stop` reaps them)."""
+        for proc in self.procs:
+            if proc is not None and proc.returncode is None:
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
 
     def kill(self, i: int) -> None:
         """SIGKILL member ``i`` (by its PID) and reap it."""

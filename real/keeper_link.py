@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 from urllib.parse import urlsplit
 
+from rollcall import interrupts
 from rollcall.core import (
     DRIVER, EMPTY, Broadcast, CommitVerdict, IdRuns, JobFailed, Record, Relaunch, RestartJob,
     Send, message_to_data, rec,
@@ -262,7 +263,7 @@ class RemoteKeeper:
         for _ in range(1 + self.standbys):
             self.spawn()
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not self.up:
+        while not self.up and self.l.stop.signum is None:  # a signal: the launcher ends the run
             if time.monotonic() >= deadline:
                 raise RuntimeError(f"no keeper answered within {START_TIMEOUT_S:g} s "
                                    f"(see {self.l.real_dir / 'logs'})")
@@ -290,15 +291,28 @@ class RemoteKeeper:
                "--run-id", l.run_id, "--prefix", self.prefix, "--listen", listen,
                "--endpoints", ",".join(endpoints), *self._credentials()]
         how: dict[str, Any] = dict(stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   env=python_env(), cwd=str(l.out),
+                                   env=python_env(), cwd=str(l.out), start_new_session=True,
                                    preexec_fn=die_with_parent)  # a SIGKILLed launcher leaves none
-        if host is not None:
-            popen = self.hosts.network.spawn(host, cmd, **how)  # type: ignore[union-attr]
-        else:
-            popen = subprocess.Popen(cmd, **how)
-        kp = KeeperProc(c, popen, os.pidfd_open(popen.pid), log, paths, host)
-        self.procs.append(kp)
+        with interrupts.shielded():  # started and recorded, or neither
+            if host is not None:
+                popen = self.hosts.network.spawn(host, cmd, **how)  # type: ignore[union-attr]
+            else:
+                popen = subprocess.Popen(cmd, **how)
+            kp = KeeperProc(c, popen, os.pidfd_open(popen.pid), log, paths, host)
+            self.procs.append(kp)
         self.sel.register(kp.pidfd, selectors.EVENT_READ, ("kproc", kp))
+
+    def kill_now(self) -> None:
+        """SIGKILL every keeper process and etcd member at once, waiting for none
+        (a second signal; :meth:`close` reaps them after)."""
+        for kp in self.procs:
+            if kp.popen.returncode is None:
+                try:
+                    os.kill(kp.popen.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if self.etcd is not None:
+            self.etcd.kill_now()
 
     def close(self) -> None:
         """Kill and reap every keeper process and etcd member this run started."""

@@ -112,3 +112,6 @@ class LocalKeeper:
 
     def close(self) -> None:
         pass
+
+    def kill_now(self) -> None:
+        pass  # no process of its own

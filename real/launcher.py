@@ -21,7 +21,15 @@ start, shared with the workers on this host):
   :meth:`Launcher.cut_links`) and heals them after ``for_s``.
 
 Every process it starts is killed and reaped on the way out, whatever the way
-out is (done, failed, exception, SIGINT/SIGTERM, interpreter exit).
+out is (done, failed, exception, SIGINT/SIGTERM, interpreter exit). Signals
+follow :mod:`rollcall.interrupts`: the first SIGINT or SIGTERM wakes the loop,
+which ends the run (``result: interrupted``) and cleans up; a second one
+SIGKILLs every process of the run at once (:meth:`Launcher.kill_now`) and
+cuts whatever the launcher waits for. Nothing a signal could cut in the
+middle and leave behind (a process started but not recorded, a namespace
+half made, torch half imported) runs unshielded. Every child is in a session
+of its own, so a terminal's Ctrl-C reaches the launcher alone, and dies with
+it (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
@@ -34,12 +42,12 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from rollcall import interrupts
 from rollcall.config import keeper_config, repair_shop
 from rollcall.core import (
     DRIVER, EMPTY, NEMESIS, Blame, Broadcast, CommitVerdict, Formed, IdRuns, JobFailed, Join, Keeper,
@@ -51,7 +59,7 @@ from rollcall.scenario import LINK_ACTIONS, Scenario
 from real import wire
 from real.faults import Due, FaultPlan
 from real.keeper_port import CommitAsk, LocalKeeper, link_for
-from real.procs import REPO_ROOT, python_env, release
+from real.procs import REPO_ROOT, die_with_parent, python_env, release
 from real.fleet import Fleet, host_signal
 from real.netns import Network
 
@@ -71,10 +79,6 @@ _LIVE: set["Launcher"] = set()
 def _cleanup_all() -> None:
     for launcher in list(_LIVE):
         launcher.kill_all()
-
-
-class Interrupted(Exception):
-    pass
 
 
 @dataclass
@@ -215,6 +219,7 @@ class Launcher:
         self.survivor_restarts = 0
         self.end_t: Optional[float] = None
         self.listener: Optional[socket.socket] = None
+        self.stop = interrupts.Stop()  # run() takes its caller's, or one of its own
         self.batch_seq = 0
         self.batch_deadline: dict[int, float] = {}
         self.startup_timeout_s = 180.0
@@ -243,12 +248,14 @@ class Launcher:
             cmd.append("--spare")
         env = python_env()
         env.setdefault("OMP_NUM_THREADS", "1")
-        popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, env=env, cwd=str(REPO_ROOT))
-        pidfd = os.pidfd_open(popen.pid)
-        p = Proc(worker, incarnation, popen, pidfd, spare, self.now(), log,
-                 want=not spare, batch=batch)
-        self.procs.append(p)
+        with interrupts.shielded():  # started and recorded, or neither
+            popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT, env=env, cwd=str(REPO_ROOT),
+                                     start_new_session=True, preexec_fn=die_with_parent)
+            pidfd = os.pidfd_open(popen.pid)
+            p = Proc(worker, incarnation, popen, pidfd, spare, self.now(), log,
+                     want=not spare, batch=batch)
+            self.procs.append(p)
         if not spare:  # a prewarmed join's node arrives when its join fires
             self.nodes_up.add(worker)
         self.sel.register(pidfd, selectors.EVENT_READ, ("proc", p))
@@ -348,6 +355,19 @@ class Launcher:
             p.returncode = p.popen.wait()
         p.exited_t = self.now()
         release(self.sel, p.pidfd, p.log)
+
+    def kill_now(self) -> None:
+        """SIGKILL every process of the run at once, by PID, and wait for none
+        (a second signal's handler runs it; :meth:`kill_all` reaps them after)."""
+        for p in self.procs:
+            if p.popen is not None and p.popen.returncode is None:
+                try:
+                    os.kill(p.popen.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        if self.fleet is not None and self.fleet.network is not None:
+            self.fleet.network.kill_now()
+        self.keeper.kill_now()
 
     def kill_all(self) -> None:
         """SIGKILL and reap every process this launcher started (idempotent);
@@ -1132,7 +1152,8 @@ class Launcher:
     def start_store(self) -> None:
         from datetime import timedelta
 
-        import torch.distributed as dist
+        with interrupts.shielded():  # torch half imported would crash the next import
+            import torch.distributed as dist
 
         # torch's own server would listen on every interface; handed a socket
         # bound to the service's address, it listens there only (and owns the
@@ -1146,89 +1167,98 @@ class Launcher:
             if conn.worker is not None:
                 self.queue(conn, ("welcome", self.store_port))
 
-    def run(self) -> str:
+    def run(self, stop: Optional[interrupts.Stop] = None) -> str:
+        """Start everything, serve until the run ends, clean up; the result.
+        ``stop``: the signals' record of the caller's :func:`interrupts.catch`
+        block (default: one of its own, in the main thread)."""
         _LIVE.add(self)
-        old_int = signal.getsignal(signal.SIGINT)
-        old_term = signal.getsignal(signal.SIGTERM)
-        fired = []
-
-        def on_signal(signum, frame):
-            if not fired:
-                fired.append(signum)
-                raise Interrupted(signal.Signals(signum).name)
-
-        main = threading.current_thread() is threading.main_thread()
-        if main:
-            signal.signal(signal.SIGINT, on_signal)
-            signal.signal(signal.SIGTERM, on_signal)
-        try:
-            self.listen()
-            if not isinstance(self.keeper, LocalKeeper):
-                self.keeper.start()  # etcd, the keeper processes, the first keeper's answer
-            c = self.sc.cluster
-            batch = self.new_batch()
-            for w in range(c.workers):
-                self.spawn(w, 0, batch=batch)
-            # Spares are workers like the rest: they join at the start and the
-            # keeper keeps those beyond max_workers as standbys, admitted at
-            # the first roll call with room (as on the sim).
-            for w in range(c.workers, self.shop.initial):  # the others wait idle
-                self.spawn(w, 0, batch=batch)
-            self.tell_batch(batch)
-            # A scripted join is a new worker arriving; its process is started
-            # now and kept idle (torch imported) until the join fires, so the
-            # arrival is the schedule's and not the seconds of a cold start.
-            joins = sum(f.join for f in self.sc.failures.schedule if f.join is not None)
-            for _ in range(min(joins, PREWARM_MAX)):
-                self.spawn(self.next_id, 0, spare=True)
-                self.next_id += 1
-            self.start_store()
-            while self.result is None:
-                deadline = self.next_deadline()
-                if self.max_wall_s is not None:
-                    deadline = min(self.max_wall_s, deadline or self.max_wall_s)
-                timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - self.now()))
-                for key, _ in self.sel.select(timeout):
-                    kind, obj = key.data
-                    if kind == "listen":
-                        self.accept()
-                    elif kind == "proc":
-                        self.on_exit(obj)
-                    elif kind == "kconn":
-                        if self.keeper.up:
-                            self.keeper.on_event()
-                    elif kind == "kproc":
-                        self.keeper.on_proc_exit(obj)
-                    else:
-                        if key.fileobj not in self.conns:
-                            continue
-                        self.readable(obj)
-                        if obj.out and obj.sock in self.conns:
-                            self.writable(obj)
-                    if self.result is not None:
-                        break
-                self.timers()
-                self.check_done()
-                if self.max_wall_s is not None and self.now() >= self.max_wall_s:
-                    self.finish("failed", f"wall limit: --max-wall-s {self.max_wall_s:g} reached")
-            if self.result == "completed":
-                self.drain()
-        except Interrupted as exc:
-            self.finish("interrupted", f"interrupted by {exc}")
-        except BaseException as exc:
-            self.finish("error", f"launcher error: {exc!r}")
-            raise
-        finally:
-            if main:
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with interrupts.catch(immediate=False, stop=stop) as self.stop:
+            self.stop.on_second(self.kill_now)
+            self.sel.register(self.stop.wake_fd(), selectors.EVENT_READ, ("wake", None))
             try:
-                self.shutdown()
+                if self.start_up():
+                    self.serve()
+                if self.stop.signum is not None:
+                    self.finish("interrupted", str(self.stop.reason()))
+                if self.result == "completed":
+                    self.drain()
+            except interrupts.Interrupted:  # a second signal: the processes are dead already
+                self.finish("interrupted", str(self.stop.reason()))
+            except BaseException as exc:
+                self.finish("error", f"launcher error: {exc!r}")
+                raise
             finally:
-                if main:
-                    signal.signal(signal.SIGINT, old_int)
-                    signal.signal(signal.SIGTERM, old_term)
+                with self.stop.shielded(then_raise=False):
+                    self.shutdown()
         return self.result
+
+    def start_up(self) -> bool:
+        """The service, the keeper, the processes, the store; False when a
+        signal came meanwhile (nothing more is started then)."""
+        steps = [self.listen, self.start_keeper, self.start_workers, self.start_store]
+        for step in steps:
+            if self.stop.signum is not None:
+                return False
+            step()
+        return self.stop.signum is None
+
+    def start_keeper(self) -> None:
+        if not isinstance(self.keeper, LocalKeeper):
+            self.keeper.start()  # etcd, the keeper processes, the first keeper's answer
+
+    def start_workers(self) -> None:
+        c = self.sc.cluster
+        batch = self.new_batch()
+        for w in range(c.workers):
+            self.spawn(w, 0, batch=batch)
+        # Spares are workers like the rest: they join at the start and the
+        # keeper keeps those beyond max_workers as standbys, admitted at
+        # the first roll call with room (as on the sim).
+        for w in range(c.workers, self.shop.initial):  # the others wait idle
+            self.spawn(w, 0, batch=batch)
+        self.tell_batch(batch)
+        # A scripted join is a new worker arriving; its process is started
+        # now and kept idle (torch imported) until the join fires, so the
+        # arrival is the schedule's and not the seconds of a cold start.
+        joins = sum(f.join for f in self.sc.failures.schedule if f.join is not None)
+        for _ in range(min(joins, PREWARM_MAX)):
+            self.spawn(self.next_id, 0, spare=True)
+            self.next_id += 1
+
+    def serve(self) -> None:
+        """The loop: events, timers and faults until the run has a result or a signal came."""
+        while self.result is None and self.stop.signum is None:
+            deadline = self.next_deadline()
+            if self.max_wall_s is not None:
+                deadline = min(self.max_wall_s, deadline or self.max_wall_s)
+            timeout = 0.5 if deadline is None else min(0.5, max(0.0, deadline - self.now()))
+            for key, _ in self.sel.select(timeout):
+                kind, obj = key.data
+                if kind == "listen":
+                    self.accept()
+                elif kind == "proc":
+                    self.on_exit(obj)
+                elif kind == "wake":
+                    wire.recv_some(key.fileobj)  # the signal is in self.stop
+                elif kind == "kconn":
+                    if self.keeper.up:
+                        self.keeper.on_event()
+                elif kind == "kproc":
+                    self.keeper.on_proc_exit(obj)
+                else:
+                    if key.fileobj not in self.conns:
+                        continue
+                    self.readable(obj)
+                    if obj.out and obj.sock in self.conns:
+                        self.writable(obj)
+                if self.result is not None or self.stop.signum is not None:
+                    break
+            if self.stop.signum is not None:
+                return
+            self.timers()
+            self.check_done()
+            if self.max_wall_s is not None and self.now() >= self.max_wall_s:
+                self.finish("failed", f"wall limit: --max-wall-s {self.max_wall_s:g} reached")
 
     def drain(self) -> None:
         """Hear each worker's link to its end before any process is stopped.
@@ -1304,7 +1334,8 @@ class Launcher:
             self.fleet = Fleet(self.sc.n_hosts, self.queue, network)  # close() cleans up from here on
             (self.real_dir / "network.json").write_text(json.dumps(
                 {"prefix": network.prefix, "hosts": network.hosts}) + "\n")  # what to look for
-            network.open()
+            with interrupts.shielded():  # a namespace half made is one close() may not find
+                network.open()
             self.listen_addr, port = network.keeper_address, 0
         elif self.hosts_mode:
             self.fleet = Fleet(self.sc.n_hosts, self.queue)
@@ -1319,7 +1350,8 @@ class Launcher:
         self.port = self.listener.getsockname()[1]
         self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
         if self.fleet is not None:
-            self.fleet.start_agents((self.listen_addr, self.port), self.secret_path)
+            with interrupts.shielded():
+                self.fleet.start_agents((self.listen_addr, self.port), self.secret_path)
         if self.on_listening is not None:
             self.on_listening(self.listen_addr, self.port)
 

@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+from rollcall import interrupts
+
 NFT_TABLE = "rollcall"
 NETNS_DIR = "/var/run/netns"
 CAP_NET_ADMIN_BIT = 12
@@ -285,11 +287,28 @@ class Network:
         fd, enter = self._preexec(host, popen_kwargs.pop("preexec_fn", None))
         popen_kwargs.setdefault("start_new_session", True)
         try:
-            proc = subprocess.Popen(list(argv), preexec_fn=enter, **popen_kwargs)
+            with interrupts.shielded():  # started and recorded, or neither
+                proc = subprocess.Popen(list(argv), preexec_fn=enter, **popen_kwargs)
+                self.spawned = [p for p in self.spawned if p.returncode is None] + [proc]
         finally:
             os.close(fd)
-        self.spawned = [p for p in self.spawned if p.returncode is None] + [proc]  # reaped ones go
         return proc
+
+    def kill_now(self) -> None:
+        """SIGKILL what we spawned and everything inside our namespaces at
+        once, waiting for none (a second signal; :meth:`close` reaps and
+        removes after)."""
+        for proc in self.spawned:
+            if proc.returncode is None:
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for pid in _pids_in([os.path.join(NETNS_DIR, n) for k, n in self.created if k == "netns"]):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def _nft_run(self, host: int, script: str) -> str:
         """Run an nft script inside host ``host``'s namespace, where the rules act;

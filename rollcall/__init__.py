@@ -1,7 +1,7 @@
 """rollcall: a fault-injection and simulation testbed for elastic data-parallel training.
 
-``import rollcall`` is cheap: the Python API (:func:`run`, :class:`Summary`,
-:func:`resolve`, in :mod:`rollcall.api`) is loaded on first use, and the
+``import rollcall`` is cheap: the Python API (:func:`run`, :func:`compare`,
+:func:`sweep`, :func:`resolve`, in :mod:`rollcall.api`) is loaded on first use, and the
 drivers (``sim``, ``real``) only inside a run, so the sans-IO core and the
 drivers that import it never pay for pydantic or pandas through this file.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Summary", "resolve", "run"]
+__all__ = ["Compared", "Summary", "Swept", "compare", "resolve", "run", "sweep"]
 
 
 def __getattr__(name: str) -> Any:

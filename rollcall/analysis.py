@@ -11,6 +11,9 @@ Every frame carries ``t`` as written and ``t_rel = t - origin`` where origin
 is the first ``generation`` record (training start), the same clock zero the
 drivers use for ``elapsed_s``, so the two targets can be drawn on one axis.
 
+The intervals over seeds (:func:`summarize`, :func:`mean_ci`, :func:`ci95`)
+are :mod:`rollcall.stats`'s, one method per kind of metric.
+
 The analytic helpers are Young (1974) and Daly (2006) for periodic
 checkpointing with exponential failures (Young 1974, Daly 2006: the optimum interval and the expected wall time).
 """
@@ -22,11 +25,14 @@ import math
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
+from rollcall import stats
 from rollcall.decisions import KILL_KINDS
 from rollcall.results import SCENARIO_FILE, SUMMARY_FILE, read_history, read_summary
 from rollcall.core.types import from_ranges
+from rollcall.stats import t975
 
 # fault kinds after which the survivors wait on a silent peer (a stall)
 SILENCING = KILL_KINDS + ("pause",)
@@ -37,6 +43,7 @@ __all__ = [
     "daly_interval",
     "daly_params",
     "daly_wall_time",
+    "error_bars",
     "events",
     "generations",
     "ideal_step_s",
@@ -54,72 +61,71 @@ __all__ = [
     "young_interval",
 ]
 
-# two-sided 95% Student-t quantiles t_{0.975, df}; scipy is not a dependency.
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042,
-         40: 2.021, 60: 2.000, 120: 1.980}
-
 
 # --------------------------------------------------------------------------- statistics
 
-def t975(df: int) -> float:
-    """97.5% quantile of Student's t with ``df`` degrees of freedom (nan for df < 1).
-
-    Interpolated in 1/df between tabulated values (error < 0.3%), which is
-    plenty for confidence bands drawn on plots.
-    """
-    if df < 1:
-        return float("nan")
-    if df in _T975:
-        return _T975[df]
-    keys = sorted(_T975)
-    if df > keys[-1]:
-        return 1.960 + (_T975[120] - 1.960) * 120 / df
-    hi = next(k for k in keys if k > df)
-    lo = max(k for k in keys if k < df)
-    x = (1 / df - 1 / hi) / (1 / lo - 1 / hi)
-    return _T975[hi] + x * (_T975[lo] - _T975[hi])
+def _present(values: Iterable[float]) -> list[float]:
+    """The values that are there (None and NaN left out)."""
+    return [float(v) for v in values if v is not None and not _isnan(v)]
 
 
 def ci95(values: Iterable[float]) -> float:
-    """Half-width of the 95% Student-t interval of the mean (nan with < 2 values)."""
-    xs = [float(v) for v in values if v is not None and not _isnan(v)]
-    n = len(xs)
-    if n < 2:
-        return float("nan")
-    m = sum(xs) / n
-    var = sum((x - m) ** 2 for x in xs) / (n - 1)
-    return t975(n - 1) * math.sqrt(var / n)
+    """Half-width of the 95% Student-t interval of the mean (nan with < 2 values); the
+    interval of times and other unbounded metrics (:mod:`rollcall.stats`)."""
+    return stats.mean_interval(_present(values), "number").half
 
 
 def mean_ci(values: Iterable[float]) -> tuple[float, float]:
-    """``(mean, half-width of the 95% interval)``; nan mean for no values."""
-    xs = [float(v) for v in values if v is not None and not _isnan(v)]
-    if not xs:
-        return float("nan"), float("nan")
-    return sum(xs) / len(xs), ci95(xs)
+    """``(mean, half-width of the 95% t interval)``; nan mean for no values."""
+    interval = stats.mean_interval(_present(values), "number")
+    return interval.mean, interval.half
 
 
-def summarize(df: pd.DataFrame, by: Sequence[str] | str, metrics: Sequence[str] | str) -> pd.DataFrame:
-    """Per group: ``n`` and for each metric ``<m>_mean``, ``<m>_ci`` (half-width), ``<m>_lo``, ``<m>_hi``.
+def summarize(df: pd.DataFrame, by: Sequence[str] | str, metrics: Sequence[str] | str,
+              kinds: Mapping[str, stats.Kind] | None = None,
+              differences: bool = False) -> pd.DataFrame:
+    """Per group: ``n`` and for each metric ``<m>_mean``, ``<m>_ci`` (half the interval's
+    width), ``<m>_lo``, ``<m>_hi`` (its 95% interval) and ``<m>_method``.
 
     The tidy frame a sweep produces has one row per seed; this is the one
-    reduction every plot with error bars needs.
+    reduction every plot with error bars needs. Each metric's interval is its
+    kind's (:func:`rollcall.stats.kind_of`, or ``kinds[m]`` for a column of
+    another name): t for times, logit t for ratios (inside [0, 1]), root t for
+    counts (never below 0). ``differences``: each metric column holds paired
+    differences (one per seed), which get the paired intervals (ratios inside
+    [-1, 1]). Missing values are left out; one value: ``lo == hi == mean``.
     """
     by = [by] if isinstance(by, str) else list(by)
     metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+    kinds = kinds or {}
     rows = []
     for key, grp in df.groupby(by, sort=True, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
         row: dict[str, Any] = dict(zip(by, key))
         row["n"] = len(grp)
         for m in metrics:
-            mean, half = mean_ci(pd.to_numeric(grp[m], errors="coerce"))
-            row[f"{m}_mean"], row[f"{m}_ci"] = mean, half
-            row[f"{m}_lo"] = mean - half if not _isnan(half) else mean
-            row[f"{m}_hi"] = mean + half if not _isnan(half) else mean
+            kind = kinds.get(m) or stats.kind_of(m)
+            values = _present(pd.to_numeric(grp[m], errors="coerce"))
+            iv = (stats.difference_interval(values, kind) if differences
+                  else stats.mean_interval(values, kind))
+            one = iv.n < 2
+            row[f"{m}_mean"], row[f"{m}_ci"] = iv.mean, iv.half
+            row[f"{m}_lo"] = iv.mean if one else iv.lo
+            row[f"{m}_hi"] = iv.mean if one else iv.hi
+            row[f"{m}_method"] = iv.method
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def error_bars(summary: pd.DataFrame, metric: str, scale: float = 1.0) -> Any:
+    """``yerr`` for matplotlib's ``errorbar`` from :func:`summarize`'s columns: the
+    distances from each mean down to ``<m>_lo`` and up to ``<m>_hi`` (in units of
+    ``scale``), 0 where there is no interval. Ratio and count intervals are not
+    centred on the mean, so a symmetric ``± <m>_ci`` would misdraw them."""
+    mean = summary[f"{metric}_mean"].astype(float).to_numpy()
+    lower = (mean - summary[f"{metric}_lo"].astype(float).to_numpy()) / scale
+    upper = (summary[f"{metric}_hi"].astype(float).to_numpy() - mean) / scale
+    return np.nan_to_num(np.vstack([lower, upper]), nan=0.0)
 
 
 def _isnan(v: Any) -> bool:
@@ -243,7 +249,7 @@ def load_summary(run_dir: str | Path) -> pd.Series:
 def load_summaries(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
     """One row per run: a list of run dirs, or a root searched for ``summary.json``.
 
-    A ``point.json`` beside the summary (written by :mod:`rollcall.sweep`)
+    A ``point.json`` beside the summary (written by :mod:`rollcall.sweeps`)
     adds the sweep's grid values as columns, so grid keys survive without
     ``sweep.csv``. List-valued keys (``violations``) are kept as JSON text so
     the frame stays flat and CSV-safe.

@@ -1,4 +1,4 @@
-"""The Python API for notebooks: ``rollcall.run(scenario_or_path, **overrides) -> Summary``.
+"""The Python API for notebooks: ``rollcall.run``, ``rollcall.compare``, ``rollcall.sweep``.
 
 Why a function and not ``subprocess.run(["rollcall", "run", ...])``: a
 notebook wants the numbers as attributes and the history as a DataFrame,
@@ -13,6 +13,10 @@ Files: like the command, every run writes its directory (``scenario.yaml``,
 is ``runs/<name>/<utc>-seed<S>/`` under the working directory, as for
 ``rollcall run``. A driver writes its history as it goes, so "no files" is
 not an option: pass a temporary directory for a throw-away run.
+
+:func:`compare` and :func:`sweep` are ``rollcall compare`` and ``rollcall
+sweep`` (the same checks, directories, intervals and verdict) and return
+the tables the commands print, with the frames they are made from.
 """
 
 from __future__ import annotations
@@ -27,10 +31,13 @@ import yaml
 from rollcall.results import SUMMARY_KEYS
 from rollcall.scenario import Scenario, _Dumper, load_scenario, parse_scenario
 
-if TYPE_CHECKING:  # pandas is imported by .history() only
+if TYPE_CHECKING:  # pandas is imported by .history(), compare() and sweep() only
     import pandas as pd
 
-__all__ = ["Summary", "resolve", "run"]
+    from rollcall.comparison import Comparison
+    from rollcall.verdict import Verdict
+
+__all__ = ["Compared", "Summary", "Swept", "compare", "resolve", "run", "sweep"]
 
 
 @dataclass(frozen=True)
@@ -176,3 +183,78 @@ def run(scenario_or_path: Scenario | Mapping[str, Any] | str | Path, *,
     summary, out_dir, _ = run_scenario(scenario, out=out, force=force, ledger=ledger,
                                        max_wall_s=max_wall_s)
     return Summary.of(summary, out_dir)
+
+
+@dataclass(frozen=True)
+class Compared:
+    """What ``rollcall compare`` prints, and what it is made of: :attr:`table`
+    (the printed table, human units), :attr:`intervals` (the line naming each
+    strategy's checkpoint interval), :attr:`verdict`; :attr:`comparison` has
+    the runs, the paired differences and every interval; :attr:`dir` the
+    compare directory (its CSVs and run directories)."""
+
+    table: "pd.DataFrame"
+    intervals: str
+    verdict: "Verdict"
+    comparison: "Comparison"
+    dir: Path
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document of ``rollcall compare``."""
+        from rollcall import verdict as vd
+
+        return vd.to_json(self.comparison, self.verdict, 1 if self.comparison.problems else 0)
+
+
+def compare(scenario_or_path: Scenario | Mapping[str, Any] | str | Path, *, seeds: int = 5,
+            seed: int | None = None, set: Mapping[str, Any] | None = None,
+            target: str | None = None, out: str | Path | None = None,
+            fixed_interval: bool = False, max_wall_s: float | None = None,
+            **overrides: Any) -> Compared:
+    """Run both strategies on ``seeds`` seeds from ``seed`` (default the
+    scenario's) as ``rollcall compare`` does; overrides as for :func:`run`.
+    Each strategy at its own checkpoint interval (``fixed_interval``: both at
+    the scenario's); ``max_wall_s`` bounds each run. Raises ScenarioError or
+    RunRefused (one line) where the command exits 2."""
+    from rollcall import verdict as vd
+    from rollcall.cli import prepare_compare
+    from rollcall.interval import describe
+
+    scenario = resolve(scenario_or_path, set=set, target=target, **overrides)
+    run_compare, out_dir = prepare_compare(scenario, out)
+    first = scenario.seed if seed is None else seed
+    cmp = run_compare(scenario, list(range(first, first + seeds)), out_dir,
+                      fixed_interval=fixed_interval, max_wall_s=max_wall_s)
+    return Compared(vd.human_table(cmp), describe(cmp.intervals), vd.decide(cmp), cmp, out_dir)
+
+
+@dataclass(frozen=True)
+class Swept:
+    """What ``rollcall sweep`` prints and writes: :attr:`table` (per grid point
+    and strategy, goodput, ETTR and elapsed_s with their intervals), :attr:`runs`
+    (``sweep.csv``, one row per run), :attr:`dir` the sweep directory."""
+
+    table: "pd.DataFrame"
+    runs: "pd.DataFrame"
+    dir: Path
+
+
+def sweep(scenario_path: str | Path, grid: Mapping[str, Any], *, seeds: int = 3,
+          seed: int | None = None, set: Mapping[str, Any] | None = None,
+          target: str | None = None, out: str | Path, jobs: int = 1,
+          fixed_interval: bool = False, max_wall_s: float | None = None,
+          **overrides: Any) -> Swept:
+    """``rollcall sweep`` over ``grid`` (dotted key -> list of values), resumable
+    in ``out``; overrides as for :func:`run`. Each strategy runs at its own
+    checkpoint interval, as :func:`compare` runs it, unless the grid sets it or
+    ``fixed_interval``; ``max_wall_s`` bounds each run."""
+    from rollcall import analysis
+    from rollcall import sweeps
+
+    items = _override_items(set, overrides)
+    df = sweeps.sweep(scenario_path, {k: list(v) for k, v in grid.items()}, seeds=seeds,
+                      first_seed=seed, target=target, sets=items, out=out, jobs=jobs,
+                      progress=False, fixed_interval=fixed_interval, max_wall_s=max_wall_s)
+    table = analysis.summarize(df, list(grid) + ["strategy"], ["goodput", "ettr", "elapsed_s"]) \
+        if len(df) else df
+    return Swept(table, df, Path(out))

@@ -18,11 +18,14 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 from rollcall import interrupts
-from rollcall.results import (
+
+interrupts.quit_until_main("rollcall")  # before the slow imports: a signal there is one line
+
+from rollcall.results import (  # noqa: E402
     OutDirError, claim_out_dir, default_out_dir, history_estimate_bytes, prepare_out_dir,
     update_latest,
 )
-from rollcall.scenario import Scenario, ScenarioError, load_scenario
+from rollcall.scenario import Scenario, ScenarioError, load_scenario  # noqa: E402
 
 TARGETS = ("sim", "real")
 STRATEGIES = ("elastic", "checkpoint-restart")
@@ -152,16 +155,6 @@ def _print_summary(summary: dict[str, Any], out_dir: Path) -> None:
             raise BrokenPipeError
 
     _Console().print(table)
-
-
-def _prepare(out_dir: Path, scenario: Scenario) -> bool:
-    try:
-        prepare_out_dir(out_dir, scenario)
-    except OSError as exc:
-        _err(f"{out_dir}: cannot create the run directory: {exc.strerror or exc}")
-        return False
-    _link_latest(out_dir)
-    return True
 
 
 #: the default root of run, compare and sweep directories (its ``latest`` link is kept)
@@ -300,13 +293,16 @@ class RunRefused(Exception):
 def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bool = False,
                  ledger: bool = False, max_wall_s: float | None = None,
                  max_history_mb: int | None = None, driver_options: dict[str, Any] | None = None,
+                 stop: interrupts.Stop | None = None,
                  ) -> tuple[dict[str, Any], Path, int | None]:
     """Run one resolved scenario on its target: what ``rollcall run`` does, minus the printing.
 
     One code path for the command and for :func:`rollcall.run`. Returns the
     summary, the run directory and, when a signal ended the run, its exit
     status (130/143; else None). Raises :class:`RunRefused` before anything
-    runs when the run cannot be made as asked.
+    runs when the run cannot be made as asked. ``stop``: the caller's signal
+    record (:func:`interrupts.catch`); from the run directory on, a first
+    signal only asks the run to stop (its summary says interrupted).
     """
     run = _load_target_attr(scenario.target, "driver", "run")
     if run is None:
@@ -323,44 +319,57 @@ def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bo
                                        force)
     if problem is not None:
         raise RunRefused(problem)
-    try:
-        out_dir = _run_out_dir(out, force, scenario)
-    except OutDirError as exc:
-        raise RunRefused(str(exc)) from None
-    try:
-        prepare_out_dir(out_dir, scenario)
-    except OSError as exc:
-        raise RunRefused(f"{out_dir}: cannot create the run directory: {exc.strerror or exc}") from None
-    _link_latest(out_dir)
-    with interrupts.catch() as stop:
+    with interrupts.catch(stop=stop) as stop:
+        stop.immediate = False  # the run directory may exist from here on: it gets a summary
+        try:
+            out_dir = _run_out_dir(out, force, scenario)
+        except OutDirError as exc:
+            raise RunRefused(str(exc)) from None
+        try:
+            prepare_out_dir(out_dir, scenario)
+        except OSError as exc:
+            raise RunRefused(f"{out_dir}: cannot create the run directory: "
+                             f"{exc.strerror or exc}") from None
+        _link_latest(out_dir)
         options: dict[str, Any] = dict(driver_options or {})
         if max_wall_s is not None:
             options["max_wall_s"] = max_wall_s
-        if scenario.target == "sim":  # the real launcher handles the signals itself
+        if scenario.target == "sim":
             if ledger:
                 options["ledger"] = True
             options["stop"] = stop.reason
+        else:  # the launcher's loop wakes at a signal; a second one kills its processes
+            options["stop"] = stop
         summary = run(scenario, out_dir, **options)
+    if scenario.target != "sim":  # the launcher decided: a signal after its end changes nothing
+        if summary.get("result") != "interrupted":
+            return summary, out_dir, None
+        return summary, out_dir, _interrupt_code(stop, str(summary.get("end_reason", "")))
     return summary, out_dir, _interrupted_code(stop, summary)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    scenario = _load(args)
-    try:
-        summary, out_dir, code = run_scenario(
-            scenario, out=args.out, force=args.force, ledger=args.ledger,
-            max_wall_s=args.max_wall_s, max_history_mb=args.max_history_mb)
-    except RunRefused as exc:
-        _err(str(exc))
-        return 2
-    if code is not None:
-        _err(f"{summary.get('end_reason') or 'interrupted'}; "
-             f"history and summary (result: {summary.get('result')}) in {out_dir}")
-        return code
-    if not args.quiet:
-        _print_summary(summary, out_dir)
-    print(_replay_line(args, scenario))
-    return 0 if summary.get("completed") and summary.get("valid") else 1
+    # Until the run directory exists a signal ends the command at once (one line,
+    # nothing written); from then on the first one asks the run to stop and the
+    # summary says so, and once the run has ended it changes nothing (a second
+    # one still ends the command: run_scenario, interrupts.catch).
+    with interrupts.catch(immediate=True) as stop:
+        scenario = _load(args)
+        try:
+            summary, out_dir, code = run_scenario(
+                scenario, out=args.out, force=args.force, ledger=args.ledger,
+                max_wall_s=args.max_wall_s, max_history_mb=args.max_history_mb, stop=stop)
+        except RunRefused as exc:
+            _err(str(exc))
+            return 2
+        if code is not None:
+            _err(f"{summary.get('end_reason') or 'interrupted'}; "
+                 f"history and summary (result: {summary.get('result')}) in {out_dir}")
+            return code
+        if not args.quiet:
+            _print_summary(summary, out_dir)
+        print(_replay_line(args, scenario))
+        return 0 if summary.get("completed") and summary.get("valid") else 1
 
 
 def _interrupted_code(stop: interrupts.Stop, summary: dict[str, Any]) -> int | None:
@@ -375,52 +384,71 @@ def _interrupted_code(stop: interrupts.Stop, summary: dict[str, Any]) -> int | N
     return None
 
 
-def _compare_output(args: argparse.Namespace, scenario: Scenario, cmp: Any, choice: Any,
+def _compare_output(args: argparse.Namespace, scenario: Scenario, cmp: Any,
                     out_dir: Path) -> int:
-    """Print the compare's answer (table, interval, verdict; or one JSON object); the exit code."""
+    """Print the compare's answer (table, intervals, verdict; or one JSON object); the exit code."""
     import json
 
     from rollcall import verdict as vd
+    from rollcall.interval import describe
 
     code = 1 if cmp.problems else 0
     for line in cmp.problems:
         _err(f"compare: {line}")
     decision = vd.decide(cmp)
-    steps = scenario.strategy.checkpoint_interval_steps
     if args.json:
         doc = {"scenario": scenario.name, "target": scenario.target, "out": str(out_dir),
-               **vd.to_json(cmp, decision, choice.to_json(steps), code)}
+               **vd.to_json(cmp, decision, code)}
         print(json.dumps(doc, indent=1, allow_nan=False))
         return code
     print(vd.human_table(cmp).to_string())
-    print(choice.line(steps))
+    print(describe(cmp.intervals))
     print(f"verdict: {decision.text}")
     print(f"out: {out_dir}")
     return code
 
 
-def _cmd_compare(args: argparse.Namespace) -> int:
-    from rollcall.interval import checkpoint_interval
-
-    scenario = _load(args)
+def prepare_compare(scenario: Scenario, out: str | Path | None = None, *,
+                    max_history_mb: int | None = None,
+                    force: bool = False) -> tuple[Callable[..., Any], Path]:
+    """What ``rollcall compare`` does before its runs, for the command and for
+    :func:`rollcall.compare`: the target's ``compare`` and the compare directory,
+    made. Raises :class:`RunRefused` (one line) when it cannot run as asked."""
     compare = _load_target_attr(scenario.target, "compare", "compare")
     if compare is None:
-        _err(f"target '{scenario.target}' is not built yet (no {scenario.target}.compare)")
-        return 2
+        raise RunRefused(f"target '{scenario.target}' is not built yet "
+                         f"(no {scenario.target}.compare)")
     problem = _hosts_problem(scenario, False) or _device_problem(scenario) or \
         _keeper_problem(scenario) or _size_problem(
-        scenario, _per_sample_ledger(scenario, False), args.max_history_mb, args.force)
+        scenario, _per_sample_ledger(scenario, False),
+        MAX_HISTORY_MB if max_history_mb is None else max_history_mb, force)
     if problem is not None:
-        _err(problem)
+        raise RunRefused(problem)
+    out_dir = Path(out) if out else RUNS_ROOT / scenario.name / f"{_utc_stamp()}-compare"
+    try:
+        prepare_out_dir(out_dir, scenario)
+    except OSError as exc:
+        raise RunRefused(f"{out_dir}: cannot create the run directory: "
+                         f"{exc.strerror or exc}") from None
+    _link_latest(out_dir)
+    return compare, out_dir
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from rollcall.interval import checkpoint_intervals, describe
+
+    scenario = _load(args)
+    try:
+        compare, out_dir = prepare_compare(scenario, args.out, max_history_mb=args.max_history_mb,
+                                           force=args.force)
+    except RunRefused as exc:
+        _err(str(exc))
         return 2
     first = scenario.seed if args.seed is None else args.seed
     seeds = list(range(first, first + args.seeds))
-    out_dir = Path(args.out) if args.out else Path("runs") / scenario.name / f"{_utc_stamp()}-compare"
-    if not _prepare(out_dir, scenario):
-        return 2
-    choice = checkpoint_interval(scenario, fixed=args.fixed_interval)
-    _err(choice.line(scenario.strategy.checkpoint_interval_steps))
-    options: dict[str, Any] = {"checkpoint_interval_steps": choice.steps}
+    _err(describe(checkpoint_intervals(scenario, fixed=args.fixed_interval)))
+    options: dict[str, Any] = {"fixed_interval": args.fixed_interval,
+                               "max_wall_s": args.max_wall_s}
     from rollcall.engines import EngineError
 
     engine, started = None, False
@@ -443,17 +471,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     finally:
         if engine is not None:
             engine.close()
-    return _compare_output(args, scenario, cmp, choice, out_dir)
+    return _compare_output(args, scenario, cmp, out_dir)
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     import hashlib
     import json
 
-    from rollcall import analysis, sweep
+    from rollcall import analysis, sweeps
 
     try:
-        grid = sweep.parse_grid(args.grid)
+        grid = sweeps.parse_grid(args.grid)
     except ValueError as exc:
         _err(str(exc))
         return 2
@@ -476,7 +504,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         if args.set:
             name += "-" + hashlib.sha1(json.dumps(sorted(args.set)).encode()).hexdigest()[:8]
         out_dir = Path("runs") / scenario.name / name
-    strategies = tuple(args.strategy) if args.strategy else sweep.STRATEGIES
+    strategies = tuple(args.strategy) if args.strategy else sweeps.STRATEGIES
     problem = _hosts_problem(scenario, False) or _device_problem(scenario) or \
         _keeper_problem(scenario) or _size_problem(
         scenario, _per_sample_ledger(scenario, False), args.max_history_mb, args.force)
@@ -496,12 +524,13 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         with interrupts.catch(immediate=True) as stop:
             engine = _open_engine(args, scenario, out_dir, jobs)
             started = True
-            df = sweep.sweep(
+            df = sweeps.sweep(
                 args.scenario, grid, seeds=args.seeds, first_seed=args.seed,
                 strategies=strategies, target=args.target, sets=args.set, out=out_dir,
                 jobs=jobs, progress=not args.quiet and sys.stderr.isatty(),
                 calibration=calibration, rel_accuracy=args.rel_accuracy,
                 max_seeds=args.max_seeds, metric=args.metric, engine=engine,
+                fixed_interval=args.fixed_interval, max_wall_s=args.max_wall_s,
             )
     except KeyboardInterrupt as exc:
         if out_dir.is_dir():
@@ -528,7 +557,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
             _err(f"sweep: {out_dir / str(run_dir)} {what}")
     print(f"runs: {len(df)}  not completed: {len(incomplete)}  invalid: {len(invalid)}")
     print(f"out: {out_dir}")
-    print(f"csv: {out_dir / sweep.CSV_FILE}")
+    print(f"csv: {out_dir / sweeps.CSV_FILE}")
     return 1 if len(incomplete) or len(invalid) else 0
 
 
@@ -633,6 +662,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
 
 
+def _interval_options(p: argparse.ArgumentParser) -> None:
+    """How compare and sweep choose each strategy's checkpoint interval, and their wall bound."""
+    p.add_argument("--fixed-interval", action="store_true",
+                   help="both strategies keep strategy.checkpoint_interval_steps (default: each "
+                        "its own Daly optimum for the events that send it back to a checkpoint; "
+                        "the scenario's when it has no random failures, the grid's when a sweep's "
+                        "grid sets it)")
+    p.add_argument("--max-wall-s", type=_positive_float, metavar="S",
+                   help="end each run after S seconds of wall clock (completed: false, "
+                        "end_reason 'wall limit: ...', kept as a run cut short)")
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="rollcall",
@@ -692,10 +733,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=TARGETS,
                    help="override the scenario's target: sim, or real (torch.distributed gloo "
                         "processes on this machine, one run at a time)")
-    p.add_argument("--fixed-interval", action="store_true",
-                   help="checkpoint-restart keeps strategy.checkpoint_interval_steps (default: "
-                        "Young's optimum sqrt(2 x checkpoint_write_s x worker_mtbf_s / workers), "
-                        "in steps; the scenario's when it has no random failures)")
+    _interval_options(p)
     p.add_argument("--json", action="store_true",
                    help="print one JSON object on stdout (means, intervals, paired differences, "
                         "verdict, checkpoint interval, exit status) instead of the table")
@@ -727,6 +765,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="with --rel-accuracy: the summary key it is about (default elapsed_s)")
     p.add_argument("--out", metavar="DIR", help="sweep directory (default runs/<name>/sweep-<target>/)")
     p.add_argument("--quiet", action="store_true", help="no progress bar or table")
+    _interval_options(p)
     _size_options(p)
     _calibration_option(p)
     _engine_options(p)
@@ -877,8 +916,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rollcall`` console script; returns the exit code."""
     args = _build_parser().parse_args(argv)
     try:
-        code = int(args.func(args))
+        with interrupts.catch(immediate=True):  # a command's own catch blocks refine this
+            code = int(args.func(args))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        interrupts.finish_on_signal("rollcall", code)  # decided and said: a signal now keeps it
+        if args.func is _cmd_run:  # nothing of a run is left to tear down
+            interrupts.exit_now("rollcall", code)
         return code
     except ScenarioError as exc:
         _err(str(exc))

@@ -30,7 +30,8 @@ from typing import Any, Callable
 
 from rollcall.scenario import Scenario
 
-__all__ = ["UnitCosts", "calibrate", "expected_run", "format_plan", "plan", "real_wall_estimate",
+__all__ = ["UnitCosts", "calibrate", "expected_run", "failure_rates", "format_plan", "plan",
+           "real_wall_estimate",
            "sim_wall_estimate", "sim_work", "wall_estimate"]
 
 _DAY_S = 86_400.0
@@ -124,6 +125,75 @@ def _duration(seconds: float) -> str:
         if seconds >= 2 * size or unit == "s" and seconds >= 1.0:
             return f"{seconds / size:.3g} {unit}"
     return f"{seconds * 1e3:.3g} ms"
+
+
+# --------------------------------------------------------------------------
+# Analytic failure rates
+
+
+def failure_rates(sc: Scenario) -> dict[str, float]:
+    """Per second, from the scenario's random failures alone (scripted faults
+    are not rates; every value 0 without ``failures.worker_mtbf_s``):
+
+    - ``node``: one node's failure rate, lemon nodes averaged in
+      (``bad_fraction`` of them fail ``bad_multiplier`` times as often);
+    - ``job``: a failure of any of the job's workers, what sends
+      checkpoint-restart back to its checkpoint;
+    - ``shard_loss``: (sharded state) every holder of some shard lost within
+      one recovery window (detection, last call, the shard's copy), a first-
+      order estimate ``shards x r! x node^r x window^(r-1)`` for ``r``
+      replicas, at most ``job``;
+    - ``below_min``: more nodes down at once than the job can spare
+      (``workers + spares - min_workers``): with repairs, the rate at which
+      the down count (Poisson, mean ``nodes x node x repair``, M/G/inf)
+      reaches that many; without, the chance that that many fail within the
+      job's failure-free time, spread over it;
+    - ``rollback``: ``shard_loss + below_min``, what sends elastic back to
+      its checkpoint (a keeper is lost only with an etcd record and a
+      standby, which keeps the job's state).
+    """
+    f, c = sc.failures, sc.cluster
+    if f.worker_mtbf_s is None:
+        return dict.fromkeys(("node", "job", "shard_loss", "below_min", "rollback"), 0.0)
+    node = ((1.0 - f.bad_fraction) + f.bad_fraction * f.bad_multiplier) / f.worker_mtbf_s
+    job = c.workers * node
+    shard_loss = min(job, _shard_loss_rate(sc, node)) if sc.state.sharding == "sharded" else 0.0
+    below_min = _below_min_rate(sc, node)
+    return {"node": node, "job": job, "shard_loss": shard_loss, "below_min": below_min,
+            "rollback": shard_loss + below_min}
+
+
+def _shard_loss_rate(sc: Scenario, node: float) -> float:
+    replicas = min(sc.state.replicas, sc.cluster.workers)
+    shard_s = sc.workload.model_params * sc.workload.bytes_per_param / sc.state_shards
+    window_s = (sc.detector.silence_s + sc.rendezvous.last_call_s
+                + shard_s / sc.network.bandwidth_Bps + sc.network.latency_s)
+    return (sc.state_shards * math.factorial(replicas) * node ** replicas
+            * window_s ** (replicas - 1))
+
+
+def _below_min_rate(sc: Scenario, node: float) -> float:
+    from rollcall.config import repair_policy
+
+    nodes = sc.cluster.workers + sc.cluster.spares
+    spare = nodes - sc.rendezvous.min_workers  # down at once and still running
+    policy = repair_policy(sc)
+    if policy is not None:
+        down_mean = nodes * node * policy.mean_repair_s()
+        return (nodes - spare) * node * _poisson_pmf(spare, down_mean)
+    free_s = sc.workload.steps * sc.ideal_step_s
+    return _poisson_tail(spare + 1, nodes * node * free_s) / free_s
+
+
+def _poisson_pmf(k: int, mean: float) -> float:
+    if mean <= 0.0:
+        return 1.0 if k == 0 else 0.0
+    return math.exp(k * math.log(mean) - mean - math.lgamma(k + 1))
+
+
+def _poisson_tail(k: int, mean: float) -> float:
+    """P(X >= k) for X ~ Poisson(mean)."""
+    return max(0.0, 1.0 - math.fsum(_poisson_pmf(i, mean) for i in range(k)))
 
 
 # --------------------------------------------------------------------------

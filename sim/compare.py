@@ -1,7 +1,7 @@
 """Both strategies on the same failure traces, on the sim: ``compare(scenario, seeds, out_dir)``.
 
 The loop, the per-run rows, the table and the CSV files are
-:func:`rollcall.compare.compare` (shared with ``real.compare``); this module
+:func:`rollcall.comparison.compare` (shared with ``real.compare``); this module
 hands it the sim driver. The failure trace is drawn from streams that do not
 depend on the strategy (``failures`` and ``node/<i>``, see
 :mod:`sim.driver`), so both strategies meet the same crashes at the same
@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from rollcall import compare as shared
-from rollcall.compare import METRICS, STRATEGIES, mean_ci, summarize, t975, with_strategy
+from rollcall import comparison as shared
+from rollcall.comparison import METRICS, STRATEGIES, mean_ci, summarize, t975, with_strategy
 from rollcall.scenario import Scenario
 
 from sim.driver import run
@@ -25,19 +25,20 @@ __all__ = ["METRICS", "STRATEGIES", "compare", "mean_ci", "summarize", "t975", "
 
 def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path,
             stop: Optional[Callable[[], Optional[str]]] = None,
-            **options: Any) -> shared.Comparison:
+            max_wall_s: Optional[float] = None, **options: Any) -> shared.Comparison:
     """Run both strategies per seed on the sim; writes ``compare.csv``, ``compare-table.csv``
-    and ``compare-paired.csv``. ``options`` go to :func:`rollcall.compare.compare`
-    (``checkpoint_interval_steps``).
+    and ``compare-paired.csv``. ``options`` go to :func:`rollcall.comparison.compare`
+    (``fixed_interval``, ``engine``); ``max_wall_s`` bounds each run's wall time.
 
     ``stop`` is polled by each run (:func:`sim.driver.run`); a run it ends
     keeps its history and its ``result: interrupted`` summary, and the
     compare stops there with a KeyboardInterrupt, as ``real.compare`` does.
     """
     def run_or_raise(sc: Scenario, run_dir: Path) -> dict[str, Any]:
-        summary = run(sc, run_dir, stop=stop)
+        summary = run(sc, run_dir, stop=stop, max_wall_s=max_wall_s)
         if summary.get("result") == "interrupted":
             raise KeyboardInterrupt(summary.get("end_reason", "interrupted"))
         return summary
 
-    return shared.compare(scenario, seeds, out_dir, run_or_raise, **options)
+    return shared.compare(scenario, seeds, out_dir, run_or_raise, max_wall_s=max_wall_s,
+                          **options)

@@ -134,6 +134,36 @@ def test_ci95_and_summarize() -> None:
     assert s.x_mean.tolist() == [2.0, 5.0]
     assert s.x_lo.iloc[0] < 2.0 < s.x_hi.iloc[0]
     assert s.x_lo.iloc[1] == 5.0  # one value: no interval, lo == hi == mean
+    assert list(s.x_method) == ["t", "t"]
+
+
+def test_summarize_uses_each_kinds_method() -> None:
+    df = pd.DataFrame({"k": [1] * 4, "goodput": [0.97, 0.99, 0.995, 1.0],
+                       "elapsed_s": [10.0, 12.0, 11.0, 13.0], "restarts": [0, 0, 1, 0],
+                       "speedup": [0.1, 0.2, 0.15, 0.3]})
+    s = an.summarize(df, "k", ["goodput", "elapsed_s", "restarts", "speedup"],
+                     kinds={"speedup": "ratio"}).iloc[0]
+    assert (s.goodput_method, s.elapsed_s_method, s.restarts_method, s.speedup_method) == (
+        "logit t", "t", "root t", "logit t")
+    assert 0.0 <= s.goodput_lo < s.goodput_mean < s.goodput_hi <= 1.0
+    assert s.elapsed_s_ci == pytest.approx(an.ci95(df.elapsed_s))
+    assert s.restarts_lo == 0.0 < s.restarts_mean < s.restarts_hi
+    # the paired differences of a ratio: inside [-1, 1]
+    d = an.summarize(pd.DataFrame({"k": [1, 1], "diff": [0.609, 0.896]}), "k", "diff",
+                     kinds={"diff": "ratio"}, differences=True).iloc[0]
+    assert d.diff_method == "paired logit t" and -1.0 <= d.diff_lo <= d.diff_hi <= 1.0
+
+
+def test_count_intervals_in_notebooks_stay_at_or_above_0() -> None:
+    # fallbacks per run over 3 seeds: the t interval was [-1.10, 1.77]
+    runs = pd.DataFrame({"replicas": [1, 1, 1, 2, 2, 2], "fallbacks": [0, 0, 1, 0, 0, 0],
+                         "steps_lost_to_fallback": [0, 0, 40, 0, 0, 0]})
+    s = an.summarize(runs, "replicas", ["fallbacks", "steps_lost_to_fallback"])
+    for m in ("fallbacks", "steps_lost_to_fallback"):
+        assert (s[f"{m}_lo"] >= 0).all() and (s[f"{m}_lo"] <= s[f"{m}_mean"]).all()
+        low, high = an.error_bars(s, m)
+        assert (s[f"{m}_mean"] - low >= 0).all() and (high >= 0).all()
+    assert list(s.fallbacks_lo) == [0.0, 0.0] and s.fallbacks_hi.iloc[1] == 0.0  # no spread
 
 
 def test_young_and_daly() -> None:

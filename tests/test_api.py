@@ -99,3 +99,57 @@ def test_errors_are_the_cli_ones(tmp_path: Path) -> None:
                           "failures": {"schedule": [{"at_step": 50, "kill": 0}]}},
                          out=tmp_path / "late")
     assert s.failures == 0
+
+
+# failures every 7.5 s against 5 s restarts: each strategy finishes, at its own interval
+BUSY = {"failures.worker_mtbf_s": 60, "cluster.repair_s": 10, "strategy.restart_s": 5,
+        "workload.steps": 100}
+
+
+def _interval_of(run_dir: Path) -> int:
+    data = yaml.safe_load((run_dir / "scenario.yaml").read_text(encoding="utf-8"))
+    return int(data["strategy"]["checkpoint_interval_steps"])
+
+
+def test_compare_returns_the_tables_the_command_prints(tmp_path: Path) -> None:
+    from rollcall import verdict as vd
+
+    got = rollcall.compare(QUICKSTART, seeds=2, out=tmp_path / "cmp", set=BUSY)
+    assert isinstance(got, rollcall.Compared) and got.dir == tmp_path / "cmp"
+    assert list(got.table.columns)[:3] == ["checkpoint-restart", "elastic",
+                                           "elastic - checkpoint-restart"]
+    assert got.table.equals(vd.human_table(got.comparison))
+    assert got.intervals.startswith("checkpoint intervals: checkpoint-restart 59 steps")
+    assert "elastic 100 steps" in got.intervals
+    assert got.verdict.text == vd.decide(got.comparison).text
+    assert got.to_json()["checkpoint_intervals"]["elastic"]["source"] == "whole-job"
+    assert _interval_of(got.dir / "checkpoint-restart-seed0") == 59
+    assert _interval_of(got.dir / "elastic-seed0") == 100
+
+
+def test_a_sweep_row_equals_the_compare_run_of_the_same_point_and_seed(tmp_path: Path) -> None:
+    """One fair comparison: the sweep's point cluster.repair_s=10 is the
+    compare's scenario, and each (strategy, seed) runs the same scenario at
+    the same interval, to the same summary."""
+    sets = {k: v for k, v in BUSY.items() if k != "cluster.repair_s"}
+    swept = rollcall.sweep(QUICKSTART, {"cluster.repair_s": [10]}, seeds=2, seed=0,
+                           out=tmp_path / "sweep", set=sets)
+    compared = rollcall.compare(QUICKSTART, seeds=2, seed=0, out=tmp_path / "cmp", set=BUSY)
+    assert len(swept.runs) == 4 and set(swept.table["strategy"]) == {"checkpoint-restart",
+                                                                     "elastic"}
+    rows = compared.comparison.runs
+    for _, row in swept.runs.iterrows():
+        mine = rows[(rows["strategy"] == row["strategy"]) & (rows["seed"] == row["seed"])]
+        for metric in ("elapsed_s", "goodput", "restarts", "failures"):
+            assert float(mine[metric].iloc[0]) == pytest.approx(float(row[metric]), rel=1e-12)
+        sweep_dir = tmp_path / "sweep" / str(row["run_dir"])
+        compare_dir = Path(str(mine["run_dir"].iloc[0]))
+        assert _interval_of(sweep_dir) == _interval_of(compare_dir)
+        assert (sweep_dir / "history.jsonl").read_bytes() == \
+            (compare_dir / "history.jsonl").read_bytes()
+
+
+def test_a_grid_that_sets_the_interval_keeps_it_for_both(tmp_path: Path) -> None:
+    swept = rollcall.sweep(QUICKSTART, {"strategy.checkpoint_interval_steps": [7]}, seeds=1,
+                           out=tmp_path / "sweep", set=BUSY)
+    assert {_interval_of(tmp_path / "sweep" / str(d)) for d in swept.runs["run_dir"]} == {7}

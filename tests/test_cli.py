@@ -99,7 +99,7 @@ def test_target_not_built(
 def test_compare_calls_target_compare(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rollcall import compare as shared
+    from rollcall import comparison as shared
 
     calls = []
 
@@ -119,8 +119,9 @@ def test_compare_calls_target_compare(
     module.compare = compare  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "sim.compare", module)
     assert cli.main(["compare", QUICK, "--seeds", "3", "--seed", "10", "--out", str(tmp_path)]) == 0
-    # quickstart has no random failures: checkpoint-restart keeps the scenario's 50 steps
-    assert calls == [("quickstart", [10, 11, 12], tmp_path, {"checkpoint_interval_steps": 50})]
+    # how each strategy's interval is chosen is the compare's own (rollcall.interval)
+    assert calls == [("quickstart", [10, 11, 12], tmp_path,
+                      {"fixed_interval": False, "max_wall_s": None})]
     out = capsys.readouterr().out
     # d = -10, -11, -12 s: mean -11, half-width 4.303 * 1 / sqrt(3) = 2.48
     assert "verdict: elastic saves 11 [9, 13] of 101 s" in out and "; significant" in out

@@ -29,7 +29,7 @@ def _fake_real(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """A stand-in ``real.driver`` (no process is started) that records where it ran."""
     seen: list[Path] = []
 
-    def run(scenario: Scenario, out_dir: Path) -> dict[str, Any]:
+    def run(scenario: Scenario, out_dir: Path, **options: Any) -> dict[str, Any]:
         seen.append(Path(out_dir))
         summary = {k: 0 for k in SUMMARY_KEYS}
         summary.update(scenario=scenario.name, target="real", strategy=scenario.strategy.kind,

@@ -4,7 +4,7 @@ The real compare runs a tiny shipped scenario (3 gloo workers, 30 steps, one
 scripted kill) for both strategies and 2 seeds, and its rows are checked
 against the run directories' own histories (re-checked here with the core's
 checker), not against numbers written down in the test. The sim compare is
-checked against the loop it had before it moved into ``rollcall.compare``
+checked against the loop it had before it moved into ``rollcall.comparison``
 (one ``sim.driver.run`` per strategy and seed, the columns it wrote) and
 against means and t-intervals computed here from those runs. The Ctrl-C
 test interrupts a real compare in its second run and checks that the
@@ -27,18 +27,20 @@ import psutil
 import pytest
 
 from rollcall import cli
-from rollcall.compare import STRATEGIES
+from rollcall.comparison import STRATEGIES
 from rollcall.config import data_spec
 from rollcall.core import check
 from rollcall.results import read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import load_scenario
+from rollcall.stats import kind_of
 from real_processes import needs_pidfd, one_real_run_at_a_time
 from polling import pid_running, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_REAL = ROOT / "scenarios" / "real-checkpoint-restart.yaml"
 QUICK = ROOT / "scenarios" / "quickstart.yaml"
-SIM_SETS = ["failures.worker_mtbf_s=60", "cluster.repair_s=10"]
+# failures every 7.5 s against 5 s restarts: busy, yet both strategies finish
+SIM_SETS = ["failures.worker_mtbf_s=60", "cluster.repair_s=10", "strategy.restart_s=5"]
 # compare.csv's metric columns as sim/compare.py wrote them before the loop moved
 SIM_METRICS_BEFORE = (
     "completed", "valid", "elapsed_s", "ettr", "goodput", "productive_s", "lost_work_s",
@@ -124,14 +126,16 @@ def _old_compare_csv(seeds: list[int], out: Path) -> pd.DataFrame:
             run_dir = prepare_out_dir(out / f"{strategy}-seed{seed}", sc)
             summary = run(sc, run_dir)
             rows.append({"strategy": strategy, "seed": seed, "run_dir": str(run_dir),
-                         **{k: summary.get(k) for k in SIM_METRICS_BEFORE}})
+                         **{k: summary.get(k) for k in SIM_METRICS_BEFORE},
+                         "end_reason": summary.get("end_reason")})
     return pd.DataFrame(rows)
 
 
-def _without_wall_s(path: Path, root: Path) -> list[str]:
-    """The CSV's lines without the last column (wall_s, host time) and with ``root`` as DIR."""
-    text = path.read_text(encoding="utf-8").replace(str(root), "DIR")
-    return [line.rsplit(",", 1)[0] for line in text.splitlines()]
+def _without_wall_s(path: Path, root: Path) -> list[list[str]]:
+    """The CSV's rows without the column wall_s (host time) and with ``root`` as DIR."""
+    rows = list(csv.reader(path.read_text(encoding="utf-8").replace(str(root), "DIR").splitlines()))
+    drop = rows[0].index("wall_s")
+    return [row[:drop] + row[drop + 1:] for row in rows]
 
 
 def test_sim_compare_is_the_old_loop_and_its_intervals(tmp_path: Path) -> None:
@@ -147,13 +151,25 @@ def test_sim_compare_is_the_old_loop_and_its_intervals(tmp_path: Path) -> None:
     assert _without_wall_s(out / "compare.csv", out) == _without_wall_s(tmp_path / "old.csv", old)
     table = pd.read_csv(out / "compare-table.csv", header=[0, 1], index_col=0)
     assert list(table.index) == list(SIM_METRICS_BEFORE)
+    assert [c for s, c in table.columns if s == "elastic"] == ["mean", "±95%", "lo", "hi", "method"]
     for strategy in STRATEGIES:
         sub = expected[expected["strategy"] == strategy]
         for metric in SIM_METRICS_BEFORE[:-1]:  # wall_s is host time
             xs = [float(v) for v in sub[metric]]
-            half = 4.303 * statistics.stdev(xs) / math.sqrt(3)  # t_{0.975, 2}
-            assert table.loc[metric, (strategy, "mean")] == pytest.approx(statistics.fmean(xs))
-            assert table.loc[metric, (strategy, "±95%")] == pytest.approx(half, abs=1e-9)
+            row = table.loc[metric, strategy]
+            assert row["mean"] == pytest.approx(statistics.fmean(xs))
+            kind = kind_of(metric)
+            if len(set(xs)) == 1:  # no spread: the interval is the value
+                assert row["lo"] == row["hi"] == pytest.approx(xs[0]) and row["±95%"] == 0.0
+            elif kind == "time":
+                half = 4.303 * statistics.stdev(xs) / math.sqrt(3)  # t_{0.975, 2}
+                assert row["±95%"] == pytest.approx(half, abs=1e-9)
+                assert row["method"] == "t over 3 seeds"
+            else:  # ratios inside [0, 1], counts never below 0
+                assert row["method"] == {"ratio": "logit t", "count": "root t"}[kind] + \
+                    " over 3 seeds"
+                assert 0.0 <= float(row["lo"]) <= row["mean"] <= float(row["hi"])
+                assert kind == "count" or float(row["hi"]) <= 1.0
 
 
 @pytest.mark.slow

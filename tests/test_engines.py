@@ -22,7 +22,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from rollcall import sweep
+from rollcall import sweeps as sweep
 from rollcall.engines import EngineError, open_engine
 from rollcall.engines.local import LocalEngine
 

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from rollcall import interrupts
-from rollcall.compare import RUNS_FILE, compare
+from rollcall.comparison import RUNS_FILE, compare
 from rollcall.results import SUMMARY_KEYS, read_summary
 from rollcall.scenario import load_scenario
 from polling import pid_running, signal_when, wait_for
@@ -199,3 +199,33 @@ def test_a_sigterm_to_compare_ends_the_run_cleanly_and_says_how_to_resume(tmp_pa
     assert s["result"] == "interrupted" and s["end_reason"] == "interrupted by SIGTERM"
     assert s["valid"] is True, s["violations"]
     assert not psutil.Process().children(recursive=True)
+
+
+def test_a_second_signal_runs_the_kill_callbacks_and_waits_for_the_shield() -> None:
+    """The first signal wakes a selector and raises nothing; the second runs the
+    callbacks (the real launcher's SIGKILLs) at once, but is raised only as the
+    shielded section (a process being started and recorded) ends."""
+    killed: list[int] = []
+    with interrupts.catch() as stop:
+        stop.on_second(lambda: killed.append(stop.count))
+        wake = stop.wake_fd()
+        os.kill(os.getpid(), signal.SIGINT)
+        wait_for(stop.reason, 10, "the first signal")
+        assert wake.recv(16) == b"!" and not killed
+        with pytest.raises(interrupts.Interrupted):
+            with stop.shielded():
+                os.kill(os.getpid(), signal.SIGTERM)
+                wait_for(lambda: killed, 10, "the second signal's callback")
+                assert killed == [2]  # ran inside the shield, which was not cut
+        with stop.shielded(then_raise=False):  # the end of a program: nothing left to stop
+            os.kill(os.getpid(), signal.SIGTERM)
+            wait_for(lambda: len(killed) == 2, 10, "the third signal's callback")
+    assert stop.exit_code == 130
+
+
+def test_the_early_handler_is_only_the_commands_own() -> None:
+    """Importing the CLI from a test, the API or a host agent leaves the handlers alone."""
+    old = signal.getsignal(signal.SIGTERM)
+    interrupts.quit_until_main("rollcall")
+    interrupts.finish_on_signal("rollcall", 0)
+    assert signal.getsignal(signal.SIGTERM) is old

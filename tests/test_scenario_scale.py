@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from rollcall import cli
-from rollcall import sweep as sw
+from rollcall import sweeps as sw
 from rollcall.results import scenario_hash
 from rollcall.scenario import NODE_DAYS_S, ScenarioError, load_scenario, parse_scenario
 

@@ -36,12 +36,13 @@ def test_compare_three_seeds(tmp_path: Path) -> None:
     out = tmp_path / "cmp"
     p = _rollcall("compare", str(ROOT / "scenarios" / "quickstart.yaml"), "--seeds", "3",
                   "--set", "failures.worker_mtbf_s=60", "--set", "cluster.repair_s=10",
-                  "--out", str(out), cwd=tmp_path)
+                  "--set", "strategy.restart_s=5", "--out", str(out), cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     header = p.stdout.splitlines()[0]
     assert "checkpoint-restart" in header and "elastic - checkpoint-restart" in header
     goodput = next(line for line in p.stdout.splitlines() if line.startswith("goodput "))
-    assert goodput.count("±") == 2 and "[" in goodput and "ettr" in p.stdout
+    # two means and a difference, each with its interval; the methods named
+    assert goodput.count("[") == 3 and "logit t" in goodput and "ettr" in p.stdout
     assert [line for line in p.stdout.splitlines() if line.startswith("verdict: ")]
     rows = list(csv.DictReader((out / "compare.csv").open()))
     assert sorted((r["strategy"], r["seed"]) for r in rows) == sorted(

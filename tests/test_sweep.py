@@ -1,4 +1,4 @@
-"""rollcall.sweep and `rollcall sweep`: grid expansion, resume, interruption, sweep.csv."""
+"""rollcall.sweeps and `rollcall sweep`: grid expansion, resume, interruption, sweep.csv."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rollcall import sweep as sw
+from rollcall import sweeps as sw
 from rollcall.cli import main
 from rollcall.results import SUMMARY_KEYS
 
@@ -163,9 +163,10 @@ RANDOM = ["failures.worker_mtbf_s=400", "failures.schedule=[]"]  # elapsed_s var
 
 
 def _adaptive(out: Path, jobs: int, rel: float, max_seeds: int, sets=RANDOM) -> pd.DataFrame:
+    # at the scenario's interval: this is about seeds, not intervals
     return sw.sweep(QUICK, {"cluster.spares": [1, 3]}, seeds=2, first_seed=0,
                     strategies=["elastic"], sets=sets, out=out, jobs=jobs, progress=False,
-                    rel_accuracy=rel, max_seeds=max_seeds)
+                    rel_accuracy=rel, max_seeds=max_seeds, fixed_interval=True)
 
 
 def test_adaptive_replication_adds_seeds_until_each_point_is_known(tmp_path: Path) -> None:

@@ -60,11 +60,13 @@ def _metrics(src: Source, out: Path) -> Section:
     stats = data.per_strategy(src)
     figures.save(figures.metrics(stats, src.keys), out / "metrics.png")
     tables = [vd.human_table(comparison_of(src.runs))] if src.kind == "compare" else [
-        stats.drop(columns=[c for c in stats.columns if c.endswith(("_lo", "_hi"))])]
+        stats.drop(columns=[c for c in stats.columns if c.endswith("_ci")])]
     return Section("Goodput and ETTR", [
         "goodput: committed work at the full cluster's pace over elapsed time; ETTR: time "
         "on steps that were finally committed over elapsed time; elapsed: the time to "
-        "finish. Means over seeds with 95% Student-t intervals."],
+        "finish. Means over seeds with 95% intervals: logit t for goodput and ETTR (they "
+        "stay inside [0, 1]), t for times, root t for counts (never below 0); each "
+        "table names its method."],
         [("metrics.png", "goodput, ETTR and elapsed per strategy")], tables)
 
 
@@ -74,7 +76,7 @@ def _cell_statement(be: pd.DataFrame) -> str:
                 if finite(r["rel_lo_pct"]) and r["pairs"] > 1 else "")
     return (f"one cell (this compare): elastic - checkpoint-restart elapsed is "
             f"{vd.human_s(r['d_mean'])}, {r['rel_pct']:+.1f}%{interval} of checkpoint-restart's "
-            f"{vd.human_s(r['cr_mean'])}, paired over {r['pairs']} seeds; below 0 elastic "
+            f"{vd.human_s(r['cr_mean'])}, paired t over {r['pairs']} seeds; below 0 elastic "
             f"finishes sooner. A sweep over scale and MTBF draws the whole map.")
 
 

@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 
 from rollcall import analysis as an
+from rollcall import stats
 from rollcall import verdict as vd
-from rollcall.interval import checkpoint_interval
+from rollcall.interval import INTERVAL_KEY, checkpoint_intervals
 from rollcall.report.source import Source, comparison_of, finite, points
 from rollcall.results import SCENARIO_FILE
 from rollcall.scenario import ScenarioError, load_scenario
@@ -24,7 +25,6 @@ from rollcall.scenario import ScenarioError, load_scenario
 __all__ = ["INTERVAL_KEY", "UCurve", "break_even", "measured_intervals", "per_strategy",
            "point_label", "sweep_sentence", "u_curve", "verdict_sentence"]
 
-INTERVAL_KEY = "strategy.checkpoint_interval_steps"
 METRICS = ("goodput", "ettr", "elapsed_s")
 
 
@@ -35,7 +35,8 @@ def point_label(values: dict[str, Any]) -> str:
 
 
 def per_strategy(src: Source) -> pd.DataFrame:
-    """Per grid point and strategy: ``n`` and mean, 95% half-width, lo, hi of goodput, ettr, elapsed_s."""
+    """Per grid point and strategy: ``n`` and, of goodput, ettr and elapsed_s, the mean and
+    its 95% interval (half-width, lo, hi, method: :func:`rollcall.analysis.summarize`)."""
     present = [m for m in METRICS if m in src.runs.columns]
     runs = src.runs.astype({m: float for m in present})
     return an.summarize(runs, list(src.keys) + ["strategy"], present)
@@ -44,7 +45,7 @@ def per_strategy(src: Source) -> pd.DataFrame:
 def verdict_sentence(src: Source) -> str:
     """The one sentence: compare's own verdict; a sweep's tally; a run's outcome."""
     if src.kind == "compare":
-        return vd.decide(comparison_of(src.runs)).text
+        return vd.decide(comparison_of(src.runs, src.intervals)).text
     if src.kind == "sweep":
         return sweep_sentence(break_even(src))
     s = src.summary
@@ -63,8 +64,9 @@ def break_even(src: Source) -> pd.DataFrame:
     Columns: the grid keys, ``pairs``, ``d_mean, d_lo, d_hi`` (seconds),
     ``cr_mean`` (checkpoint-restart's mean elapsed), ``rel_pct, rel_lo_pct,
     rel_hi_pct`` (the difference in % of checkpoint-restart's time),
-    ``g_mean, g_lo, g_hi`` (goodput), ``significant`` (True/False, None
-    without an interval) and ``verdict`` (compare's sentence for that point).
+    ``g_mean, g_lo, g_hi`` (goodput, its paired logit t interval),
+    ``significant`` (True/False; None when no claim is made: fewer than three
+    seeds, no spread) and ``verdict`` (compare's sentence for that point).
     Points without both strategies are left out.
     """
     rows = []
@@ -107,7 +109,8 @@ def sweep_sentence(be: pd.DataFrame) -> str:
             f"({int(sig[cr.index].sum())} significant)")
     if len(decided) < len(be):
         text += f"; no verdict at {len(be) - len(decided)} (runs that did not complete)"
-    return text + " (decided on elapsed_s, paired over seeds)"
+    return text + (f" (decided on elapsed_s by a paired t over seeds; a significance claim "
+                   f"needs at least {stats.MIN_PAIRS} seeds and some spread)")
 
 
 class UCurve:
@@ -155,7 +158,7 @@ def u_curve(src: Source) -> UCurve | str:
     if not math.isfinite(params["M"]):
         return ("no random failures (failures.worker_mtbf_s unset): no failure rate, so no "
                 "checkpoint-interval trade-off to draw; only the writes cost time")
-    choice = checkpoint_interval(scenario)
+    choice = checkpoint_intervals(scenario)["checkpoint-restart"]
     return UCurve(params, choice.steps * choice.step_s, choice.why)
 
 

@@ -27,8 +27,9 @@ __all__ = ["COLOURS", "break_even_heatmap", "break_even_line", "metrics", "save"
 
 COLOURS = {"checkpoint-restart": "tab:red", "elastic": "tab:blue"}
 _DPI = 100
-# under a break-even cell: nothing when significant, else why no claim
-_SURE = {False: "\nn.s.", None: "\n1 seed"}
+# under a break-even cell: nothing when significant; n.s. when the interval holds 0;
+# "no claim" with fewer than three seeds or no spread (rollcall.stats.significance)
+_SURE = {False: "\nn.s.", None: "\nno claim"}
 
 
 def save(fig: Figure, path: Path) -> Path:
@@ -49,13 +50,14 @@ def timelines(runs: Sequence[tuple[str, Path]]) -> Figure:
 
 def _errorbars(ax: Any, x: Sequence[float], frame: pd.DataFrame, metric: str, scale: float,
                colour: str, label: str) -> None:
-    half = frame[f"{metric}_ci"].astype(float).fillna(0.0) / scale
-    ax.errorbar(x, frame[f"{metric}_mean"].astype(float) / scale, yerr=half, marker="o",
-                capsize=4, color=colour, label=label, ls="-" if len(x) > 1 else "none")
+    ax.errorbar(x, frame[f"{metric}_mean"].astype(float) / scale,
+                yerr=an.error_bars(frame, metric, scale), marker="o", capsize=4, color=colour,
+                label=label, ls="-" if len(x) > 1 else "none")
 
 
 def metrics(stats: pd.DataFrame, keys: Sequence[str]) -> Figure:
-    """Goodput, ETTR and elapsed time per strategy with 95% intervals (one panel each).
+    """Goodput, ETTR and elapsed time per strategy with 95% intervals (one panel each):
+    logit t for goodput and ETTR (inside [0, 1]), t for elapsed (:mod:`rollcall.stats`).
 
     x is the grid point (its values in order; a compare is one point).
     """
@@ -82,7 +84,8 @@ def metrics(stats: pd.DataFrame, keys: Sequence[str]) -> Figure:
             ax.set_ylim(0, 1.05)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle("mean over seeds, 95% Student-t intervals", fontsize=9)
+    fig.suptitle("mean over seeds, 95% intervals (goodput, ETTR: logit t; elapsed: t)",
+                 fontsize=9)
     return fig
 
 
@@ -95,7 +98,8 @@ def break_even_heatmap(be: pd.DataFrame, keys: Sequence[str]) -> Figure:
 
     Blue: elastic faster; red: checkpoint-restart faster; the black line is
     the zero contour (break-even), drawn where the sign changes inside the
-    grid; "n.s." marks a cell whose 95% interval includes 0.
+    grid; "n.s." marks a cell whose 95% interval includes 0, "no claim" one with
+    fewer than three seeds or the same difference on every seed.
     """
     kx, ky = keys[0], keys[1]
     xs, ys = sorted(be[kx].unique()), sorted(be[ky].unique())
@@ -179,8 +183,9 @@ def u_curve(curve: UCurve, measured: pd.DataFrame) -> Figure:
             ax.axvline(curve.marks[name], color="grey", ls=style, lw=1,
                        label=f"{name} interval {curve.marks[name]:.4g} s")
     if len(measured):
-        ax.errorbar(measured["tau_s"], measured["mean"] / unit_s,
-                    yerr=measured["ci"].astype(float).fillna(0.0) / unit_s, marker="s",
+        lower = (measured["mean"] - measured["lo"]).astype(float).fillna(0.0) / unit_s
+        upper = (measured["hi"] - measured["mean"]).astype(float).fillna(0.0) / unit_s
+        ax.errorbar(measured["tau_s"], measured["mean"] / unit_s, yerr=[lower, upper], marker="s",
                     capsize=4, ls="none", color=COLOURS["checkpoint-restart"],
                     label="measured (sim sweep), 95% interval")
     ax.set_xscale("log")

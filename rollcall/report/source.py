@@ -4,7 +4,7 @@ Why a module of its own: the report reads only what ``rollcall run``,
 ``compare`` and ``sweep`` wrote (``summary.json``, ``compare.csv``,
 ``sweep.csv``, ``point.json``, ``scenario.yaml``) and never runs anything, so
 telling the three apart, refusing what is none of them, and turning the CSVs
-back into the :class:`rollcall.compare.Comparison` that the verdict reads are
+back into the :class:`rollcall.comparison.Comparison` that the verdict reads are
 done here, once, and tested without drawing.
 """
 
@@ -18,10 +18,11 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from rollcall import compare as cmp_mod
-from rollcall.compare import Comparison
+from rollcall import comparison as cmp_mod
+from rollcall.comparison import Comparison
+from rollcall.interval import IntervalChoice
 from rollcall.results import HISTORY_FILE, SCENARIO_FILE, SUMMARY_FILE, read_summary
-from rollcall.sweep import CSV_FILE, POINT_FILE
+from rollcall.sweeps import CSV_FILE, POINT_FILE
 
 __all__ = ["Kind", "ReportError", "Source", "comparison_of", "grid_keys", "kind_of", "load",
            "points"]
@@ -70,6 +71,8 @@ class Source:
     summary: dict[str, Any] = field(default_factory=dict)
     scenario_dir: Path | None = None
     notes: tuple[str, ...] = ()
+    # a compare's checkpoint interval of each strategy, as it recorded them
+    intervals: dict[str, IntervalChoice] = field(default_factory=dict)
 
     @property
     def interrupted(self) -> bool:
@@ -108,7 +111,19 @@ def _load_compare(d: Path) -> Source:
         notes = (f"unfinished compare: {cmp_mod.TABLE_FILE} is missing (interrupted?); "
                  f"this report covers the {len(runs)} finished runs",)
     scenario_dir = d if (d / SCENARIO_FILE).is_file() else Path(runs["run_dir"].iloc[0])
-    return Source("compare", d, runs, scenario_dir=scenario_dir, notes=notes)
+    return Source("compare", d, runs, scenario_dir=scenario_dir, notes=notes,
+                  intervals=_intervals(d / cmp_mod.INTERVALS_FILE))
+
+
+def _intervals(path: Path) -> dict[str, IntervalChoice]:
+    """The intervals a compare recorded ({} where it recorded none: an older compare)."""
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        return {s: IntervalChoice.from_json(s, doc[s]) for s in cmp_mod.STRATEGIES}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ReportError(f"{path}: cannot read it ({exc})") from None
 
 
 def grid_keys(sweep_dir: Path, runs: pd.DataFrame) -> tuple[str, ...]:
@@ -141,18 +156,21 @@ def load(path: str | Path) -> Source:
     return {"run": _load_run, "compare": _load_compare, "sweep": _load_sweep}[kind](d)
 
 
-def comparison_of(runs: pd.DataFrame) -> Comparison:
-    """The :class:`Comparison` ``rollcall compare`` built from these rows (its CSV round trip).
+def comparison_of(runs: pd.DataFrame,
+                  intervals: dict[str, IntervalChoice] | None = None) -> Comparison:
+    """The :class:`Comparison` ``rollcall compare`` built from these rows (its CSV round
+    trip) and the ``intervals`` it recorded.
 
     compare.csv keeps every float exactly (pandas writes the shortest
     repr that reads back equal), so the verdict made here is the sentence
     compare printed.
     """
-    cols = [c for c in ("strategy", "seed", "run_dir", *cmp_mod.METRICS) if c in runs.columns]
+    cols = [c for c in ("strategy", "seed", "run_dir", *cmp_mod.METRICS, "end_reason")
+            if c in runs.columns]
     rows = runs[cols].reset_index(drop=True)
     diffs = cmp_mod.paired(rows)
-    return Comparison(rows, cmp_mod.summarize(rows), diffs, cmp_mod.summarize_paired(diffs),
-                      cmp_mod.run_problems(rows))
+    return Comparison(rows, cmp_mod.summarize(rows), diffs, cmp_mod.summarize_paired(diffs, rows),
+                      cmp_mod.run_problems(rows), intervals or {})
 
 
 def points(src: Source) -> list[tuple[dict[str, Any], pd.DataFrame]]:

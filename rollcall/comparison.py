@@ -12,17 +12,21 @@ For each seed the scenario runs once as ``checkpoint-restart`` and once as
 rewritten atomically and one progress line goes to ``log``, so an
 interrupted compare keeps every finished row and shows how far it got. At
 the end ``compare-table.csv`` gets the side-by-side table (returned in a
-:class:`Comparison` with the runs and the paired differences):
-per metric and strategy the mean over seeds and the half-width of the 95%
-Student-t interval, and ``compare-paired.csv`` the paired differences: both
-strategies of one seed meet the same failure trace, so per seed and metric
-``elastic - checkpoint-restart`` is one sample of the difference, and its
-t-interval over seeds is much narrower than the two strategies' intervals
-side by side (``rollcall.verdict`` turns it into a sentence).
+:class:`Comparison` with the runs and the paired differences): per metric
+and strategy the mean over seeds, the half-width ``±95%`` and the ends
+``lo``/``hi`` of its 95% interval and the ``method`` that made it (one per
+kind of metric, :mod:`rollcall.stats`), and ``compare-paired.csv`` the
+paired differences: both strategies of one seed meet the same failure
+trace, so per seed and metric ``elastic - checkpoint-restart`` is one sample
+of the difference, and its paired interval over seeds is much narrower than
+the two strategies' intervals side by side (``rollcall.verdict`` turns it
+into a sentence).
 
-``checkpoint_interval_steps`` replaces the checkpoint-restart runs' interval
-(``rollcall.interval`` picks Young's optimum); elastic runs keep the
-scenario's.
+Each strategy runs at its own checkpoint interval (:mod:`rollcall.interval`:
+Daly's optimum for the events that send it back to its checkpoint), or both
+at the scenario's with ``fixed_interval``; :attr:`Comparison.intervals`
+says which and why. ``max_wall_s`` bounds each run's wall time: a run cut
+short ends "wall limit: ..." (not completed), never a hang.
 
 A metric that no run's summary has (``checkpoint_s`` on the real target,
 which does not time checkpoints) is left out of both files and named in one
@@ -33,24 +37,28 @@ Nothing is filled in.
 
 from __future__ import annotations
 
-import math
+import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
+from rollcall import stats
+from rollcall.interval import IntervalChoice, at_its_interval, checkpoint_intervals
 from rollcall.results import (
     HISTORY_FILE, SUMMARY_FILE, finished_summary, prepare_out_dir, scenario_hash,
 )
 from rollcall.scenario import Scenario
+from rollcall.stats import t975
 
 __all__ = [
-    "METRICS", "PAIRED_FILE", "PAIRED_METRICS", "RUNS_FILE", "STRATEGIES", "TABLE_FILE",
-    "Comparison", "compare", "mean_ci", "paired", "run_problems", "summarize",
-    "summarize_paired", "t975", "with_strategy",
+    "INTERVALS_FILE", "METRICS", "PAIRED_FILE", "PAIRED_METRICS", "RUNS_FILE", "STRATEGIES",
+    "TABLE_COLUMNS",
+    "TABLE_FILE", "Comparison", "compare", "interval_table", "mean_ci", "paired", "run_problems",
+    "strategy_interval", "summarize", "summarize_paired", "t975", "with_strategy",
 ]
 
 RunFn = Callable[[Scenario, Path], dict[str, Any]]
@@ -65,46 +73,23 @@ METRICS = (
 )
 
 RUNS_FILE = "compare.csv"
+INTERVALS_FILE = "compare-intervals.json"  # each strategy's checkpoint interval and why
 TABLE_FILE = "compare-table.csv"
 PAIRED_FILE = "compare-paired.csv"
 # the gates (completed, valid) are not differences anyone decides on
 PAIRED_METRICS = tuple(m for m in METRICS if m not in ("completed", "valid"))
 _ID_COLUMNS = ("strategy", "seed", "run_dir")
 
-# two-sided 95% Student-t quantiles t_{0.975, df}
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131,
-         16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074,
-         23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045,
-         30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
-
-
-def t975(df: int) -> float:
-    """The 97.5% quantile of Student's t with ``df`` degrees of freedom."""
-    if df < 1:
-        return float("nan")
-    if df in _T975:
-        return _T975[df]
-    keys = sorted(_T975)
-    for lo, hi in zip(keys, keys[1:]):
-        if lo < df < hi:  # interpolate in 1/df, which is close to linear here
-            a, b = 1 / lo, 1 / hi
-            x = (1 / df - b) / (a - b)
-            return _T975[hi] + x * (_T975[lo] - _T975[hi])
-    return 1.960 + 2.4 / df  # df > 120
+#: per strategy in compare-table.csv: the mean, the half-width, the interval and its method
+TABLE_COLUMNS = ("mean", "±95%", "lo", "hi", "method")
 
 
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95% t-interval (nan with one value)."""
-    xs = [float(v) for v in values]
-    n = len(xs)
-    if n == 0:
-        return float("nan"), float("nan")
-    m = sum(xs) / n
-    if n == 1:
-        return m, float("nan")
-    var = sum((x - m) ** 2 for x in xs) / (n - 1)
-    return m, t975(n - 1) * math.sqrt(var / n)
+    """Mean and half-width of the 95% Student-t interval (NaN half-width with one value; a
+    NaN value makes both NaN): the interval of times and other unbounded metrics
+    (:func:`rollcall.stats.mean_interval`)."""
+    interval = stats.mean_interval(values, "number")
+    return interval.mean, interval.half
 
 
 def with_strategy(scenario: Scenario, strategy: str, seed: int,
@@ -141,8 +126,10 @@ def _metrics_present(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _runs_frame(rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """The rows with a fixed column order (ids, then METRICS order), whatever row came first."""
-    return pd.DataFrame(list(rows), columns=list(_ID_COLUMNS) + _metrics_present(rows))
+    """The rows with a fixed column order (ids, then METRICS order, then why each
+    run ended), whatever row came first."""
+    return pd.DataFrame(list(rows),
+                        columns=list(_ID_COLUMNS) + _metrics_present(rows) + ["end_reason"])
 
 
 def _write_atomically(frame: pd.DataFrame, path: Path, index: bool) -> None:
@@ -161,21 +148,32 @@ def _write_runs(out: Path, rows: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Comparison:
-    """What a finished compare wrote: the runs, the side-by-side table (full
-    precision), the per-seed paired differences and their summary, and the
-    runs that did not complete or are not valid (one line each)."""
+    """What a finished compare wrote: the runs, the side-by-side table of means and
+    half-widths (full precision), the per-seed paired differences and their summary,
+    and the runs that did not complete or are not valid (one line each). Each interval
+    itself (its ends, its method) is :meth:`interval` and :meth:`paired_interval`."""
 
     runs: pd.DataFrame
     table: pd.DataFrame
     paired: pd.DataFrame
     paired_table: pd.DataFrame
     problems: tuple[str, ...]
-    interval_steps: int | None = None
+    intervals: Mapping[str, IntervalChoice] = field(default_factory=dict)  # by strategy
 
     def rounded_table(self) -> pd.DataFrame:
         """Six significant digits, printed as plain numbers (a float column mixing
         1e-3 and 1e6 would otherwise print in scientific notation throughout)."""
         return self.table.map(lambda v: float(f"{v:.6g}")).astype(object)
+
+    def interval(self, metric: str, strategy: str) -> stats.Interval:
+        """The 95% interval of ``metric``'s mean over ``strategy``'s seeds (its row of
+        ``compare-table.csv``)."""
+        return strategy_interval(self.runs, metric, strategy)
+
+    def paired_interval(self, metric: str) -> stats.Interval:
+        """The 95% interval of the mean paired difference of ``metric`` (its row of
+        :attr:`paired_table`)."""
+        return _paired_interval(self.paired, metric, self.runs)
 
 
 def _run_one(sc: Scenario, run_dir: Path, run: RunFn) -> tuple[dict[str, Any], bool]:
@@ -190,9 +188,14 @@ def _run_one(sc: Scenario, run_dir: Path, run: RunFn) -> tuple[dict[str, Any], b
 
 
 def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: RunFn,
-            log: LogFn = _stderr_line, *,
-            checkpoint_interval_steps: int | None = None, engine: Any = None) -> Comparison:
+            log: LogFn = _stderr_line, *, fixed_interval: bool = False,
+            max_wall_s: float | None = None, engine: Any = None) -> Comparison:
     """Run both strategies for every seed with ``run``; write the CSVs; return them.
+
+    Each strategy at its own checkpoint interval, or both at the scenario's
+    with ``fixed_interval`` (see the module docstring). ``run`` is handed
+    each run's scenario and directory (and bounds it by ``max_wall_s`` itself);
+    an ``engine``'s tasks get ``max_wall_s`` with each run.
 
     An exception out of ``run`` (KeyboardInterrupt included) propagates after
     the runs before it are in ``compare.csv``; the table and the paired file
@@ -207,11 +210,15 @@ def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plan = [(seed, strategy,
-             with_strategy(scenario, strategy, seed,
-                           checkpoint_interval_steps if strategy == "checkpoint-restart" else None),
+             at_its_interval(with_strategy(scenario, strategy, seed), fixed=fixed_interval),
              out / f"{strategy}-seed{seed}")
             for seed in seeds for strategy in STRATEGIES]
-    fresh = set() if engine is None else _through(engine, plan, out, log)
+    choices = checkpoint_intervals(scenario, fixed=fixed_interval)
+    text = json.dumps({s: c.to_json() for s, c in choices.items()}, indent=1, allow_nan=False)
+    tmp = out / f".{INTERVALS_FILE}.tmp"
+    tmp.write_text(text + "\n", encoding="utf-8")
+    os.replace(tmp, out / INTERVALS_FILE)
+    fresh = set() if engine is None else _through(engine, plan, out, log, max_wall_s)
     rows: list[dict[str, Any]] = []
     for k, (seed, strategy, sc, run_dir) in enumerate(plan):
         summary, found = _run_one(sc, run_dir, run)
@@ -223,26 +230,27 @@ def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: 
     absent = [m for m in METRICS if m not in runs.columns]
     if absent:
         log(f"compare: not in any {scenario.target} summary, left out: {', '.join(absent)}")
-    table = summarize(runs)
-    _write_atomically(table, out / TABLE_FILE, index=True)
+    intervals = interval_table(runs)
+    _write_atomically(intervals, out / TABLE_FILE, index=True)
     diffs = paired(runs)
     _write_atomically(diffs, out / PAIRED_FILE, index=False)
-    return Comparison(runs, table, diffs, summarize_paired(diffs), run_problems(runs),
-                      checkpoint_interval_steps)
+    return Comparison(runs, _means_and_halves(intervals), diffs, summarize_paired(diffs, runs),
+                      run_problems(runs), choices)
 
 
 def _row(seed: int, strategy: str, run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"strategy": strategy, "seed": seed, "run_dir": str(run_dir)}
     row.update({k: summary[k] for k in METRICS if k in summary})
+    row["end_reason"] = summary.get("end_reason")
     return row
 
 
 def _through(engine: Any, plan: Sequence[tuple[int, str, Scenario, Path]], out: Path,
-             log: LogFn) -> set[int]:
+             log: LogFn, max_wall_s: float | None) -> set[int]:
     """Run the plan's unmade runs through ``engine``; ``compare.csv`` holds
     every finished run (in plan order) after each one. Which were made here."""
     from rollcall.results import staging_dir, store_run
-    from rollcall.sweep import POINT_TASK
+    from rollcall.sweeps import POINT_TASK
 
     have = {k: s for k, (_, _, sc, d) in enumerate(plan)
             if (s := finished_summary(d, scenario_hash(sc))) is not None}
@@ -258,7 +266,8 @@ def _through(engine: Any, plan: Sequence[tuple[int, str, Scenario, Path]], out: 
 
     here = engine.local_files  # its tasks write into the compare's directory
     engine.map(POINT_TASK, [{"scenario": plan[k][2].to_yaml(), "name": plan[k][3].name,
-                             "run_dir": str(staging_dir(plan[k][3])) if here else None}
+                             "run_dir": str(staging_dir(plan[k][3])) if here else None,
+                             "max_wall_s": max_wall_s}
                             for k in todo], done)
     return set(todo)
 
@@ -268,26 +277,41 @@ def _as_float(value: Any) -> float:
     return float("nan") if value is None else float(value)
 
 
-def summarize(runs: pd.DataFrame) -> pd.DataFrame:
-    """Side-by-side table: one row per metric in ``runs``; per strategy the mean and the
-    half-width of its 95% t-interval (columns ``(strategy, "mean")`` and
-    ``(strategy, "±95%")``)."""
+def strategy_interval(runs: pd.DataFrame, metric: str, strategy: str) -> stats.Interval:
+    """The 95% interval of ``metric``'s mean over ``strategy``'s rows, by the metric's kind."""
+    values = [_as_float(v) for v in runs.loc[runs["strategy"] == strategy, metric]]
+    return stats.mean_interval(values, stats.kind_of(metric))
+
+
+def interval_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """``compare-table.csv``: one row per metric in ``runs``; per strategy its mean, the
+    half-width of its 95% interval, the interval's ends and the method that made it
+    (columns ``(strategy, c)`` for ``c`` in TABLE_COLUMNS)."""
     metrics = [m for m in METRICS if m in runs.columns]
-    columns: dict[tuple[str, str], dict[str, float]] = {}
+    columns: dict[tuple[str, str], dict[str, Any]] = {}
     for strategy in STRATEGIES:
-        sub = runs[runs["strategy"] == strategy]
-        if sub.empty:
+        if not (runs["strategy"] == strategy).any():
             continue
         for metric in metrics:
-            m, h = mean_ci([_as_float(v) for v in sub[metric]])
-            if h == h and abs(h) < 1e-9 * max(1.0, abs(m)):
-                h = 0.0  # identical values: no spread, not float noise
-            columns.setdefault((strategy, "mean"), {})[metric] = m
-            columns.setdefault((strategy, "±95%"), {})[metric] = h
-    frame = pd.DataFrame(columns)
+            iv = strategy_interval(runs, metric, strategy)
+            cells = (iv.mean, iv.half, iv.lo, iv.hi, iv.describe())
+            for name, value in zip(TABLE_COLUMNS, cells):
+                columns.setdefault((strategy, name), {})[metric] = value
+    frame = pd.DataFrame(columns, index=metrics)
     frame.columns = pd.MultiIndex.from_tuples(frame.columns)
     frame.index.name = f"n={runs['seed'].nunique()} seeds"
     return frame
+
+
+def _means_and_halves(intervals: pd.DataFrame) -> pd.DataFrame:
+    return intervals[[c for c in intervals.columns if c[1] in ("mean", "±95%")]].astype(float)
+
+
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Side-by-side table: one row per metric in ``runs``; per strategy the mean and the
+    half-width of its 95% interval (columns ``(strategy, "mean")`` and
+    ``(strategy, "±95%")``; the ends and the method are :func:`interval_table`'s)."""
+    return _means_and_halves(interval_table(runs))
 
 
 def _passed(value: Any) -> bool:
@@ -327,13 +351,28 @@ def paired(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["seed"] + metrics)
 
 
-def summarize_paired(diffs: pd.DataFrame) -> pd.DataFrame:
-    """Per metric: mean paired difference, half-width of its 95% t-interval,
-    the interval's ends and the number of pairs (``lo``/``hi`` NaN with one)."""
-    out: dict[str, dict[str, float]] = {}
+def _paired_interval(diffs: pd.DataFrame, metric: str,
+                     runs: pd.DataFrame | None) -> stats.Interval:
+    """The interval of ``metric``'s mean paired difference; for a count, within the range
+    the two strategies' counts in ``runs`` allow (:func:`rollcall.stats.count_difference_range`)."""
+    kind = stats.kind_of(metric)
+    allowed = None
+    if kind == "count" and runs is not None:
+        by_key = {(r["strategy"], r["seed"]): _as_float(r[metric]) for _, r in runs.iterrows()}
+        seeds = list(diffs["seed"])
+        allowed = stats.count_difference_range([by_key[("elastic", s)] for s in seeds],
+                                               [by_key[("checkpoint-restart", s)] for s in seeds])
+    return stats.difference_interval(list(diffs[metric]), kind, allowed)
+
+
+def summarize_paired(diffs: pd.DataFrame, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per metric: the mean paired difference, the half-width and the ends of its 95%
+    interval, the number of pairs and the method (``lo``/``hi`` NaN with one pair).
+    ``runs`` (the rows ``diffs`` came from) bounds the intervals of counts."""
+    out: dict[str, dict[str, Any]] = {}
     for metric in [c for c in diffs.columns if c != "seed"]:
-        m, h = mean_ci(list(diffs[metric]))
-        if h == h and abs(h) < 1e-9 * max(1.0, abs(m)):
-            h = 0.0  # the same difference on every seed: no spread, not float noise
-        out[metric] = {"mean": m, "±95%": h, "lo": m - h, "hi": m + h, "n": float(len(diffs))}
-    return pd.DataFrame.from_dict(out, orient="index", columns=["mean", "±95%", "lo", "hi", "n"])
+        iv = _paired_interval(diffs, metric, runs)
+        out[metric] = {"mean": iv.mean, "±95%": iv.half, "lo": iv.lo, "hi": iv.hi,
+                       "n": float(len(diffs)), "method": iv.describe()}
+    return pd.DataFrame.from_dict(out, orient="index",
+                                  columns=["mean", "±95%", "lo", "hi", "n", "method"])

@@ -44,7 +44,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 import yaml
 
+from rollcall import stats
 from rollcall.engines import Engine
+from rollcall.interval import INTERVAL_KEY, at_its_interval
 from rollcall.results import (
     SUMMARY_FILE, SUMMARY_KEYS, finished_summary, prepare_out_dir, read_summary, scenario_hash,
     staging_dir, store_run, yaml_hash,
@@ -123,16 +125,20 @@ def plan(grid: Mapping[str, Sequence[Any]], seeds: Sequence[int],
 
 
 def resolve(scenario_path: str, sets: Sequence[str], point: Point, target: str | None,
-            calibration: Mapping[str, Any] | None = None) -> Scenario:
+            calibration: Mapping[str, Any] | None = None, *,
+            fixed_interval: bool = False) -> Scenario:
     """The scenario one point runs: the file, ``--set`` items, then the point's
-    grid, seed, strategy; then a calibration's costs at that point's size."""
+    grid, seed, strategy; then a calibration's costs at that point's size; then
+    the point's strategy at its checkpoint interval, as ``compare`` runs it
+    (:func:`rollcall.interval.at_its_interval`: the grid's where the grid sets
+    it, the scenario's with ``fixed_interval``)."""
     sc = load_scenario(scenario_path, list(sets) + point.sets(), seed=point.seed,
                        target=target, strategy=point.strategy)
     if calibration is not None:
         from rollcall.calibrate import calibrated
 
         sc = calibrated(sc, calibration)
-    return sc
+    return at_its_interval(sc, fixed=fixed_interval, grid=INTERVAL_KEY in point.grid)
 
 
 def is_done(out_root: str | Path, point: Point, sha256: str) -> bool:
@@ -142,20 +148,22 @@ def is_done(out_root: str | Path, point: Point, sha256: str) -> bool:
 
 
 def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str | None,
-              out_root: str, calibration: Mapping[str, Any] | None = None) -> dict[str, Any]:
+              out_root: str, calibration: Mapping[str, Any] | None = None, *,
+              fixed_interval: bool = False, max_wall_s: float | None = None) -> dict[str, Any]:
     """Run one point in this process, into its directory; returns its summary.
 
     A leftover directory without ``summary.json`` (a run cut short) is wiped
     first: history files are appended to, so a half history must not stay.
+    ``max_wall_s`` bounds the run's wall time (it ends "wall limit: ...").
     """
     out = Path(out_root) / point.rel_dir
     if out.exists():
         shutil.rmtree(out)
-    sc = resolve(scenario_path, sets, point, target, calibration)
+    sc = resolve(scenario_path, sets, point, target, calibration, fixed_interval=fixed_interval)
     prepare_out_dir(out, sc)
     (out / POINT_FILE).write_text(_point_text(point, scenario_hash(sc)), encoding="utf-8")
     driver = importlib.import_module(f"{sc.target}.driver")
-    return driver.run(sc, out)
+    return driver.run(sc, out, max_wall_s=max_wall_s)
 
 
 def _point_text(point: Point, sha256: str) -> str:
@@ -164,7 +172,7 @@ def _point_text(point: Point, sha256: str) -> str:
 
 
 #: the task an engine runs per point (:mod:`rollcall.engines`)
-POINT_TASK = "rollcall.sweep:point_task"
+POINT_TASK = "rollcall.sweeps:point_task"
 
 
 def point_task(payload: dict[str, Any]) -> dict[str, Any]:
@@ -178,15 +186,16 @@ def point_task(payload: dict[str, Any]) -> dict[str, Any]:
 
     sc = parse_scenario(payload["scenario"], source=payload.get("name", "<sweep point>"))
     driver = importlib.import_module(f"{sc.target}.driver")
+    max_wall_s = payload.get("max_wall_s")
     if payload.get("run_dir") is not None:
         out = Path(payload["run_dir"])
         if out.exists():  # a try cut short: its history must not be appended to
             shutil.rmtree(out)
-        driver.run(sc, prepare_out_dir(out, sc))
+        driver.run(sc, prepare_out_dir(out, sc), max_wall_s=max_wall_s)
         return {"run_dir": str(out)}
     with tempfile.TemporaryDirectory(prefix="rollcall-point-") as tmp:
         out = prepare_out_dir(Path(tmp) / "run", sc)
-        driver.run(sc, out)
+        driver.run(sc, out, max_wall_s=max_wall_s)
         files = {p.relative_to(out).as_posix(): p.read_text(encoding="utf-8")
                  for p in sorted(out.rglob("*")) if p.is_file()}
     return {"files": files}
@@ -254,7 +263,8 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
           jobs: int = 1, progress: bool = True, limit: int | None = None,
           calibration: Mapping[str, Any] | None = None, rel_accuracy: float | None = None,
           max_seeds: int = 100, metric: str = "elapsed_s",
-          engine: Engine | None = None) -> pd.DataFrame:
+          engine: Engine | None = None, fixed_interval: bool = False,
+          max_wall_s: float | None = None) -> pd.DataFrame:
     """Run every point not yet done; write and return ``sweep.csv`` (all finished points).
 
     ``first_seed`` defaults to the scenario's seed. ``engine`` runs the points
@@ -268,10 +278,18 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
 
     ``rel_accuracy`` (adaptive replication, as AIReSim's): after ``seeds``
     seeds, each grid point and strategy gets one more seed per round until
-    the 95% Student-t half-width of its ``metric`` is at most
-    ``rel_accuracy`` of its mean, or it has ``max_seeds``. A round adds the
-    same next seed to every point still short of it, so the rows do not
-    depend on ``jobs``; column ``seeds`` says how many each point took.
+    the half-width of its ``metric``'s 95% interval (:mod:`rollcall.stats`:
+    Student t for times) is at most ``rel_accuracy`` of its mean, or it has
+    ``max_seeds``. A round adds the same next seed to every point still
+    short of it, so the rows do not depend on ``jobs``; column ``seeds``
+    says how many each point took.
+
+    Each strategy runs at its own checkpoint interval, as ``compare`` runs it
+    (:func:`resolve`): a sweep row equals the compare run of the same point
+    and seed. ``fixed_interval`` keeps the scenario's for both, and a grid
+    that sets ``strategy.checkpoint_interval_steps`` keeps the grid's.
+    ``max_wall_s`` bounds each run's wall time: a run cut short ends "wall
+    limit: ..." (not completed) and is a row like any other.
     """
     scenario_path = str(scenario_path)
     base = load_scenario(scenario_path, list(sets), target=target)  # fail fast on a bad file
@@ -284,7 +302,8 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
         from rollcall.engines.local import LocalEngine
 
         engine = own = LocalEngine(jobs)
-    run = _Runner(scenario_path, list(sets), target, root, calibration, engine)
+    run = _Runner(scenario_path, list(sets), target, root, calibration, engine, fixed_interval,
+                  max_wall_s)
     # every point resolved up front: a bad grid value fails before anything
     # runs, and each point's hash tells a finished run from a stale one
     hashes = {p: run.hash(p) for p in points}
@@ -319,12 +338,15 @@ class _Runner:
     root: Path
     calibration: Mapping[str, Any] | None
     engine: Engine | None
+    fixed_interval: bool = False
+    max_wall_s: float | None = None
     # with an engine: each point's resolved YAML from hashing it until it is
     # sent, so a point is resolved (a file read and a validation) once
     texts: dict[Point, str] = field(default_factory=dict)
 
     def resolve(self, p: Point) -> Scenario:
-        return resolve(self.scenario_path, self.sets, p, self.target, self.calibration)
+        return resolve(self.scenario_path, self.sets, p, self.target, self.calibration,
+                       fixed_interval=self.fixed_interval)
 
     def hash(self, p: Point) -> str:
         """The point's :func:`~rollcall.results.scenario_hash`."""
@@ -338,13 +360,15 @@ class _Runner:
         if self.engine is None:
             for p in pending:
                 run_point(self.scenario_path, self.sets, p, self.target, str(self.root),
-                          self.calibration)
+                          self.calibration, fixed_interval=self.fixed_interval,
+                          max_wall_s=self.max_wall_s)
                 advance()
             return
         here = self.engine.local_files  # its tasks write into the sweep's directory
         payloads = [{"scenario": self.texts.get(p) or self.resolve(p).to_yaml(),
                      "name": str(p.rel_dir),
-                     "run_dir": str(staging_dir(self.root / p.rel_dir)) if here else None}
+                     "run_dir": str(staging_dir(self.root / p.rel_dir)) if here else None,
+                     "max_wall_s": self.max_wall_s}
                     for p in pending]
         self.texts.clear()  # the done points' are not needed either
 
@@ -378,8 +402,6 @@ def _short_of(points: Sequence[Point], root: Path, hashes: Mapping[Point, str],
               max_seeds: int) -> list[Point]:
     """The next seed of every group whose ``metric`` is not yet known to
     ``rel_accuracy`` (and that has fewer than ``max_seeds``)."""
-    from rollcall.analysis import mean_ci
-
     values: dict[tuple[str, str], list[float]] = {}
     example: dict[tuple[str, str], Point] = {}
     last: dict[tuple[str, str], int] = {}
@@ -393,8 +415,9 @@ def _short_of(points: Sequence[Point], root: Path, hashes: Mapping[Point, str],
                 values.setdefault(g, []).append(float(v))
     more = []
     for g, p in example.items():
-        mean, half = mean_ci(values.get(g, []))
-        known = len(values.get(g, [])) >= 2 and mean != 0 and half <= rel_accuracy * abs(mean)
+        interval = stats.mean_interval(values.get(g, []), stats.kind_of(metric))
+        known = (interval.n >= 2 and interval.mean != 0
+                 and interval.half <= rel_accuracy * abs(interval.mean))
         if not known and taken[g] < max_seeds:
             taken[g] += 1
             more.append(Point(p.grid, p.strategy, last[g] + 1))
