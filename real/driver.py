@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 from rollcall import interrupts
 from rollcall.config import data_spec
 from rollcall.core import FailureTally, check, summarize_report
-from rollcall.results import HISTORY_FILE, check_summary_keys, goodput, history_line, write_summary
+from rollcall.results import HISTORY_FILE, check_summary_keys, ettr, goodput, history_line, write_summary
 from rollcall.scenario import Scenario
 
 from real.device import device_problem, platform_keys
@@ -137,7 +137,7 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
         "steps_target": scenario.workload.steps,
         "elapsed_s": round(elapsed, 6),
         "productive_s": round(productive, 6),
-        "ettr": round(productive / elapsed, 6) if elapsed > 0 else 0.0,
+        "ettr": round(ettr(productive, elapsed), 6),
         "goodput": round(goodput(s["steps_committed"], ideal, elapsed), 6),
         "lost_work_s": round(lost, 6),
         "stall_s": round(max(0.0, elapsed - productive - lost), 6),

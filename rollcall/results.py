@@ -32,6 +32,7 @@ __all__ = [
     "claim_out_dir",
     "default_out_dir",
     "LATEST_LINK",
+    "ettr",
     "goodput",
     "history_estimate_bytes",
     "scenario_hash",
@@ -200,6 +201,17 @@ def history_estimate_bytes(scenario: Scenario, per_sample_ledger: bool) -> int:
     segments = -(-w.steps // scenario.strategy.checkpoint_interval_steps)
     records = 2 * segments + (w.steps * scenario.cluster.workers if per_sample_ledger else 0)
     return records * HISTORY_RECORD_BYTES
+
+
+def ettr(productive_s: float, elapsed_s: float) -> float:
+    """Effective training time ratio: the productive share of the elapsed time,
+    in [0, 1]; both targets use it. The productive seconds are summed step by
+    step and the elapsed ones are the end of the last step, so two sums of the
+    same seconds may round an ulp apart: capped at 1."""
+    assert productive_s >= 0, productive_s
+    if elapsed_s <= 0:
+        return 0.0
+    return min(1.0, productive_s / elapsed_s)
 
 
 def goodput(steps_committed: int, ideal_step_s: float | None, elapsed_s: float) -> float:

@@ -135,7 +135,7 @@ from rollcall.core import (
     rank_range, rec,
     sample_ids, step_batch, summarize_report,
 )
-from rollcall.results import check_summary_keys, goodput, write_summary
+from rollcall.results import check_summary_keys, ettr, goodput, write_summary
 from rollcall.scenario import Scenario
 
 from sim.aging import ComputeAging
@@ -418,14 +418,19 @@ class Simulation:
 
     def _batch_actions(self, now: float, out: list) -> list:
         """What the batch's agents send the keeper; their records too, on
-        runs small enough to keep one per worker (``ledger == "samples"``)."""
+        runs small enough to keep one per worker (``ledger == "samples"``).
+        Fenced agents' processes exit (a life started as one the keeper has
+        since moved past: a repaired node's, refused once a restart came)."""
         msgs = []
         for g in out:
             msgs += g.messages()
             if isinstance(g.action, Log) and self.ledger == "samples":
                 for _, act in g.expand():
                     self._write(act.record)
-            assert not isinstance(g.action, Stop), "a bulk agent is never fenced"
+            elif isinstance(g.action, Stop):
+                for w in g.workers:
+                    self.nodes.proc[w] = False
+                self.bulk.discard(g.workers)
         return msgs
 
     def _send_agent(self, now: float, w: int, msg: Any) -> None:
@@ -1546,7 +1551,7 @@ class Simulation:
             "steps_target": sc.workload.steps,
             "elapsed_s": elapsed,
             "productive_s": productive,
-            "ettr": productive / elapsed if elapsed > 0 else 0.0,
+            "ettr": ettr(productive, elapsed),
             "goodput": goodput(report.steps_committed, ideal, elapsed),
             "lost_work_s": self.tally.acc["lost"],
             "stall_s": self.tally.acc["stall"],

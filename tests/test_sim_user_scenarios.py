@@ -227,3 +227,58 @@ def test_a_keeper_restored_from_its_record_votes_on_no_step_before_its_roll_call
     summary = sim.run(max_wall_s=HANG_GUARD_S)
     assert summary["completed"] and summary["valid"], summary["end_reason"]
     assert summary["keeper_failovers"] == 1 and summary["steps_committed"] == 3
+
+
+# one worker failing every 4.6 s, repaired in 1 ms, a repaired node's process up 6 s later
+REFUSED_REPAIRED_LIFE = """
+name: refused-repaired-life
+cluster: {workers: 1, repair_s: 0.001, launch_s: 6.0}
+workload: {steps: 12, global_batch: 4, micro_batch: 1}
+failures: {worker_mtbf_s: 4.6}
+strategy: {kind: checkpoint-restart}
+"""
+
+
+def test_a_life_refused_after_a_restart_moved_past_it_exits() -> None:
+    """A repaired node's process starts as the life the keeper handed out at
+    the repair; a restart meanwhile moved that node's life on, so its Join is
+    refused and the process, fenced, exits (the sim once asserted that a
+    bulk agent is never fenced). The job, failing far faster than it
+    restarts, then ends as not expected to finish."""
+    sim = Simulation(parse_scenario(REFUSED_REPAIRED_LIFE))
+    summary = sim.run(max_wall_s=HANG_GUARD_S)
+    assert summary["valid"], summary["violations"][:2]
+    assert "not expected to finish" in summary["end_reason"], summary["end_reason"]
+    assert [r for r in sim.records if r["f"] == "refuse" and r["reason"] == "stale-incarnation"]
+
+
+def test_a_run_without_failures_has_an_ettr_of_at_most_one() -> None:
+    """The productive seconds are summed step by step, the elapsed ones are
+    the last step's end: an ulp apart, never a ratio above 1."""
+    text = """
+name: exact-ettr
+cluster: {workers: 1}
+workload: {steps: 92, global_batch: 1, micro_batch: 1, micro_batch_s: 0.0229}
+network: {latency_s: 0.0}
+strategy: {checkpoint_write_s: 0.0}
+"""
+    summary = Simulation(parse_scenario(text)).run(max_wall_s=HANG_GUARD_S)
+    assert summary["completed"] and summary["ettr"] <= 1.0 and summary["goodput"] <= 1.0
+
+
+def test_failures_in_one_tick_give_up_the_job_once() -> None:
+    """Several verdicts in one tick, the first of which gives the job up (no
+    progress over one recovery): the others decide nothing more (the keeper
+    once failed the job a second time and tripped its own assertion)."""
+    text = """
+name: verdicts-in-one-tick
+cluster: {workers: 10}
+failures: {worker_mtbf_s: 1.22}
+detector: {heartbeat_s: 0.02, timeout_s: 0.024}
+strategy: {max_recoveries_without_progress: 1}
+"""
+    sim = Simulation(parse_scenario(text))
+    summary = sim.run(max_wall_s=HANG_GUARD_S)
+    assert summary["valid"] and not summary["completed"]
+    assert "committed over 1 consecutive recoveries" in summary["end_reason"]
+    assert len([r for r in sim.records if r["f"] == "round" and r["type"] == "fail"]) == 1

@@ -1178,6 +1178,8 @@ class Keeper:
 
     def _fail_generation(self, now: float, reason: str) -> None:
         """A member of the current generation is gone or the step failed."""
+        if self.failed is not None:  # the job gave up (an earlier verdict of this tick)
+            return
         if self.config.strategy == CHECKPOINT_RESTART:
             # Every current life is over: the members whose node is still up
             # are relaunched, each as its next life (the only one accepted now).

@@ -73,8 +73,10 @@ class ProgressWatch:
         self._since_progress += 1
         limit = self._limit
         if limit is not None and self._since_progress > limit:
-            return (f"{NOT_EXPECTED}: no step beyond step {self._furthest} committed over "
-                    f"{limit} consecutive recoveries (strategy.max_recoveries_without_progress)")
+            what = ("no step" if self._furthest < 0 else
+                    f"no step beyond step {self._furthest}")
+            return (f"{NOT_EXPECTED}: {what} committed over {limit} consecutive recoveries "
+                    f"(strategy.max_recoveries_without_progress)")
         return self._rate_verdict(now)
 
     def _rate_verdict(self, now: float) -> Optional[str]:
