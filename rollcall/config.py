@@ -63,7 +63,28 @@ def keeper_config(sc: Scenario, target: str) -> KeeperConfig:
         sharding=shard_spec(sc), policy=job_policy(sc), stragglers=straggler_policy(sc),
         restart_failure=s.restart_failure, max_restarts=s.max_restarts,
         max_recoveries_without_progress=s.max_recoveries_without_progress,
+        arrivals_end_s=arrivals_end_s(sc),
         durable=sc.keeper.store == "etcd")
+
+
+def arrivals_end_s(sc: Scenario) -> Optional[float]:
+    """The last instant a worker can come to the job, from the scenario: a
+    scripted ``at_s`` join, or the end of an ``at_s`` fault that cut live
+    processes off (they rejoin); None when one can come at any time (repairs,
+    a spare pool, idle nodes a warm-standby limit holds back, or an
+    ``at_step`` fault, whose instant is the run's)."""
+    c = sc.cluster
+    if c.repair_s is not None or c.repair is not None or c.spare_pool or \
+            c.warm_standbys is not None:
+        return None
+    end = 0.0
+    for f in sc.failures.schedule:
+        if f.action != "join" and f.for_s is None:
+            continue  # a fault that ends nothing it cut off (a kill, a lost host)
+        if f.trigger == "at_step":
+            return None
+        end = max(end, float(f.when) + float(f.for_s or 0.0) + c.launch_s)
+    return end
 
 
 def straggler_policy(sc: Scenario) -> Optional[StragglerPolicy]:

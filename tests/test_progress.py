@@ -114,3 +114,28 @@ def test_the_keeper_gives_up_a_checkpoint_restart_that_never_gets_further() -> N
     (failed,) = [o for o in outputs if isinstance(o, JobFailed)]
     assert failed.reason.startswith(NOT_EXPECTED) and "beyond step 9" in failed.reason
     assert not [o for o in outputs if isinstance(o, RestartJob)]
+
+
+def test_a_round_below_min_workers_waits_only_while_a_worker_can_come() -> None:
+    """join_timeout_s None: the keeper waits below min_workers while a worker
+    can still arrive (arrivals_end_s), then a detection window and a last
+    call more, and gives up as not expected to finish; with arrivals at any
+    time (None) it waits on."""
+    def starved(arrivals_end_s: float | None) -> tuple[Keeper, list]:
+        k = Keeper(KeeperConfig(
+            min_workers=2, max_workers=2, last_call_s=0.5, join_timeout_s=None,
+            detector=make_detector("timeout", 0.5, 2.0), arrivals_end_s=arrivals_end_s))
+        k.receive(0.0, Join(0, 0, None))
+        k.receive(0.0, Join(1, 0, None))
+        assert k.generation == 1
+        return k, k.exited(1.0, 1, 0)  # below min_workers from t = 1
+    k, out = starved(30.0)
+    assert not [o for o in out if isinstance(o, JobFailed)]
+    deadline = k.next_round_deadline()
+    assert deadline == 30.0 + 2 * 2.0 + 0.5
+    assert not [o for o in k.handle_timer(deadline - 0.01) if isinstance(o, JobFailed)]
+    (failed,) = [o for o in k.handle_timer(deadline) if isinstance(o, JobFailed)]
+    assert failed.reason.startswith(NOT_EXPECTED) and "below min_workers=2" in failed.reason
+    assert "after t=30 s" in failed.reason
+    k, _ = starved(None)
+    assert k.next_round_deadline() is None and k.failed is None

@@ -282,3 +282,21 @@ strategy: {max_recoveries_without_progress: 1}
     assert summary["valid"] and not summary["completed"]
     assert "committed over 1 consecutive recoveries" in summary["end_reason"]
     assert len([r for r in sim.records if r["f"] == "round" and r["type"] == "fail"]) == 1
+
+
+def test_below_min_workers_with_nothing_to_come_ends_as_not_expected_to_finish() -> None:
+    """The only worker is killed at once, nothing repairs it and
+    join_timeout_s is null: the keeper waits a detection window and a last
+    call, then gives up (it once waited until the sim's horizon)."""
+    text = """
+name: nothing-comes
+cluster: {workers: 1}
+failures:
+  schedule:
+  - {at_s: 0.0, kill: 0}
+rendezvous: {join_timeout_s: null}
+"""
+    summary = Simulation(parse_scenario(text)).run(max_wall_s=HANG_GUARD_S)
+    assert summary["valid"] and not summary["completed"]
+    assert "nothing can bring a worker" in summary["end_reason"], summary["end_reason"]
+    assert summary["end_s"] < 10.0

@@ -66,7 +66,7 @@ from rollcall.core.messages import (
     StepFailed, ToKeeper, ToWorker,
 )
 from rollcall.core.placement import Placement, RecoveryPlan
-from rollcall.core.progress import ProgressWatch
+from rollcall.core.progress import NOT_EXPECTED, ProgressWatch
 from rollcall.core.record import KeeperRecord
 from rollcall.core.sharding import ShardSpec, decide
 from rollcall.core.stragglers import (
@@ -119,6 +119,12 @@ class KeeperConfig:
     # committed over this many consecutive recoveries, and when failures come
     # faster than it recovers (rollcall.core.progress). None: only the latter.
     max_recoveries_without_progress: Optional[int] = None
+    # The last instant a worker can come (a scripted join, the end of a fault
+    # that cut live processes off); None: any time (repairs, a spare pool,
+    # idle nodes, a fault whose end is not known in advance). With
+    # join_timeout_s None a round below min_workers waits for arrivals, and
+    # gives up (not expected to finish) once none can come.
+    arrivals_end_s: Optional[float] = None
     # The record lives in a store (etcd): every generation decided is
     # written (:class:`Persist`) before any worker hears of it, and a keeper
     # the store refuses is deposed. False: the record lives in this object.
@@ -572,6 +578,9 @@ class Keeper:
         times += [t for t in (r.last_call_at, r.relaunch_at, r.lost_at) if t is not None]
         if r.starved_since is not None and self.config.join_timeout_s is not None:
             times.append(r.starved_since + self.config.join_timeout_s)
+        nobody = self._nobody_comes_at(r)
+        if nobody is not None:
+            times.append(nobody)
         if r.expect_until is not None and r.expected:
             times.append(r.expect_until)
         return min(times) if times else None
@@ -1334,6 +1343,12 @@ class Keeper:
             timeout = cfg.join_timeout_s
             if timeout is not None and now >= r.starved_since + timeout:
                 self._give_up(now, r)
+            elif (nobody := self._nobody_comes_at(r)) is not None and now >= nobody:
+                self._fail(now, f"{NOT_EXPECTED}: below min_workers={cfg.min_workers} with "
+                           f"{len(r.joined) + len(r.expected)} since t={r.starved_since:.6g} s "
+                           f"and nothing can bring a worker (no repairs, spare pool, idle "
+                           f"nodes or scripted arrivals after t={cfg.arrivals_end_s:.6g} s)",
+                           r.generation)
             return
         r.starved_since = None
         if r.expected or len(r.joined) < cfg.min_workers or r.relaunch_at is not None:
@@ -1346,6 +1361,17 @@ class Keeper:
             r.last_call_at = now + cfg.last_call_s
         if now >= r.last_call_at:
             self._close(now, r)
+
+    def _nobody_comes_at(self, r: Round) -> Optional[float]:
+        """When a starved round with no join timeout stops waiting: a detection
+        window and a last call after the last possible arrival (a fenced life
+        still running rejoins within it); None while one may still come."""
+        cfg = self.config
+        if (cfg.join_timeout_s is not None or cfg.arrivals_end_s is None or self.benched
+                or r.starved_since is None):
+            return None
+        grace = 2 * cfg.detector.silence_s() + cfg.last_call_s
+        return max(r.starved_since, cfg.arrivals_end_s) + grace
 
     def _give_up(self, now: float, r: Round) -> None:
         self._fail(now, f"below min_workers={self.config.min_workers} for join_timeout_s",
