@@ -17,7 +17,8 @@ from rollcall.core import (
 )
 from rollcall.scenario import Scenario
 
-__all__ = ["data_spec", "draws", "failure_model", "job_policy", "keeper_config", "shard_spec"]
+__all__ = ["arrivals_end_s", "data_spec", "draws", "failure_model", "horizon_s", "job_policy",
+           "keeper_config", "shard_spec"]
 
 
 def shard_spec(sc: Scenario) -> Optional[ShardSpec]:
@@ -63,7 +64,7 @@ def keeper_config(sc: Scenario, target: str) -> KeeperConfig:
         sharding=shard_spec(sc), policy=job_policy(sc), stragglers=straggler_policy(sc),
         restart_failure=s.restart_failure, max_restarts=s.max_restarts,
         max_recoveries_without_progress=s.max_recoveries_without_progress,
-        arrivals_end_s=arrivals_end_s(sc),
+        arrivals_end_s=arrivals_end_s(sc), give_up_at_s=horizon_s(sc),
         durable=sc.keeper.store == "etcd")
 
 
@@ -74,8 +75,11 @@ def arrivals_end_s(sc: Scenario) -> Optional[float]:
     a spare pool, idle nodes a warm-standby limit holds back, or an
     ``at_step`` fault, whose instant is the run's)."""
     c = sc.cluster
-    if c.repair_s is not None or c.repair is not None or c.spare_pool or \
-            c.warm_standbys is not None:
+    # a pipeline that retires every node at its first failure brings none back
+    returns = c.repair_s is not None or (
+        c.repair is not None and not (c.repair.retire_after == 1 and c.repair.retire_window_s is None))
+    idle = c.warm_standbys is not None and c.spares > c.warm_standbys
+    if returns or c.spare_pool or idle:
         return None
     end = 0.0
     for f in sc.failures.schedule:
@@ -85,6 +89,20 @@ def arrivals_end_s(sc: Scenario) -> Optional[float]:
             return None
         end = max(end, float(f.when) + float(f.for_s or 0.0) + c.launch_s)
     return end
+
+
+def horizon_s(sc: Scenario) -> float:
+    """When a job that is not done gives up (the keeper's
+    ``give_up_at_s``, both targets), far past any run that ends on its own:
+    1,000 times the failure-free work, 100 restarts and detections, ten of the
+    slowest ways back (a repair, a pull from the pool, a warm standby's
+    selection) and an hour."""
+    c = sc.cluster
+    policy = repair_policy(sc)
+    back_s = (0.0 if policy is None else policy.mean_repair_s()) + c.preempt_s + c.select_s
+    return (1000.0 * sc.workload.steps * sc.ideal_step_s
+            + 100.0 * (sc.strategy.restart_s + sc.detector.silence_s)
+            + 10.0 * (back_s + c.launch_s) + 3600.0)
 
 
 def straggler_policy(sc: Scenario) -> Optional[StragglerPolicy]:

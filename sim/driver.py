@@ -125,7 +125,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import simpy
 
-from rollcall.config import data_spec, draws, job_policy, keeper_config, repair_shop
+from rollcall.config import data_spec, draws, horizon_s, job_policy, keeper_config, repair_shop
 from rollcall.core import (
     DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Blame, Broadcast, Checkpointed, Cursor, Enter,
     FailureTally, Formed, IdRuns, Persist,
@@ -646,8 +646,12 @@ class Simulation:
         now = self.env.now
         joins = []
         for w, life, h in zip(ws, lives, hw):
-            if self.nodes.hw[w] and int(self.nodes.life[w]) == h:
-                joins += self._launch(now, w, life)
+            # the node failed meanwhile, or a relaunch started a newer life on it
+            if not self.nodes.hw[w] or int(self.nodes.life[w]) != h:
+                continue
+            if self.nodes.proc[w] or life < self.nodes.life_of(w):
+                continue
+            joins += self._launch(now, w, life)
         if joins:
             self._at(now + self.lat, self._kreceive_at, joins)
 
@@ -1429,6 +1433,11 @@ class Simulation:
         if not self.done.triggered:
             self.done.succeed()
 
+    def _give_up_due(self) -> None:
+        """The keeper's deadline for a job that is not done (KeeperConfig.give_up_at_s)."""
+        if self.state != DONE:
+            self._kcall(self.env.now, self.keeper.handle_timer)
+
     def _horizon(self) -> None:
         self._finish(self.env.now, False, "horizon: simulated time limit reached")
 
@@ -1505,9 +1514,10 @@ class Simulation:
         env.process(self._schedule_process())
         if self.failover.mtbf_s is not None:
             env.process(self.failover.process())
-        ideal_total = sc.workload.steps * sc.ideal_step_s
-        horizon = 1000.0 * ideal_total + 100.0 * (sc.strategy.restart_s + sc.detector.silence_s) + 3600.0
-        self._at(horizon, self._horizon)
+        # the keeper gives up a job not done by horizon_s (woken here); the
+        # sim's own bound, twice that, ends a run no keeper serves any more
+        self._at(horizon_s(sc), self._give_up_due)
+        self._at(2 * horizon_s(sc), self._horizon)
         try:
             if self._max_wall_s is None and self._stop is None:
                 env.run(until=self.done)

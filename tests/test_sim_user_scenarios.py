@@ -300,3 +300,53 @@ rendezvous: {join_timeout_s: null}
     assert summary["valid"] and not summary["completed"]
     assert "nothing can bring a worker" in summary["end_reason"], summary["end_reason"]
     assert summary["end_s"] < 10.0
+
+
+def test_a_repaired_nodes_late_start_yields_to_a_newer_relaunched_life() -> None:
+    """A repaired node's process is still starting (launch_s) when a restart
+    relaunches the node as a newer life: the older start is moot (the sim
+    once started it anyway, an older life over a newer one)."""
+    text = """
+name: late-start
+seed: 0
+cluster: {repair_s: 0.0326, launch_s: 0.313}
+workload: {allreduce_s: 0.488}
+failures: {worker_mtbf_s: 28.6}
+strategy: {kind: checkpoint-restart, restart_s: 0.001}
+"""
+    summary = Simulation(parse_scenario(text)).run(max_wall_s=HANG_GUARD_S)
+    assert summary["completed"] and summary["valid"], summary["end_reason"]
+
+
+@pytest.mark.parametrize("cluster", [
+    "{warm_standbys: 0}",  # no idle node to warm: nothing comes
+    "{workers: 4, repair: {auto_s: 1.0, manual_p: 0.0, retire_after: 1}}",  # every node retired
+])
+def test_nothing_to_come_is_read_from_the_whole_cluster(cluster: str) -> None:
+    text = f"""
+name: nothing-comes-back
+cluster: {cluster}
+failures: {{worker_mtbf_s: 5.0}}
+rendezvous: {{join_timeout_s: null}}
+"""
+    summary = Simulation(parse_scenario(text)).run(max_wall_s=HANG_GUARD_S)
+    assert summary["valid"] and not summary["completed"]
+    assert "nothing can bring a worker" in summary["end_reason"], summary["end_reason"]
+
+
+def test_a_job_not_done_by_its_horizon_gives_up_as_not_expected_to_finish() -> None:
+    """Nodes fail every 10 s and take days to repair: two are never up at
+    once. The keeper gives the job up at rollcall.config.horizon_s (1,000
+    times its work, with room for restarts and repairs), named as such."""
+    text = """
+name: repairs-outlast-it
+cluster: {workers: 4, repair: {}}
+failures: {worker_mtbf_s: 9.57}
+rendezvous: {join_timeout_s: null}
+"""
+    sc = parse_scenario(text)
+    summary = Simulation(sc).run(max_wall_s=HANG_GUARD_S)
+    assert summary["valid"] and not summary["completed"]
+    assert "not expected to finish: not done by t=" in summary["end_reason"]
+    from rollcall.config import horizon_s
+    assert summary["end_s"] == pytest.approx(horizon_s(sc))

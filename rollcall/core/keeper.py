@@ -125,6 +125,9 @@ class KeeperConfig:
     # join_timeout_s None a round below min_workers waits for arrivals, and
     # gives up (not expected to finish) once none can come.
     arrivals_end_s: Optional[float] = None
+    # The job gives up (not expected to finish) if it is not done by this
+    # instant: far past any run that ends on its own (rollcall.config.horizon_s).
+    give_up_at_s: Optional[float] = None
     # The record lives in a store (etcd): every generation decided is
     # written (:class:`Persist`) before any worker hears of it, and a keeper
     # the store refuses is deposed. False: the record lives in this object.
@@ -590,6 +593,8 @@ class Keeper:
         if self.failed is not None or self.deposed is not None or self._awaiting is not None:
             return None
         times = [] if self.lease_until is None else [self.lease_until]
+        if self.config.give_up_at_s is not None and not self.completed:
+            times.append(self.config.give_up_at_s)
         oldest = self.liveness.earliest()
         if oldest is not None:
             times.append(self.config.detector.expiry(oldest))
@@ -600,6 +605,12 @@ class Keeper:
 
     def handle_timer(self, now: float) -> list[Output]:
         if not self._live(now) or self.failed is not None:
+            return self._flush()
+        limit = self.config.give_up_at_s
+        if limit is not None and now >= limit and not self.completed:
+            self._fail(now, f"{NOT_EXPECTED}: not done by t={limit:.6g} s (1,000 times its "
+                       f"failure-free work, with room for restarts and repairs; "
+                       f"rollcall.config.horizon_s)")
             return self._flush()
         dead: list[WorkerId] = []
         expiry = self.config.detector.expiry
