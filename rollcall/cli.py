@@ -325,12 +325,7 @@ def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bo
             out_dir = _run_out_dir(out, force, scenario)
         except OutDirError as exc:
             raise RunRefused(str(exc)) from None
-        try:
-            prepare_out_dir(out_dir, scenario)
-        except OSError as exc:
-            raise RunRefused(f"{out_dir}: cannot create the run directory: "
-                             f"{exc.strerror or exc}") from None
-        _link_latest(out_dir)
+        _make_dir(out_dir, scenario)
         options: dict[str, Any] = dict(driver_options or {})
         if max_wall_s is not None:
             options["max_wall_s"] = max_wall_s
@@ -425,13 +420,19 @@ def prepare_compare(scenario: Scenario, out: str | Path | None = None, *,
     if problem is not None:
         raise RunRefused(problem)
     out_dir = Path(out) if out else RUNS_ROOT / scenario.name / f"{_utc_stamp()}-compare"
+    _make_dir(out_dir, scenario)
+    return compare, out_dir
+
+
+def _make_dir(out_dir: Path, scenario: Scenario) -> None:
+    """Make a run or compare directory (its scenario.yaml) and point runs/latest at
+    it; RunRefused when it cannot be made."""
     try:
         prepare_out_dir(out_dir, scenario)
     except OSError as exc:
         raise RunRefused(f"{out_dir}: cannot create the run directory: "
                          f"{exc.strerror or exc}") from None
     _link_latest(out_dir)
-    return compare, out_dir
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

@@ -1176,7 +1176,7 @@ class Keeper:
             # a new keeper's roll call lost a member of a checkpoint-restart
             # group (its restart may have been in flight when the keeper
             # died): the group restarts, as it would under the old keeper
-            self._set_aside(r)
+            self._set_aside(r, self.members)  # every member's life is torn down
             self._fail_generation(now, "leave" if reason == "left" else "failure")
         elif r is not None:
             r.drop(worker)
@@ -1184,13 +1184,14 @@ class Keeper:
         elif worker in self.members:
             self._fail_generation(now, "leave" if reason == "left" else "failure")
 
-    def _set_aside(self, r: Round) -> None:
-        """Close the open round without a generation: who joined it and is not a
-        member waits as a standby again (a member's life is torn down)."""
+    def _set_aside(self, r: Round, over: IdRuns) -> None:
+        """Close the open round without a generation: who joined it waits as a
+        standby again, but the lives of ``over`` (torn down, or dead)."""
         for cursor, ws in r.by_cursor.items():
-            waiting = ws - self.members
+            waiting = ws - over
             if waiting:
                 self._standby_add(waiting, cursor)
+                # the few that claimed a generation's state, not every waiting id
                 for w, g in r.state_gen.items():
                     if w in waiting:
                         self.standby_gen[w] = g
@@ -1273,15 +1274,7 @@ class Keeper:
         promised = IdRuns.of(sorted(self._promised)) if self._promised else EMPTY
         started = (self._relaunched | promised) & members
         over = started if dead is None else started | (dead,)
-        for cursor, ws in r.by_cursor.items():
-            waiting = ws - over  # a dead life never waits as a standby
-            if waiting:
-                self._standby_add(waiting, cursor)
-                # the few that claimed a generation's state, not every waiting id
-                for w, g in r.state_gen.items():
-                    if w in waiting:
-                        self.standby_gen[w] = g
-        self.round = None
+        self._set_aside(r, over)  # a dead life never waits as a standby
         # the dead life is over too, whether it was started by the relaunch
         # or joined the round otherwise (a repaired member's new life): torn
         # down, it is relaunched as its next life, never kept as running
