@@ -1027,6 +1027,8 @@ class Simulation:
                 else:
                     segs.append([first, last, run.step_s, head_s])
                 self.keeper_complete = self.keeper_complete or verdict.complete
+                if verdict.complete and self.state == WAIT:  # a vote later than the check
+                    self._at(t, self._final_vote)
                 if run.compute is not None:
                     self._report_compute(t, run, first, last)
             else:

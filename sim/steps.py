@@ -55,6 +55,10 @@ class StepRun:
             return None
         limit = self.cap if self.n is None else self.n
         k = int((t - latency_s - self.t0) / self.step_s + _EPS) if self.step_s > 0 else limit
+        # the division rounds: far into a run (t ~ 10^5 s) it can fall short of a
+        # vote whose arrival the comparison above counted (the same instant)
+        if k < limit and self.vote_at(k + 1, latency_s) <= t + _EPS:
+            k += 1
         return max(0, min(limit, k))
 
     def unvoted_head_s(self) -> float:

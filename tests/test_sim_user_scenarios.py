@@ -350,3 +350,25 @@ rendezvous: {join_timeout_s: null}
     assert "not expected to finish: not done by t=" in summary["end_reason"]
     from rollcall.config import horizon_s
     assert summary["end_s"] == pytest.approx(horizon_s(sc))
+
+
+@pytest.mark.parametrize("seed, mtbf, step", [(300, 0.529, 0.000422), (2, 0.344, 0.0001)])
+def test_the_last_steps_vote_is_counted_when_it_arrives_far_into_a_run(
+        seed: int, mtbf: float, step: float) -> None:
+    """Days of repairs put the last step ~5e5 s into the run, where the float
+    division that counts the votes arrived falls an ulp short of the one the
+    final check waits for; the job once never finished (and the keeper,
+    complete, went on opening rounds). The vote is counted at its arrival and
+    a keeper whose job has every step decides nothing more."""
+    text = f"""
+name: last-vote-late
+seed: {seed}
+cluster: {{workers: 2, repair: {{}}}}
+workload: {{steps: 51, global_batch: 1, micro_batch: 1, micro_batch_s: {step}}}
+failures: {{worker_mtbf_s: {mtbf}}}
+detector: {{heartbeat_s: 0.02, timeout_s: 0.024}}
+rendezvous: {{min_workers: 1, join_timeout_s: null}}
+"""
+    summary = Simulation(parse_scenario(text)).run(max_wall_s=HANG_GUARD_S)
+    assert summary["completed"] and summary["valid"], summary["end_reason"]
+    assert summary["steps_committed"] == 51

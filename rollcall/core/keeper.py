@@ -912,6 +912,8 @@ class Keeper:
             return
         self._standby_add(one, cursor)
         self.standby_gen[w] = generation
+        if self.completed:
+            return  # the job has every step: it grows no more
         if self.generation == 0 or len(self.members) < self.config.max_workers:
             self._open(now, "start" if self.generation == 0 else "growth")
 
@@ -1199,8 +1201,8 @@ class Keeper:
 
     def _fail_generation(self, now: float, reason: str) -> None:
         """A member of the current generation is gone or the step failed."""
-        if self.failed is not None:  # the job gave up (an earlier verdict of this tick)
-            return
+        if self.failed is not None or self.completed:
+            return  # the job gave up (an earlier verdict of this tick) or has every step
         if self.config.strategy == CHECKPOINT_RESTART:
             # Every current life is over: the members whose node is still up
             # are relaunched, each as its next life (the only one accepted now).
@@ -1222,7 +1224,7 @@ class Keeper:
         lives already running that wait in the round)."""
         members = self.members
         assert teardown.issubset(members), "a restart tears down members"
-        if self.failed is not None:  # the job gave up: nothing to restart
+        if self.failed is not None or self.completed:  # gave up, or done: nothing to restart
             return
         limit = self.config.max_restarts
         if limit is not None and self.restarts >= limit:
