@@ -294,3 +294,24 @@ def test_members_silent_in_one_tick_cost_one_restart() -> None:
     assert len(of(out, RestartJob)) == 1 and not of(out, JobFailed)
     (relaunch,) = of(out, Relaunch)
     assert relaunch.lives() == {0: 1, 1: 1, 2: 1}
+
+
+def test_a_node_repaired_before_its_relaunch_starts_the_ordered_life_once() -> None:
+    """A restart orders node 2's next life; the node fails and is repaired
+    before the relaunch is due, and node_up hands that very life to the
+    repaired node's process. The relaunch then starts the others only: never
+    the same life twice (the sim once found the node already running it)."""
+    k = keeper(restart_delay_s=30.0, restart_failure="replace")
+    start(k, 3)
+    out = k.exited(2.0, 1, 0)
+    assert of(out, RestartJob) and not of(out, Relaunch)  # due 30 s later
+    k.node_down(5.0, 2)
+    life = k.node_up(6.0, 2)
+    assert life == 1  # the life the restart ordered for node 2, never started
+    (relaunch,) = of(k.handle_timer(32.0), Relaunch)
+    assert relaunch.lives() == {0: 1, 1: 1}
+    out = k.receive_many(32.1, [JoinBatch(relaunch.workers, None, relaunch.incarnations),
+                                Join(2, life, None)])
+    out += k.handle_timer(33.0)
+    (formed,) = of(out, Formed)
+    assert tuple(formed.members) == (0, 1, 2)

@@ -1289,6 +1289,12 @@ class Keeper:
         r.relaunch_at = None
         r.expected = r.expected - self.down
         workers = r.expected
+        # a node repaired meanwhile was handed the life ordered for it
+        # (node_up): its process starts it; the relaunch must not start it again
+        handed = [w for w, life in self._promised.items()
+                  if w in workers and life >= self.life_table.get(w)]
+        if handed:
+            workers = workers - IdRuns.of(sorted(handed))
         assert r.joined.isdisjoint(workers), "a joiner is no longer expected (Round.add)"
         if workers:
             self._relaunched = self._relaunched | workers
