@@ -8,7 +8,7 @@ no faults) alternately with ``strategy.reduction: fast`` and ``exact``,
 ``--runs`` times each, on the same data and seed, and prints the median step
 time of each (the worker's step start to the keeper's commit, first 10 steps
 skipped as warm-up) and the ratio exact / fast. Alternating the runs spreads
-any change in machine load over both modes. Goal (issue 5): under 1.3x.
+any change in machine load over both modes. Goal: under 1.3x.
 
 What exact mode adds per step (see ``real/reduce.py``): a gradient per
 micro-batch instead of one accumulated gradient, four or five passes over

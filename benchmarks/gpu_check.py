@@ -1,4 +1,4 @@
-"""The prepared GPU check of issue 21 (run it through ``benchmarks/gpu_check.sh``).
+"""The prepared GPU check (run it through ``benchmarks/gpu_check.sh``).
 
 Prints one line per check, ``PASS``/``FAIL``/``SKIP`` and what; exits 1 if
 any check failed, else 0 (a machine without CUDA: every line ``SKIP``).

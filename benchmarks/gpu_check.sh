@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21's prepared GPU check: one line per check (PASS/FAIL/SKIP + what),
+# The prepared GPU check: one line per check (PASS/FAIL/SKIP + what),
 # exit status nonzero if any check failed; under 5 minutes on whatever GPUs
 # this machine has (one GPU: gloo over CUDA tensors; two or more: NCCL too).
 # Without a GPU every check prints SKIP and the exit status is 0.

@@ -11,7 +11,7 @@ silence the detector must wait out.
     .venv/bin/python benchmarks/host_loss.py                       # 3 runs at timeout 1.5 s
     .venv/bin/python benchmarks/host_loss.py --runs 5 --timeout-s 0.5 1.0 2.0 --hogs 1
 
-Goal (issue 15): ``timeout_s`` + at most 0.1 s. The difference can be
+Goal: ``timeout_s`` + at most 0.1 s. The difference can be
 negative: the detector counts the timeout from the host's last heartbeat,
 which came up to one ``heartbeat_s`` before the fault. The hosts run as
 network namespaces with a host agent each (needs root or CAP_NET_ADMIN; it

@@ -1,4 +1,4 @@
-"""The etcd-backed keeper's two costs (issue 20, part 5): failover time and the write.
+"""The etcd-backed keeper's two costs: failover time and the write.
 
     .venv/bin/python benchmarks/keeper_failover.py [--ttls 1,2,4] [--runs 1] [--writes 200]
                                                    [--links launcher,direct]

@@ -3,7 +3,7 @@
 For each scenario and strategy: calibrate the unit costs as ``--plan``
 does, estimate, then run the sim for real (history written and checked, as
 a user's run) and print estimate, measured ``wall_s`` and their ratio. The
-goal of issue 18 is a ratio within 10x either way; a row outside it is
+goal is a ratio within 10x either way; a row outside it is
 marked and the exit status is 1.
 
     .venv/bin/python benchmarks/plan_estimate.py             # quickstart, llama-like small, llama3-54d

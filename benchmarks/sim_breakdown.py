@@ -1,7 +1,7 @@
 """Where the sim's time goes, this tree against another (not a test).
 
-Issue 14's constraint compares the Llama-3 case with the tree it was filed
-against (2e38b0a). ``sim_scale.py --against`` gives the ratio; this script
+The speed goal compares the Llama-3 case with the tree before the core's
+agents and commit votes (2e38b0a). ``sim_scale.py --against`` gives the ratio; this script
 says which part of a run holds the difference. Each tree runs in a child
 process (a ``git archive`` of REV for the other), the same seeds one after
 the other, and the child times, around the calls the driver makes:

@@ -1,6 +1,6 @@
 """Cost curve of the sim target against cluster size and failures (not a test).
 
-Issue 19 asks how the sim's cost grows, not just what it is at two sizes
+The question is how the sim's cost grows, not just what it is at two sizes
 (benchmarks/sim_scale.py). This runs scenarios/gpu100k-30d.yaml (30 days of
 work) scaled with ``--set`` overrides to 10^3 .. 10^6 GPUs (8 per worker),
 keeping the shipped file's ratios (spares per worker, batch per worker,
@@ -24,7 +24,7 @@ every size, cost against N is fitted over sizes of at least
 
 Elastic is run at every size. Checkpoint-restart is run only up to
 ``--cr-max-gpus`` (100k): beyond, the job's MTBF falls below its 600 s
-restart, so the job does not finish (docs/known-gaps.md, issue 19) and the
+restart, so the job does not finish (docs/known-gaps.md, "Scale and sweeps") and the
 run would only measure the wall limit. The failure sweep is elastic only
 for the same reason (at MTBF / 4 the job's MTBF is ~440 s).
 """

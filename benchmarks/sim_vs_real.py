@@ -6,7 +6,7 @@ costs and print both elapsed times, the error, and whether the two agree on
 the sequence of generations and member lists. Two predictions per scenario:
 
 - ``self``: calibrated on the same run (what ``rollcall calibrate RUN_DIR``
-  then ``--set`` gives; the issue's goal is within 15%);
+  then ``--set`` gives; the goal is within 15%);
 - ``xfer``: calibrated on ``real-kill-one``'s run (out of sample: does one
   calibration carry over to the other scenarios?);
 - ``suite`` (with ``--suite FILE``): the calibration suite's model

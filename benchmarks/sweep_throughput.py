@@ -1,6 +1,6 @@
 """Sweep throughput by engine, side by side in one run (not a test).
 
-Issue 19: replicates per second of a sweep with 1 and 2 local processes
+Replicates per second of a sweep with 1 and 2 local processes
 and with Ray on 2 local workers. Each engine runs the same points (one
 scenario, both strategies, ``--seeds`` seeds) into a fresh directory; the
 rows must come out equal (wall-clock columns aside) or the run fails. A

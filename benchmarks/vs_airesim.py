@@ -1,4 +1,4 @@
-"""rollcall's sim against AIReSim on the Llama-3 job, timed side by side (issue 19; not a test).
+"""rollcall's sim against AIReSim on the Llama-3 job, timed side by side (not a test).
 
 The goal is a speed lead: rollcall's replicate of scenarios/llama3-54d.yaml
 (2,048 servers x 8 GPUs, 64 hot spares, 54 days of work, node MTBF 263 days)

@@ -11,7 +11,7 @@ HMAC per connection) is timed too, once per worker life, not per step.
     .venv/bin/python benchmarks/wire_overhead.py               # runs real-kill-one once to time a step
     .venv/bin/python benchmarks/wire_overhead.py --step-s 0.045
 
-Goal (issue 15): authentication and the checked wire cost at most 1% of a step.
+Goal: authentication and the checked wire cost at most 1% of a step.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/worker_resources.py                 # 100 pauses: about 200 generations
     .venv/bin/python benchmarks/worker_resources.py --pauses 20 --hogs 1
 
-Issue 15 (resources): a run of 200 generations should end with the same
+The goal: a run of 200 generations should end with the same
 open fds and threads per worker as after generation 2, within a few. The
 run is ``real-pause-one`` made fast (tests/resource_probe.py): 3 workers, the
 last paused past a 0.4 s detector timeout every 0.9 s, so each pause is an

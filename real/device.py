@@ -6,7 +6,7 @@
 (:func:`device_problem`: CUDA present, one GPU per worker process for
 ``nccl``), because a scenario file can be validated on a machine with no GPU.
 
-The NCCL hazards this module answers (issue 21):
+The NCCL hazards this module answers:
 
 - a collective whose peer died spins its kernel forever: nothing but
   ``ncclCommAbort`` (the backend's ``abort()``) frees the stream, so the

@@ -84,7 +84,7 @@ def recoveries(records: list[dict]) -> list[dict]:
 
 def failover_times(records: list[dict]) -> list[float]:
     """For each ``kill_keeper`` fault: seconds from the kill to the first step
-    committed in a generation formed after it (issue 20's failover time)."""
+    committed in a generation formed after it (the failover time)."""
     out = []
     kills = [r["t"] for r in records if r.get("f") == "fault" and r.get("kind") == "kill_keeper"]
     for t in kills:

@@ -1,4 +1,4 @@
-"""A throwaway etcd v3 cluster on loopback, for a run or a test (issue 20).
+"""A throwaway etcd v3 cluster on loopback, for a run or a test.
 
 :class:`EtcdCluster` starts N members of the ``etcd`` binary (Debian's
 ``etcd-server``), every client and peer URL on 127.0.0.1 (or, given

@@ -1,4 +1,4 @@
-"""A record-keeper process of its own: the active one, or a standby (issue 20).
+"""A record-keeper process of its own: the active one, or a standby.
 
 ``keeper.store: etcd``. The launcher starts ``1 + keeper.standbys`` of these;
 each binds a loopback port, then campaigns for the leadership key in etcd

@@ -321,7 +321,7 @@ def overrides(cal: Mapping[str, Any]) -> dict[str, Any]:
     if cal.get("kill_detection_s") is not None:  # an exit notice, not the detector
         out["detector.exit_notice_s"] = round(cal["kill_detection_s"], 9)
     # detection by timeout is the scenario's own setting (what it means), not a
-    # cost: it is measured (pause_detection_s) and never written (issue 17)
+    # cost: it is measured (pause_detection_s) and never written
     latency = None
     if cal.get("roll_call_s") is not None:
         latency = max(cal["roll_call_s"] / 2.0, 1e-6)

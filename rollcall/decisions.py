@@ -1,7 +1,7 @@
 """The decisions a run made, read from its history alone (Jepsen-style).
 
 Both targets run the same core, so on one scenario the sim and the real
-target must decide the same things (issue 14, "conformance"). What a run
+target must decide the same things ("conformance"). What a run
 decided is read here from its ``history.jsonl`` records only (the format is
 :mod:`rollcall.core.history`), never from the code that wrote them, so the
 sequence can be compared across targets, runs and versions:

@@ -1,4 +1,4 @@
-"""The record-keeper's death and its successor's takeover, on the sim (issue 20).
+"""The record-keeper's death and its successor's takeover, on the sim.
 
 With ``keeper.store: etcd`` the core keeper is durable: each generation it
 decides is written to the store before anyone hears of it

@@ -184,7 +184,7 @@ class World:
             if stragglers else None, durable=durable, max_restarts=max_restarts))
         if bulk:
             self.keeper.liveness = SmallBulkLiveness()
-        # a durable record (issue 20): the store's latest generation, and while
+        # a durable record: the store's latest generation, and while
         # the keeper is down, when its successor takes over
         self.stored: Optional[KeeperRecord] = None
         self.keeper_back_at: Optional[float] = None
@@ -438,7 +438,7 @@ class World:
             elif isinstance(out, Deposed):
                 self._violate(f"the only keeper of term {self.keeper.term} was deposed: {out}")
 
-    # --- the durable record and failover (issue 20) --------------------------------
+    # --- the durable record and failover -------------------------------------------
 
     def _persist(self, out: Persist) -> None:
         """The store's compare-and-set: the generation after the one it holds,

@@ -1,6 +1,6 @@
 """Open fds and threads of a real run's worker processes, sampled by generation.
 
-Issue 15 (resources): a worker lives through many generations, and each
+A worker lives through many generations, and each
 builds a gloo group over a fresh store connection; a worker that keeps the
 old ones grows by a group's sockets and threads every generation. This reads
 what the kernel says a worker holds (``/proc/PID/fd`` and ``/proc/PID/task``,

@@ -1,7 +1,7 @@
 """Unit tests of the agent's answer to a generation, fed by a real keeper.
 
 What a member claims at a roll call and whether the generation's source
-broadcasts are the core's decisions (issue 14): the driver only carries
+broadcasts are the core's decisions: the driver only carries
 them out. Each test forms generations with :class:`Keeper`, hands the
 Membership it broadcasts to one :class:`Agent` per member, and reads the
 agents' ``Enter`` and, at the next roll call, their ``Join``.

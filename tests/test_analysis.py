@@ -254,7 +254,7 @@ def test_calibrate_measures_and_maps(tmp_path: Path) -> None:
     assert cal["restart_s"] is None
     ov = calibrate.overrides(cal)
     assert ov["workload.micro_batch_s"] == pytest.approx(0.01, rel=1e-3)
-    assert "detector.timeout_s" not in ov  # the scenario's meaning, not a cost (issue 17)
+    assert "detector.timeout_s" not in ov  # the scenario's meaning, not a cost
     assert ov["network.latency_s"] == pytest.approx(0.0015)
     assert "strategy.restart_s" not in ov
     # a kill is an exit notice on both targets: it times the notice, not the detector
@@ -280,7 +280,7 @@ def test_cli_calibrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 
 def test_calibrate_refuses_a_sim_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A sim run's timings are its scenario's own model: calibrating on them
-    wrote a calibration 75x off (issue 18). One line, exit 2, nothing written."""
+    would write a calibration 75x off. One line, exit 2, nothing written."""
     from rollcall.cli import main
 
     run = tmp_path / "sim"

@@ -1,4 +1,4 @@
-"""Conformance (issue 14): on one scenario the sim and the real target decide the same.
+"""Conformance: on one scenario the sim and the real target decide the same.
 
 Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``
 and ``scenarios/chaos-cr-kill-join-kill.yaml``: all twenty have a schedule,

@@ -1,4 +1,4 @@
-"""Conformance with direct worker links (issue 20): the shipped real scenarios
+"""Conformance with direct worker links: the shipped real scenarios
 again, with their record in etcd and each worker finding the keeper there
 itself (``keeper.store: etcd``, one standby, ``keeper.worker_links:
 direct``). The launcher then carries none of the workers' messages or

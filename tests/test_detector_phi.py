@@ -1,4 +1,4 @@
-"""The phi-accrual detector (issue 16): its rule, and the keeper applying it
+"""The phi-accrual detector: its rule, and the keeper applying it
 per worker from the heartbeats it observes.
 
 The rule is pure (``PhiDetector``); the keeper keeps each life's recent

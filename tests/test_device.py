@@ -1,4 +1,4 @@
-"""Issue 21 on a machine without a GPU: what decides devices and NCCL, checked on CPU.
+"""Real GPUs on a machine without one: what decides devices and NCCL, checked on CPU.
 
 - the scenario keys ``cluster.device`` and ``cluster.backend``: defaults,
   the file-only rule (``nccl`` needs ``cuda``), bad values, one-line errors;

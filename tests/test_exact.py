@@ -1,4 +1,4 @@
-"""Exact mode end to end: real processes, gloo on CPU (issue 5).
+"""Exact mode end to end: real processes, gloo on CPU.
 
 The same workload and seed under five different membership histories must end
 with bit-identical weights when ``strategy.reduction: exact``; under ``fast``

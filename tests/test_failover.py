@@ -1,4 +1,4 @@
-"""The keeper's durable record and failover, in the core (issue 20).
+"""The keeper's durable record and failover, in the core.
 
 A keeper whose record lives in a store writes each generation before any
 worker hears of it (``Persist``), stops deciding when its lease lapses or

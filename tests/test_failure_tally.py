@@ -2,7 +2,7 @@
 
 A worker a kill, crash or rack kill took out counts once; a pause counts
 only if the keeper evicted the paused worker for its silence before it
-resumed (issue 18: "a pause counts as a failure only if it caused an
+resumed ("a pause counts as a failure only if it caused an
 eviction"). The conformance test checks sim and real agree on every
 shipped real scenario; here, the rule itself and the sim summary.
 """

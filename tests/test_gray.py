@@ -1,4 +1,4 @@
-"""Gray failures (issue 16): late heartbeats, on the sim and on real.
+"""Gray failures: late heartbeats, on the sim and on real.
 
 A worker whose heartbeats reach the keeper late while its work is on time
 is not dead. A fixed timeout shorter than the delay evicts it anyway (a

@@ -1,4 +1,4 @@
-"""Member lists written as deltas (issue 19): a history's size follows its events.
+"""Member lists written as deltas: a history's size follows its events.
 
 A ``generation`` record's ``members`` (and a compact ``contribute``'s
 ``workers``) of more than ``DELTA_MIN_RUNS`` runs is written as its change

@@ -1,4 +1,4 @@
-"""Issue 18, interrupts: SIGINT and SIGTERM on the sim and the CLI keep the results and say so.
+"""Interrupts: SIGINT and SIGTERM on the sim and the CLI keep the results and say so.
 
 The runs are real ``python -m rollcall`` processes; a test waits (bounded,
 polling) until the history has records, then signals, and reads what the

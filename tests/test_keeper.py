@@ -232,7 +232,7 @@ def test_state_of_an_abandoned_branch_is_not_resumed() -> None:
 
 
 def test_a_life_that_left_never_joins_again() -> None:
-    """Found by the stateful test (seed 1533859732): a copy of a Join (or a
+    """Regression (stateful test, seed 1533859732): a copy of a Join (or a
     worker in a batch) from a life that left arrived in a later round and
     the keeper admitted it as a newcomer. A Leave ends that life for good;
     only a newer life of the worker may join."""

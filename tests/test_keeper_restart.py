@@ -184,7 +184,7 @@ def test_commit_of_the_last_step_completes_the_job() -> None:
 
 
 def test_a_life_a_restart_outdated_while_it_joined_is_refused() -> None:
-    """Found by the stateful test (seed 2155524081): a new life's Join ends
+    """Regression (stateful test, seed 2155524081): a new life's Join ends
     the old life, and under checkpoint-restart that ends the generation; the
     restart orders a life newer than the joiner's (it was handed out by
     node_up), so the joiner's Join must not then set the life table back."""
@@ -200,7 +200,7 @@ def test_a_life_a_restart_outdated_while_it_joined_is_refused() -> None:
 
 
 def test_a_failed_restart_never_relaunches_a_life_node_up_handed_out() -> None:
-    """Found by the stateful test (seed 2709111787): worker 1's node was lost
+    """Regression (stateful test, seed 2709111787): worker 1's node was lost
     and repaired during a restart; node_up handed out its ordered life 1, whose
     process was starting when the group failed. The new restart tears that
     life down too and relaunches life 2: never the same life twice."""
@@ -279,7 +279,7 @@ def test_max_restarts_zero_gives_up_at_the_first_failure_and_none_never() -> Non
 
 
 def test_members_silent_in_one_tick_cost_one_restart() -> None:
-    """Found while fixing seed 380662767 of the stateful test: a partition
+    """Regression: a partition
     silences workers 1 and 2 together, and the detector's verdicts come in
     one tick. The first restarts the job and tears every member down; the
     second life's verdict was then read as a loss in the restarting group,

@@ -259,7 +259,7 @@ def test_a_copy_counts_only_once_a_step_proves_it_done() -> None:
 
 
 def test_a_member_answering_from_before_the_previous_generation_holds_nothing() -> None:
-    """Found by the stateful test (seed 2155524081): worker 1 was told to
+    """Regression (stateful test, seed 2155524081): worker 1 was told to
     reload shard 0 in generation 2, but its answer to round 3 is a copy of a
     Join stamped generation 1, sent before it heard of generation 2: the
     shard placed on it in generation 2 is not there, so it is lost."""

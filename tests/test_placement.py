@@ -119,7 +119,7 @@ def test_full_replication(sc: Scenario) -> None:
     """(1) Every shard has exactly min(r, m) distinct holders, all members.
 
     Asserted after every replan, lost or not (lost shards get reload holders);
-    the issue's "when no shard was lost" is the special case.
+    "when no shard was lost" is the special case.
     """
     for placement, alive in [(sc.placement, sc.members)] + [(s.plan.placement, s.alive) for s in sc.steps]:
         assert placement.n_shards == sc.n_shards

@@ -278,7 +278,7 @@ class Rendezvous(RuleBasedStateMachine):
     @rule(outage=st.floats(0.05, 3.0))
     def fail_keeper(self, outage: float) -> None:
         """The keeper dies; a standby rebuilds it from the store's record
-        ``outage`` seconds later and holds a roll call (issue 20)."""
+        ``outage`` seconds later and holds a roll call."""
         self.world.fail_keeper(outage)
 
     # --- training -------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The replicated state's copy on the real target, in stripes (issue 17, part 3).
+"""The replicated state's copy on the real target, in stripes.
 
 When members are stale (newcomers), every member that holds the state sends
 one stripe of it (``rollcall.core.reshard.stripes``) to each stale member,

@@ -1,9 +1,9 @@
-"""The record-keeper is not a single point of failure, on the real target (issue 20).
+"""The record-keeper is not a single point of failure, on the real target.
 
 ``keeper.store: etcd``: the run starts its own 3-member etcd cluster on
 loopback, one active keeper process and a standby. The tests kill the
 active keeper (twice, with a worker killed between), kill one etcd member,
-and check what the issue asks: the run stays valid with the per-sample
+and check what the design promises: the run stays valid with the per-sample
 ledger, no generation number is decided twice, terms only go up, one lost
 etcd member changes nothing, and nothing the run started (workers, keepers,
 etcd members) is left behind. Nothing sleeps to synchronise.

@@ -1,4 +1,4 @@
-"""Hostile connections to a real run's record-keeper service (issue 15, the wire).
+"""Hostile connections to a real run's record-keeper service (the wire).
 
 On the old wire any local process could run code as the launcher's user
 with one pickled frame, end the run with 9 bytes of garbage, or join as

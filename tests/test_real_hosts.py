@@ -1,4 +1,4 @@
-"""The real target's hosts (issue 15, part 1): network namespaces with host agents.
+"""The real target's hosts: network namespaces with host agents.
 
 A scenario with ``cluster.workers_per_host`` runs each host as a network
 namespace on a bridge, with one host agent (real/host.py) inside that starts

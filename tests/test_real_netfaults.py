@@ -1,4 +1,4 @@
-"""Network faults on the real target in hosts mode (issue 15, section 2).
+"""Network faults on the real target in hosts mode.
 
 ``partition``, ``isolate_keeper`` and ``loss`` are nftables rules inside the
 hosts' namespaces (real/netns.py), put in by the launcher at the fault and

@@ -1,5 +1,5 @@
 """Long-lived real workers keep their fds and threads flat over many
-generations (issue 15, resources).
+generations.
 
 Each generation builds a gloo group over a fresh store connection: a worker
 that kept its old groups (as ``real/worker.py`` did) grew by about 6 fds and

@@ -1,4 +1,4 @@
-"""Sharded optimizer state on the real target (issue 7): ZeRO-1 with buddies.
+"""Sharded optimizer state on the real target: ZeRO-1 with buddies.
 
 Four gloo workers keep the SGD momentum in four slices, each on two workers
 (``state.replicas: 2``), and gather the parameters every step

@@ -1,7 +1,7 @@
 """The real target end to end: real worker processes, gloo on CPU, real signals.
 
 Each test runs a shipped ``scenarios/real-*.yaml`` (tiny model, short
-detector timeouts) and asserts what issue 4 asks: the run completes (or
+detector timeouts) and asserts what the real target promises: the run completes (or
 fails cleanly), the core's checkers find the merged history valid with every
 sample consumed exactly once, survivors of an elastic run keep their PIDs,
 and no process of the run is left afterwards. Nothing sleeps to synchronise:
@@ -316,7 +316,7 @@ def test_checkpoint_restart_with_a_kill(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(200)
 def test_chaos_kill_join_kill_under_checkpoint_restart(tmp_path: Path) -> None:
-    """Regression (issue 14): random kills, a join, checkpoint-restart. It
+    """Regression: random kills, a join, checkpoint-restart. It once
     failed 1 run in 24, relaunching nobody or the killed worker depending on
     which report the launcher heard first."""
     sc = load("chaos-cr-kill-join-kill")

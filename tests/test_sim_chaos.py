@@ -82,7 +82,7 @@ def test_random_failures_keep_history_valid(kind: str, dist: str, batch: str, sp
 
 
 def test_restart_resumes_from_a_checkpoint_of_its_own_lineage() -> None:
-    """Regression: found by this chaos test with more seeds (SIM_CHAOS_SEEDS=80).
+    """Regression: this chaos test with more seeds (SIM_CHAOS_SEEDS=80).
 
     A paused worker evicted at step 200 answered an old roll call and waited
     as a standby holding step 200. A later restart resumed from that
@@ -108,8 +108,8 @@ def test_restart_does_not_resume_an_abandoned_lineage() -> None:
     room), which cuts the lineage back to 175; the next restart admits 9
     and resumes from its step-200 state, a state of the abandoned branch.
     """
-    # found when restart rounds waited join_timeout_s (600 s) for a relaunched
-    # worker whose host died; the sim now uses restart_s + timeout_s
+    # reached when restart rounds wait join_timeout_s (600 s) for a relaunched
+    # worker whose host died; the sim's default is restart_s + timeout_s
     s = Simulation(_scenario(55, "checkpoint-restart", "exponential", "constant", 2, 25.0),
                    relaunch_timeout_s=600.0).run()
     assert s["valid"], s["violations"][:2]

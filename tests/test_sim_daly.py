@@ -137,7 +137,7 @@ def test_daly_when_the_mtbf_is_close_to_the_restart_time() -> None:
 
 
 def test_replace_is_optimistic_where_the_mtbf_is_close_to_the_restart_time() -> None:
-    """``replace`` (today's sim before issue 17): a lost node costs only its
+    """``replace`` (the sim's model without ``repeat``): a lost node costs only its
     spare's arrival, so the job comes out faster than Daly's model by more
     than the 5% tolerance: the difference ``repeat`` exists for."""
     ratio, half = _simulated_over_daly("replace", 120)

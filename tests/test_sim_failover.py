@@ -1,4 +1,4 @@
-"""The sim's model of keeper failover (issue 20, part 4; :mod:`sim.failover`).
+"""The sim's model of keeper failover (:mod:`sim.failover`).
 
 With ``keeper.store: etcd`` the core keeper writes every generation to the
 store before announcing it; a keeper that dies (a ``kill_keeper`` fault, or

@@ -1,4 +1,4 @@
-"""Sharded state on the sim target (issue 7): copies from buddies, checkpoint
+"""Sharded state on the sim target: copies from buddies, checkpoint
 fallback when every holder of a shard is gone, rack failures, and the price
 of both.
 

@@ -99,7 +99,7 @@ def test_a_measured_shape_takes_the_suites_own_steps_over_the_fit() -> None:
     assert suite.overrides(old, sc)["workload.step_s_by_workers"][4] == 0.02  # version 1
 
 
-# A suite's measured steps on this 2-core machine (session 21): (members,
+# A suite's measured steps on this 2-core machine: (members,
 # micro-batches, 1e6 params, steps, mean step s), two model sizes 100x apart
 MEASURED_STEPS = [
     (4, 8, 0.02, 39, 0.011109), (3, 8, 0.02, 39, 0.007094), (2, 8, 0.02, 79, 0.005156),

@@ -848,7 +848,7 @@ class Keeper:
         if not tracked and inc == known and self._stamped_newer(w, inc, join.generation):
             # a late copy of a Join from a life evicted since it stamped a newer
             # generation: it claims a state the life has moved past (it
-            # committed steps since), and is no sign of life (stateful seed 1035)
+            # committed steps since), and is no sign of life
             return
         if tracked and inc > known:
             # A new life of a worker we still track: its old life is over.

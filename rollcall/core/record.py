@@ -1,6 +1,6 @@
 """The keeper's durable record: what a new keeper needs to take over.
 
-A record-keeper whose record lives in a store (etcd, see issue 20) writes
+A record-keeper whose record lives in a store (etcd) writes
 one :class:`KeeperRecord` each time it decides a generation, before it tells
 any worker (:class:`rollcall.core.keeper.Persist`). When it dies, a standby
 that wins the next term rebuilds the keeper from the last record written
