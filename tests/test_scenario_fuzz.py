@@ -1,0 +1,147 @@
+"""Scenarios nobody here wrote, on the sim: drawn over the whole schema
+(``tests/scenario_fuzz.py``), each run must end cleanly, with a valid
+history, metrics in range, and the same history from the same seed.
+
+The fast profile runs here; ``benchmarks/fuzz_sim.py`` runs 10^4 and more.
+A failure names the session's seed and the command that replays the search,
+and saves the shrunk scenario under ``runs/fuzz-failures/`` with the
+``rollcall run`` line that replays it alone.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shlex
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import simpy
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+import scenario_fuzz as fuzz
+from rollcall.scenario import load_scenario
+from sim.driver import Simulation
+
+fuzz.import_project_modules()  # the same constants pool alone as in the whole suite
+
+SEED_ENV = "ROLLCALL_FUZZ_SEED"
+# One seed per session, so that a failure can be replayed from it.
+SEED = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(2**32))
+# Runs of the fast profile: 500 (10 to 15 s here, quiet), twice the
+# profile's examples where that is more (the `ci` profile: 1000).
+RUN_EXAMPLES = max(500, 2 * settings.default.max_examples)
+# One run in TWICE_EVERY is made twice and the histories compared: a history
+# is a function of the scenario and seed alone, so a source of difference
+# (a global random state, a cache kept between runs, set order) shows in
+# whatever run touches it; a quarter of the runs find it at a quarter of the
+# cost. Runs of more than TWICE_UP_TO workers are made once: they take
+# seconds (the checkers' work grows with members x generations) and are the
+# fast profile's tail. The corpus below runs every file twice; the
+# benchmark, every other run whatever its size.
+TWICE_EVERY = 4
+TWICE_UP_TO = 1000
+# Drawn without running for the coverage test: the rarest feature is drawn
+# in about 1% of scenarios.
+COVERAGE_EXAMPLES = 2000
+CORPUS = sorted(fuzz.CORPUS_DIR.glob("*.yaml"))
+
+
+def _replay_line(nodeid: str) -> str:
+    profile = os.environ.get("HYPOTHESIS_PROFILE", "dev")
+    return (f"{SEED_ENV}={SEED} HYPOTHESIS_PROFILE={profile} PYTHONPATH=$PWD "
+            f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider {shlex.quote(nodeid)}")
+
+
+def test_fuzzed_scenarios_run_clean(request: pytest.FixtureRequest) -> None:
+    """Each drawn scenario runs to a named end with a valid history."""
+
+    @seed(SEED)
+    @settings(max_examples=RUN_EXAMPLES, deadline=None, print_blob=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(fuzz.fuzz_cases(twice_every=TWICE_EVERY, twice_up_to=TWICE_UP_TO))
+    def run(case: fuzz.FuzzCase) -> None:
+        fuzz.check_case(case)
+
+    try:
+        run()
+    except BaseException as exc:
+        exc.add_note(f"seed {SEED}; replay: {_replay_line(request.node.nodeid)}")
+        raise
+
+
+def test_every_key_and_fault_family_is_drawn(request: pytest.FixtureRequest) -> None:
+    """Every key of every section (walked from the pydantic models, so a key
+    added there fails here until the generator draws it), every value of a
+    key with a fixed set of them, every fault family with both triggers,
+    faults near the start and the end, and each size tier are drawn."""
+    seen: set[str] = set()
+
+    @seed(SEED)
+    @settings(max_examples=COVERAGE_EXAMPLES, phases=[Phase.generate], database=None,
+              deadline=None)
+    @given(fuzz.fuzz_cases())
+    def draw(case: fuzz.FuzzCase) -> None:
+        seen.update(fuzz.features(case))
+
+    draw()
+    missing = sorted(fuzz.expected_features() - seen)
+    assert not missing, (f"never drawn in {COVERAGE_EXAMPLES} scenarios: {missing}; seed {SEED}; "
+                         f"replay: {_replay_line(request.node.nodeid)}")
+
+
+def test_exclusions_are_schema_features() -> None:
+    """An exclusion names something the schema holds (a stale one is removed)."""
+    assert set(fuzz.EXCLUDED) <= fuzz.schema_features()
+
+
+@pytest.mark.parametrize("reason, accepted", [
+    ("job failed: below min_workers=3 for join_timeout_s", True),
+    ("job failed: max_restarts=2 reached (3 restarts)", True),
+    ("job failed: not expected to finish: no step committed over 100 recoveries", True),
+    ("stuck: no events left", False),
+    ("horizon: simulated time limit reached", False),
+    ("wall limit: --max-wall-s 600 reached", False),
+])
+def test_the_runner_names_a_bad_end(reason: str, accepted: bool) -> None:
+    summary = {"completed": False, "end_reason": reason, "steps_committed": 3,
+               "steps_target": 10}
+    assert (fuzz.end_problems(summary) == []) == accepted
+
+
+def test_the_runner_names_metrics_out_of_range() -> None:
+    good = {"goodput": 1.0, "ettr": 0.0, "kills": 0, "elapsed_s": 2.5, "valid": True}
+    assert fuzz.metric_problems(good) == []
+    for key, value in (("goodput", 1.01), ("ettr", -0.1), ("kills", -1),
+                       ("elapsed_s", float("nan"))):
+        problems = fuzz.metric_problems({**good, key: value})
+        assert problems and key in problems[0][0], (key, problems)
+
+
+def test_the_event_bound_stops_a_run_spinning_at_one_instant() -> None:
+    """A process that reschedules itself at the same instant forever is
+    stopped by the bound on simulated events, through the sim's own loop."""
+    sim = Simulation(fuzz.validated("name: spin\n"))
+
+    def spin() -> Iterator[simpy.Event]:
+        while True:
+            yield sim.env.timeout(0)
+
+    sim.env.process(spin())
+    with pytest.raises(fuzz.SimulatedHang, match="spinning"):
+        sim.run(fuzz.WALL_REPORT_S, fuzz.EventBound(sim))
+    sim.recorder.close()
+
+
+def test_the_corpus_is_there() -> None:
+    assert len(CORPUS) >= 30, (f"{fuzz.CORPUS_DIR}: write it with "
+                               f"benchmarks/fuzz_sim.py --write-corpus")
+
+
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: p.stem)
+def test_corpus_scenario_runs_clean(path: Path) -> None:
+    """Each corpus scenario passes the runner's checks, histories compared."""
+    outcome = fuzz.run_scenario(load_scenario(path, target="sim"), twice=True)
+    assert outcome.ok, f"{outcome.describe()}\nreplay: {fuzz.replay_command(path)}"
