@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 from pathlib import Path
@@ -283,6 +284,36 @@ def test_below_min_workers_fails_cleanly(tmp_path: Path, capsys: pytest.CaptureF
     recs = records(tmp_path)
     assert any(r["f"] == "round" and r["type"] == "fail" for r in recs)
     end = recs[-1]
+    assert end["f"] == "end" and end["completed"] is False
+
+
+@pytest.mark.timeout(200)
+def test_a_job_not_expected_to_finish_says_so_on_both_targets(tmp_path: Path) -> None:
+    """The keeper's rule (rollcall.core.progress), not a driver's: random
+    kills come faster than checkpoint-restart relaunches, nothing commits
+    beyond the furthest step over ``max_recoveries_without_progress``
+    restarts, and each target ends the run with the same named reason,
+    its history valid and exact up to there."""
+    from sim import driver as sim_driver
+
+    # each of the 3 workers fails every 6 s on average (the job every 2 s),
+    # faster than a relaunch of the processes, and no checkpoint is written
+    sc = load("real-checkpoint-restart", "failures.schedule=[]", "failures.worker_mtbf_s=6.0",
+              "cluster.repair_s=0.5", "rendezvous.min_workers=3", "workload.steps=5000",
+              "strategy.checkpoint_interval_steps=1000", "strategy.restart_failure=repeat",
+              "strategy.max_recoveries_without_progress=3")
+    limit = sc.strategy.max_recoveries_without_progress
+    pattern = (rf"^job failed: not expected to finish: no step (beyond step \d+ )?committed "
+               rf"over {limit} consecutive recoveries \(strategy.max_recoveries_without_progress\)$")
+    sim = sim_driver.run(sc, tmp_path / "sim")
+    real = run_real(sc, tmp_path / "real")
+    for s in (sim, real):
+        assert s["completed"] is False and re.match(pattern, s["end_reason"]), s["end_reason"]
+        assert s["restarts"] >= limit, s["restarts"]
+        assert_exactly_once(s)
+        assert s["steps_committed"] < sc.workload.steps
+    assert_no_process_left(real)
+    end = records(tmp_path / "real")[-1]
     assert end["f"] == "end" and end["completed"] is False
 
 
