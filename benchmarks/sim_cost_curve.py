@@ -24,7 +24,7 @@ every size, cost against N is fitted over sizes of at least
 
 Elastic is run at every size. Checkpoint-restart is run only up to
 ``--cr-max-gpus`` (100k): beyond, the job's MTBF falls below its 600 s
-restart, so the job does not finish (docs/known-gaps.md, "Scale and sweeps") and the
+restart, so the job does not finish (docs/limitations.md, "10^6 GPUs") and the
 run would only measure the wall limit. The failure sweep is elastic only
 for the same reason (at MTBF / 4 the job's MTBF is ~440 s).
 """

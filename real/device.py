@@ -22,8 +22,8 @@ The NCCL hazards this module answers:
 
 Everything but :func:`nccl_backend`, :func:`cuda_devices` and
 :func:`platform_keys` is pure, so the CPU tests cover the decisions; the
-torch calls are the documented torch 2.13 names (see docs/known-gaps.md:
-not run on a GPU).
+torch calls are the documented torch 2.13 names (see docs/limitations.md,
+"GPUs": run on one GPU only).
 """
 
 from __future__ import annotations

@@ -33,8 +33,7 @@ What is measured, and onto which key it goes:
   (``rollcall.core.reshard.stripes``), so ``max(1, k / s)`` states
   (median over the copies; 1 for a newcomer or a replaced worker).
 - checkpoint write: checkpoint record - commit of its step (0 when the run
-  wrote none: the real target checkpoints only under checkpoint-restart,
-  while the sim charges ``checkpoint_write_s`` to both strategies).
+  wrote none; both strategies checkpoint, on both targets).
 - checkpoint read and restart: ``restart`` record -> next generation
   (``restart_s``), and that generation's first step beyond a normal one
   (``checkpoint_read_s``).
