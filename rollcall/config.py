@@ -18,7 +18,7 @@ from rollcall.core import (
 from rollcall.scenario import Scenario
 
 __all__ = ["arrivals_end_s", "data_spec", "draws", "failure_model", "horizon_s", "job_policy",
-           "keeper_config", "shard_spec"]
+           "keeper_config", "repair_policy", "repair_shop", "shard_spec"]
 
 
 def shard_spec(sc: Scenario) -> Optional[ShardSpec]:

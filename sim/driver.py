@@ -4,10 +4,9 @@ What is simulated, and where the core decides
 ---------------------------------------------
 * **Nodes** live in flat numpy arrays (hardware up, process running, paused,
   incarnation, heartbeat phase, member of the current generation). Failures
-  are per node: each node's successive lifetimes are drawn from named streams
-  (first lifetimes of all nodes at once from ``failures``, later ones, after
-  a repair or for a node that joins late, from ``node/<i>``), so the failure
-  trace depends only on the seed, never on the strategy. A failed node comes
+  are per node: a node's k-th hardware life is draw k of the stream
+  ``node/<i>`` (:class:`rollcall.core.Draws`, the real target's too), so the
+  failure trace depends only on the seed, never on the strategy. A failed node comes
   back after ``repair_s`` as a new incarnation and joins.
 * **The record-keeper** is the core's :class:`rollcall.core.keeper.Keeper`. Every
   membership decision (who is in generation g, where it resumes, who is
