@@ -59,7 +59,7 @@ import yaml
 from realrun import cpu_hogs
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT = ROOT / "scenarios" / "chaos-cr-kill-join-kill.yaml"
+DEFAULT = ROOT / "tests" / "data" / "scenarios" / "chaos-cr-kill-join-kill.yaml"
 RUN_TIMEOUT_S = 300.0
 #: a signalled run must have exited this long after its last signal, else it "hung"
 EXIT_BOUND_S = 60.0

@@ -1,7 +1,7 @@
 """Conformance: on one scenario the sim and the real target decide the same.
 
 Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``
-and ``scenarios/chaos-cr-kill-join-kill.yaml``: all twenty have a schedule,
+and the regression scenario ``tests/data/scenarios/chaos-cr-kill-join-kill.yaml``: all twenty have a schedule,
 none has random lifetimes, so none is skipped) runs once on each target.
 :mod:`rollcall.decisions` reads the decision sequence from each history
 alone: generations (gen, members, cursor, source, stale, reason),
@@ -148,6 +148,7 @@ from real_processes import REAL_PROCESSES
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
+REGRESSIONS = ROOT / "tests" / "data" / "scenarios"  # regression scenarios, not shipped
 
 pytestmark = REAL_PROCESSES
 
@@ -160,6 +161,12 @@ MTBF = ("real-kill-one", "failures.schedule=[]", "failures.worker_mtbf_s=1.0",
 FAILED = ("failure", "step-failed")  # the two reports of a member's failure (rule 2)
 ELASTIC_KILLS = ["real-below-min", "real-kill-one", "real-kill-two", "real-roll-call-kill",
                  "real-spare-pool"]
+
+
+def scenario_path(name: str) -> Path:
+    """A shipped scenario's file, or a regression scenario's of the tests' own."""
+    path = SCENARIOS / f"{name}.yaml"
+    return path if path.exists() else REGRESSIONS / f"{name}.yaml"
 
 
 class Pair(NamedTuple):
@@ -181,7 +188,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pair]:
     def get(name: str, *overrides: str) -> Pair:
         key = (name, *overrides)
         if key not in cache:
-            sc = load_scenario(SCENARIOS / f"{name}.yaml", list(overrides))
+            sc = load_scenario(scenario_path(name), list(overrides))
             if sc.cluster.workers_per_host is not None and (why := netns_available()) is not None:
                 pytest.skip(f"{name} runs its hosts as network namespaces on real: {why}")
             if sc.keeper.store == "etcd" and etcd_binary() is None:
@@ -220,7 +227,7 @@ def comparable(sc: Scenario, ds: list[Decision], dead: set[int]) -> list[Decisio
 
 def test_every_shipped_real_scenario_is_covered() -> None:
     for name in SHIPPED:
-        sc = load_scenario(SCENARIOS / f"{name}.yaml", [])
+        sc = load_scenario(scenario_path(name), [])
         unscripted = not sc.failures.schedule or sc.failures.worker_mtbf_s is not None
         assert unscripted == (name in SKIPPED), (name, "update SKIPPED and the docstring")
     assert len(SHIPPED) == 20, SHIPPED  # the docstring names each of them

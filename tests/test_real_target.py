@@ -28,6 +28,7 @@ from polling import pid_running, signal_when, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
+REGRESSIONS = ROOT / "tests" / "data" / "scenarios"  # regression scenarios, not shipped
 
 pytestmark = REAL_PROCESSES
 
@@ -36,7 +37,11 @@ pytestmark = REAL_PROCESSES
 
 
 def load(name: str, *overrides: str) -> Scenario:
-    return load_scenario(SCENARIOS / f"{name}.yaml", list(overrides))
+    """A shipped scenario, or a regression scenario of the tests' own."""
+    path = SCENARIOS / f"{name}.yaml"
+    if not path.exists():
+        path = REGRESSIONS / f"{name}.yaml"
+    return load_scenario(path, list(overrides))
 
 
 def run_real(scenario: Scenario, out: Path) -> dict[str, Any]:
