@@ -15,7 +15,7 @@ suite files, and prints:
 * every suite against the mean of the sets' runs.
 
 Each prediction is a sim run of the scenario calibrated by the suite
-(``rollcall.calibrate.calibrated``), as ``sim_vs_real.py`` runs it.
+(``rollcall.suite.calibrated``), as ``sim_vs_real.py`` runs it.
 
     .venv/bin/python benchmarks/sim_vs_real.py --out D1 --suite S1.yaml   # and D2/S2, D3/S3
     .venv/bin/python benchmarks/calibration_spread.py --runs D1 D2 D3 --suites S1.yaml S2.yaml S3.yaml
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rollcall import calibrate  # noqa: E402
+from rollcall import suite  # noqa: E402
 from rollcall.results import SUMMARY_FILE, read_summary  # noqa: E402
 from rollcall.scenario import load_scenario  # noqa: E402
 
@@ -45,7 +45,7 @@ GOAL = 0.15
 def _predict(path: Path, doc: dict) -> float:
     """The sim's ``elapsed_s`` for the real scenario at ``path`` under suite
     ``doc``, run as ``sim_vs_real.py`` runs it (its run directory removed)."""
-    sc = calibrate.calibrated(load_scenario(path, [], target="real"), doc)
+    sc = suite.calibrated(load_scenario(path, [], target="real"), doc)
     with tempfile.TemporaryDirectory(prefix="calspread-") as tmp:
         return float(sim_vs_real._run(sc, Path(tmp) / "sim")["elapsed_s"])
 
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             total += 1
             within += abs(a - b) / b <= GOAL
     print(f"  one run as the prediction of another: {within}/{total} within 15%")
-    docs = {s: calibrate.read_any(s) for s in args.suites}
+    docs = {s: suite.read_any(s) for s in args.suites}
     pred = {(s, n): _predict(paths[n], doc) for s, doc in docs.items() for n in real}
     print("suite against each set of real runs:")
     counts = []

@@ -34,7 +34,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rollcall import analysis, calibrate  # noqa: E402
+from rollcall import analysis, calibrate, suite  # noqa: E402
 from rollcall.results import SUMMARY_FILE, prepare_out_dir, read_summary  # noqa: E402
 from rollcall.scenario import load_scenario  # noqa: E402
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = [Path(p) for p in args.scenarios] or sorted((ROOT / "scenarios").glob("real-*.yaml"))
     paths.sort(key=lambda p: p.stem != REFERENCE)  # the reference first: others use its calibration
     ref_cal = None
-    suite_doc = calibrate.read_any(args.suite) if args.suite else None
+    suite_doc = suite.read_any(args.suite) if args.suite else None
     rows = []
     for path in paths:
         sc = load_scenario(path, [], target="real")
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
                "real_elapsed_s": real["elapsed_s"], "real_wall_s": real["wall_s"]}
         predictions = [("self", cal and calibrate.apply(sc, cal)),
                        ("xfer", ref_cal and calibrate.apply(sc, ref_cal)),
-                       ("suite", suite_doc and calibrate.calibrated(sc, suite_doc))]
+                       ("suite", suite_doc and suite.calibrated(sc, suite_doc))]
         for label, sim_sc in predictions:
             if not sim_sc:
                 continue

@@ -277,10 +277,9 @@ def serve(keeper: tuple[str, int], token_file: str, host: int, die_with_parent: 
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from rollcall.cli import _Parser
-    from rollcall.cli_hosts import parse_keeper
+    from rollcall.cli_args import OneLineParser, parse_keeper
 
-    p = _Parser(prog="python -m real.host")
+    p = OneLineParser(prog="python -m real.host")
     p.add_argument("--keeper", type=parse_keeper, required=True, metavar="ADDR:PORT")
     p.add_argument("--token-file", required=True, metavar="F")
     p.add_argument("--host", type=int, required=True, metavar="H")

@@ -60,8 +60,8 @@ from rollcall.results import SCENARIO_FILE, read_history, read_summary
 from rollcall.scenario import Scenario
 from rollcall.core.types import from_ranges
 
-__all__ = ["CALIBRATION_FILE", "apply", "calibrated", "measure", "overrides", "read_any",
-           "read_calibration", "with_keys", "write_calibration"]
+__all__ = ["CALIBRATION_FILE", "apply", "measure", "overrides", "read_calibration", "with_keys",
+           "write_calibration"]
 
 CALIBRATION_FILE = "calibration.yaml"
 _FAILURE_REASONS = {"failure", "step-failed", "exited", "timeout"}
@@ -371,32 +371,3 @@ def read_calibration(path: str | Path) -> dict[str, Any]:
     """The ``measured`` part of a ``calibration.yaml`` (feed it to :func:`apply`)."""
     doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     return dict(doc["measured"])
-
-
-def read_any(path: str | Path) -> dict[str, Any]:
-    """A calibration file of either kind: a suite's model (:mod:`rollcall.suite`)
-    or one run's ``calibration.yaml``. ValueError (one line) otherwise."""
-    from rollcall import suite
-
-    path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cannot read it ({exc.__class__.__name__})") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"not YAML: {str(exc).splitlines()[0]}") from None
-    if suite.is_suite(doc):
-        return suite.read(path)
-    if isinstance(doc, dict) and isinstance(doc.get("measured"), dict):
-        return dict(doc)
-    raise ValueError("not a calibration file (rollcall calibrate --suite --out FILE, or "
-                     "rollcall calibrate RUN_DIR)")
-
-
-def calibrated(scenario: Scenario, doc: Mapping[str, Any]) -> Scenario:
-    """``scenario`` on the sim with the costs of a calibration file (:func:`read_any`):
-    a suite's model evaluated at the scenario's size, or one run's costs as measured."""
-    from rollcall import suite
-
-    keys = suite.overrides(doc, scenario) if suite.is_suite(doc) else overrides(doc["measured"])
-    return with_keys(scenario, keys, "sim")

@@ -1,33 +1,34 @@
 """The ``rollcall`` command: validate a scenario, run it on a target, compare strategies.
 
 The CLI is the only part of the core that may read the wall clock (for the
-default run directory name) and the only one that loads a driver, lazily by
-target name, so ``rollcall`` itself never imports ``sim`` or ``real``.
+default run directory name). It reaches a driver only through
+:mod:`rollcall.targets`, when a command runs, so ``rollcall`` itself never
+imports ``sim`` or ``real``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import shlex
 import signal
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Sequence
 
-from rollcall import interrupts
+from rollcall import interrupts, targets
 
 interrupts.quit_until_main("rollcall")  # before the slow imports: a signal there is one line
 
+from rollcall.cli_args import OneLineParser  # noqa: E402
 from rollcall.results import (  # noqa: E402
     OutDirError, claim_out_dir, default_out_dir, history_estimate_bytes, prepare_out_dir,
     update_latest,
 )
 from rollcall.scenario import Scenario, ScenarioError, load_scenario  # noqa: E402
 
-TARGETS = ("sim", "real")
+TARGETS = targets.TARGETS
 STRATEGIES = ("elastic", "checkpoint-restart")
 
 
@@ -37,23 +38,6 @@ def _utc_stamp() -> str:
 
 def _err(message: str) -> None:
     print(f"rollcall: {message}", file=sys.stderr)
-
-
-def _load_target_attr(target: str, module: str, attr: str) -> Callable[..., Any] | None:
-    """``<target>.<module>.<attr>`` or None if that target part is not written yet.
-
-    Only a missing module/attribute means "not built"; an import error raised
-    *inside* an existing driver is a bug and propagates.
-    """
-    name = f"{target}.{module}"
-    try:
-        mod = importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name in (target, name):
-            return None
-        raise
-    fn = getattr(mod, attr, None)
-    return fn if callable(fn) else None
 
 
 def _load(args: argparse.Namespace) -> Scenario:
@@ -67,9 +51,9 @@ def _load(args: argparse.Namespace) -> Scenario:
     _warn(args.scenario, scenario)
     doc = _calibration(args, scenario)
     if doc is not None:
-        from rollcall import calibrate
+        from rollcall import suite
 
-        scenario = calibrate.calibrated(scenario, doc)
+        scenario = suite.calibrated(scenario, doc)
     return scenario
 
 
@@ -82,10 +66,10 @@ def _calibration(args: argparse.Namespace, scenario: Scenario) -> dict[str, Any]
     if scenario.target != "sim":
         raise ScenarioError(path, None, "a calibration gives the sim a machine's costs; "
                                         f"the target is {scenario.target}")
-    from rollcall import calibrate
+    from rollcall import suite
 
     try:
-        return calibrate.read_any(path)
+        return suite.read_any(path)
     except ValueError as exc:
         raise ScenarioError(path, None, str(exc)) from None
 
@@ -203,8 +187,7 @@ def _hosts_problem(scenario: Scenario, external_hosts: bool) -> str | None:
     unless the hosts are external (``rollcall keeper``)."""
     if scenario.target != "real" or scenario.cluster.workers_per_host is None or external_hosts:
         return None
-    available = _load_target_attr("real", "netns", "netns_available")
-    reason = None if available is None else available()
+    reason = targets.netns_problem()
     if reason is None:
         return None
     return (f"{scenario.name}: cluster.workers_per_host runs hosts as network namespaces on the "
@@ -218,8 +201,7 @@ def _device_problem(scenario: Scenario) -> str | None:
     a scenario is often validated on a machine without GPUs."""
     if scenario.target != "real" or scenario.cluster.device == "cpu":
         return None  # no torch import for the common case
-    problem = _load_target_attr("real", "device", "device_problem")
-    return None if problem is None else problem(scenario)
+    return targets.device_problem(scenario)
 
 
 def _keeper_problem(scenario: Scenario) -> str | None:
@@ -228,12 +210,10 @@ def _keeper_problem(scenario: Scenario) -> str | None:
         return None
     k = scenario.keeper
     if k.etcd_endpoints is not None:  # the user's cluster: reachable, and these credentials do
-        cluster_problem = _load_target_attr("real", "keeper_store", "cluster_problem")
-        assert cluster_problem is not None, "real/keeper_store.py has cluster_problem"
-        problem = cluster_problem(k.etcd_endpoints, k.etcd_user, k.etcd_password_file)
+        problem = targets.etcd_cluster_problem(k.etcd_endpoints, k.etcd_user,
+                                               k.etcd_password_file)
         return None if problem is None else f"{scenario.name}: {problem}"
-    etcd_binary = _load_target_attr("real", "etcd", "etcd_binary")
-    if etcd_binary is None or etcd_binary() is None:
+    if targets.etcd_binary() is None:
         return (f"{scenario.name}: keeper.store: etcd needs the etcd server (Debian's "
                 f"etcd-server: apt-get install etcd-server)")
     return None
@@ -269,7 +249,7 @@ def _per_sample_ledger(scenario: Scenario, ledger: bool) -> bool:
     if scenario.target != "sim" or ledger:
         return True
     # a stand-in sim driver without the constant: the compact ledger, the floor
-    small = getattr(importlib.import_module("sim.driver"), "LEDGER_SAMPLES", 0)
+    small = targets.ledger_samples(scenario.target)
     return scenario.workload.steps * scenario.workload.global_batch <= small
 
 
@@ -304,9 +284,10 @@ def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bo
     record (:func:`interrupts.catch`); from the run directory on, a first
     signal only asks the run to stop (its summary says interrupted).
     """
-    run = _load_target_attr(scenario.target, "driver", "run")
-    if run is None:
-        raise RunRefused(f"target '{scenario.target}' is not built yet")
+    try:
+        run = targets.driver(scenario.target).run
+    except targets.NotBuilt as exc:
+        raise RunRefused(str(exc)) from None
     if ledger and scenario.workload.dataset_samples > LEDGER_DATASET_LIMIT:
         raise RunRefused(f"--ledger: the data order of a {scenario.workload.dataset_samples}-sample "
                          f"dataset is too large to list (at most {LEDGER_DATASET_LIMIT}); run "
@@ -367,6 +348,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0 if summary.get("completed") and summary.get("valid") else 1
 
 
+def _cmd_keeper(args: argparse.Namespace) -> int:
+    """``rollcall keeper`` (:mod:`rollcall.cli_hosts`): a real run whose hosts run apart."""
+    from rollcall.cli_hosts import keeper_problem
+
+    scenario = _load(args)  # target real (the parser's default)
+    problem = keeper_problem(scenario, args.bind, args.max_wall_s)
+    if problem is not None:
+        _err(problem)
+        return 2
+    try:
+        summary, out_dir, code = run_scenario(
+            scenario, out=args.out, force=args.force, max_wall_s=args.max_wall_s,
+            driver_options={"bind": args.bind, "external_hosts": True})
+    except RunRefused as exc:
+        _err(str(exc))
+        return 2
+    if code is not None:
+        return code
+    _print_summary(summary, out_dir)
+    return 0 if summary.get("completed") and summary.get("valid") else 1
+
+
 def _interrupted_code(stop: interrupts.Stop, summary: dict[str, Any]) -> int | None:
     """The exit status of a run a signal ended (130 SIGINT, 143 SIGTERM), or None.
 
@@ -409,10 +412,10 @@ def prepare_compare(scenario: Scenario, out: str | Path | None = None, *,
     """What ``rollcall compare`` does before its runs, for the command and for
     :func:`rollcall.compare`: the target's ``compare`` and the compare directory,
     made. Raises :class:`RunRefused` (one line) when it cannot run as asked."""
-    compare = _load_target_attr(scenario.target, "compare", "compare")
-    if compare is None:
-        raise RunRefused(f"target '{scenario.target}' is not built yet "
-                         f"(no {scenario.target}.compare)")
+    try:
+        compare = targets.compare(scenario.target)
+    except targets.NotBuilt as exc:
+        raise RunRefused(str(exc)) from None
     problem = _hosts_problem(scenario, False) or _device_problem(scenario) or \
         _keeper_problem(scenario) or _size_problem(
         scenario, _per_sample_ledger(scenario, False),
@@ -656,13 +659,6 @@ class _GpusAction(argparse.Action):
         setattr(namespace, self.dest, items + [f"cluster.gpus={values}"])
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with a one-line error (the house rule for bad input), still exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
-
-
 def _interval_options(p: argparse.ArgumentParser) -> None:
     """How compare and sweep choose each strategy's checkpoint interval, and their wall bound."""
     p.add_argument("--fixed-interval", action="store_true",
@@ -676,7 +672,7 @@ def _interval_options(p: argparse.ArgumentParser) -> None:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="rollcall",
         description="Fault-injection and simulation testbed for elastic data-parallel training.",
     )
@@ -785,7 +781,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
     from rollcall import cli_hosts
 
-    cli_hosts.add_commands(sub, common)
+    cli_hosts.add_commands(sub, common, keeper=_cmd_keeper)
 
     p = sub.add_parser(
         "calibrate", help="measure a real run's costs (RUN_DIR), or this machine's with "

@@ -14,8 +14,12 @@ network namespace. Across real machines the same programs run apart:
   reports their exits). The token is read from the file, never taken on a
   command line.
 
-Like the rest of :mod:`rollcall.cli`, this imports the real target only when
-a command runs (``_load_target_attr``).
+Like the rest of the CLI, this reaches the real target only when a command
+runs, through :mod:`rollcall.targets`. ``rollcall keeper`` is a run as
+``rollcall run`` makes it, so its command is :mod:`rollcall.cli`'s
+(``_cmd_keeper``, handed to :func:`add_commands`) and only its own checks
+(:func:`keeper_problem`) are here: the CLI imports this module, never the
+other way round.
 """
 
 from __future__ import annotations
@@ -23,21 +27,21 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import socket
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+from rollcall import targets
+from rollcall.cli_args import parse_keeper
+
+__all__ = ["NETWORK_FAULTS", "add_commands", "keeper_problem", "parse_bind", "parse_keeper"]
+
+if TYPE_CHECKING:
+    from rollcall.scenario import Scenario
 
 # faults on a host's link: the launcher carries them out in the namespaces it built
 # the faults that need the run's own namespaces (nftables rules in them); a
 # ``delay`` is the host agents' (their relay of the keeper link), so it runs
 # on external hosts too
 NETWORK_FAULTS = ("partition", "isolate_keeper", "loss")
-
-
-def parse_keeper(text: str) -> tuple[str, int]:
-    """``ADDR:PORT``: an IPv4 address or a host name, and a port 1..65535."""
-    addr, sep, port = text.rpartition(":")
-    if not sep or not addr or not port.isdigit() or not 0 < int(port) < 65536:
-        raise argparse.ArgumentTypeError(f"expected ADDR:PORT, got {text!r}")
-    return addr, int(port)
 
 
 def parse_bind(text: str) -> tuple[str, int]:
@@ -58,7 +62,9 @@ def _host_index(text: str) -> int:
     return int(text)
 
 
-def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None],
+                 keeper: Callable[[argparse.Namespace], int]) -> None:
+    """Add the ``keeper`` command (run by ``keeper``) and ``host`` to the CLI's subcommands."""
     p = sub.add_parser("keeper", help="the real target's keeper service for hosts that run "
                                       "`rollcall host` (the run's history and faults; no hosts)")
     common(p)
@@ -69,7 +75,7 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
     p.add_argument("--strategy", choices=("elastic", "checkpoint-restart"), help="override strategy.kind")
     p.add_argument("--force", action="store_true", help="reuse a non-empty --out")
     p.add_argument("--max-wall-s", type=float, metavar="S", help="end the run after S seconds")
-    p.set_defaults(func=_cmd_keeper, target="real")
+    p.set_defaults(func=keeper, target="real")
 
     p = sub.add_parser("host", help="a host agent: starts and reaps one host's workers for "
                                     "`rollcall keeper`")
@@ -80,36 +86,18 @@ def add_commands(sub: Any, common: Callable[[argparse.ArgumentParser], None]) ->
     p.set_defaults(func=_cmd_host)
 
 
-def _cmd_keeper(args: argparse.Namespace) -> int:
-    from rollcall import cli
-
-    scenario = cli._load(args)  # target real (the parser's default)
+def keeper_problem(scenario: Scenario, bind: tuple[str, int],
+                   max_wall_s: float | None) -> str | None:
+    """Why ``rollcall keeper`` cannot run ``scenario`` here as asked (one line), or None."""
     if scenario.cluster.workers_per_host is None:
-        cli._err(f"{scenario.name}: rollcall keeper needs hosts: set cluster.workers_per_host")
-        return 2
+        return f"{scenario.name}: rollcall keeper needs hosts: set cluster.workers_per_host"
     cuts = [f.action for f in scenario.failures.schedule if f.action in NETWORK_FAULTS]
     if cuts:
-        cli._err(f"{scenario.name}: rollcall keeper cannot {cuts[0]} hosts it does not run "
-                 f"(their links are not its own); use rollcall run")
-        return 2
-    if args.max_wall_s is not None and not args.max_wall_s > 0:
-        cli._err(f"--max-wall-s: must be > 0, got {args.max_wall_s}")
-        return 2
-    problem = _bind_problem(args.bind)
-    if problem is not None:
-        cli._err(problem)
-        return 2
-    try:
-        summary, out_dir, code = cli.run_scenario(
-            scenario, out=args.out, force=args.force, max_wall_s=args.max_wall_s,
-            driver_options={"bind": args.bind, "external_hosts": True})
-    except cli.RunRefused as exc:
-        cli._err(str(exc))
-        return 2
-    if code is not None:
-        return code
-    cli._print_summary(summary, out_dir)
-    return 0 if summary.get("completed") and summary.get("valid") else 1
+        return (f"{scenario.name}: rollcall keeper cannot {cuts[0]} hosts it does not run "
+                f"(their links are not its own); use rollcall run")
+    if max_wall_s is not None and not max_wall_s > 0:
+        return f"--max-wall-s: must be > 0, got {max_wall_s}"
+    return _bind_problem(bind)
 
 
 def _bind_problem(bind: tuple[str, int]) -> str | None:
@@ -124,8 +112,4 @@ def _bind_problem(bind: tuple[str, int]) -> str | None:
 
 
 def _cmd_host(args: argparse.Namespace) -> int:
-    from rollcall import cli
-
-    serve = cli._load_target_attr("real", "host", "serve")
-    assert serve is not None, "real.host.serve"
-    return int(serve(args.keeper, args.token_file, args.host))
+    return targets.serve_host(args.keeper, args.token_file, args.host)

@@ -21,13 +21,13 @@ compares it with measured runs; ``benchmarks/sim_scale.py`` times the big ones).
 
 from __future__ import annotations
 
-import importlib
 import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from rollcall import targets
 from rollcall.scenario import Scenario
 
 __all__ = ["UnitCosts", "calibrate", "expected_run", "failure_rates", "format_plan", "plan",
@@ -347,7 +347,7 @@ def calibrate(sc: Scenario) -> UnitCosts:
     it explain, per unit done (clamped at 0: a busy machine can make the
     difference negative). Bounded: about 0.1-0.3 s in all.
     """
-    run = importlib.import_module("sim.driver").run
+    run = targets.driver("sim").run
     start = _timed(run, {"name": "calibrate-start", "cluster": {"workers": 2},
                          "workload": {"steps": 1, "global_batch": 2, "micro_batch": 1}}, False)
     start_s = start["wall_s"]
@@ -374,5 +374,5 @@ def wall_estimate(sc: Scenario, p: dict[str, Any]) -> dict[str, Any]:
     """The plan's wall-time estimate for the scenario's target (the sim's calibrates here)."""
     if sc.target == "real":
         return real_wall_estimate(sc, p)
-    ledger_samples = getattr(importlib.import_module("sim.driver"), "LEDGER_SAMPLES", 0)
+    ledger_samples = targets.ledger_samples("sim")
     return sim_wall_estimate(sim_work(sc, p, ledger_samples), calibrate(sc))

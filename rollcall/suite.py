@@ -39,6 +39,11 @@ micro-batches and model size at that count, else the fit;
 ``network.bandwidth_Bps``, ...). A calibration models costs only: the
 detector's timeout and heartbeat, the faults and the sizes stay the
 scenario's (detection by timeout is measured and reported, not applied).
+
+:func:`read_any` and :func:`calibrated` take a calibration file of either
+kind, this suite's model or one run's (:mod:`rollcall.calibrate`): they
+live here, above :mod:`rollcall.calibrate`, which imports nothing of this
+module.
 """
 
 from __future__ import annotations
@@ -52,10 +57,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
+from rollcall import targets
 from rollcall.scenario import Scenario, parse_scenario
 
-__all__ = ["ETCD_MICRO", "KIND", "MICRO", "fit", "fit_step", "is_suite", "overrides", "read",
-           "run", "runnable", "write"]
+__all__ = ["ETCD_MICRO", "KIND", "MICRO", "calibrated", "fit", "fit_step", "is_suite", "overrides",
+           "read", "read_any", "run", "runnable", "write"]
 
 KIND = "rollcall-calibration-suite"
 
@@ -110,13 +116,11 @@ STEP_FEATURES = ("1", "m", "m*P", "S*P/min(m,cpus)", "S/min(m,cpus)")
 def runnable() -> dict[str, str]:
     """The micro-scenarios this machine can run: :data:`MICRO`, and
     :data:`ETCD_MICRO` where the etcd server is installed."""
-    import importlib
-
     try:
-        etcd_binary = importlib.import_module("real.etcd").etcd_binary
-    except ModuleNotFoundError:
+        binary = targets.etcd_binary()
+    except ModuleNotFoundError:  # the real target without a package it needs
         return dict(MICRO)
-    return {**MICRO, **ETCD_MICRO} if etcd_binary() else dict(MICRO)
+    return {**MICRO, **ETCD_MICRO} if binary else dict(MICRO)
 
 
 def micro_scenario(name: str) -> Scenario:
@@ -126,8 +130,6 @@ def micro_scenario(name: str) -> Scenario:
 
 def run(out_dir: str | Path, say: Callable[[str], None] = lambda _: None) -> list[Path]:
     """Run every micro-scenario on the real target under ``out_dir``; their run directories."""
-    import importlib
-
     from rollcall.results import prepare_out_dir
 
     dirs = []
@@ -138,7 +140,7 @@ def run(out_dir: str | Path, say: Callable[[str], None] = lambda _: None) -> lis
         sc = micro_scenario(name)
         d = Path(out_dir) / name
         prepare_out_dir(d, sc)
-        summary = importlib.import_module(f"{sc.target}.driver").run(sc, d)  # as a sweep point
+        summary = targets.driver(sc.target).run(sc, d)  # as a sweep point
         if not (summary.get("completed") and summary.get("valid")):
             raise RuntimeError(f"calibration run {name} did not complete validly "
                                f"({summary.get('end_reason')}): see {d}")
@@ -399,3 +401,30 @@ def read(path: str | Path) -> dict[str, Any]:
             len(STEP_FEATURES):
         raise ValueError("calibration file: step model missing or malformed")
     return dict(doc)
+
+
+def read_any(path: str | Path) -> dict[str, Any]:
+    """A calibration file of either kind: a suite's model (this module's) or one
+    run's ``calibration.yaml`` (:mod:`rollcall.calibrate`). ValueError (one line) otherwise."""
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read it ({exc.__class__.__name__})") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML: {str(exc).splitlines()[0]}") from None
+    if is_suite(doc):
+        return read(path)
+    if isinstance(doc, dict) and isinstance(doc.get("measured"), dict):
+        return dict(doc)
+    raise ValueError("not a calibration file (rollcall calibrate --suite --out FILE, or "
+                     "rollcall calibrate RUN_DIR)")
+
+
+def calibrated(scenario: Scenario, doc: Mapping[str, Any]) -> Scenario:
+    """``scenario`` on the sim with the costs of a calibration file (:func:`read_any`):
+    a suite's model evaluated at the scenario's size, or one run's costs as measured."""
+    from rollcall import calibrate
+
+    keys = overrides(doc, scenario) if is_suite(doc) else calibrate.overrides(doc["measured"])
+    return calibrate.with_keys(scenario, keys, "sim")

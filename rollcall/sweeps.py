@@ -24,13 +24,12 @@ scenario as YAML text; the run is written into the point's staging
 directory (by the task itself where it sees this file system, else from the
 files it sends back as text) and renamed in place when whole
 (:func:`store_point`), so a point is on disk whole or not at all, wherever
-it ran. The driver is loaded lazily by target name, as
-the CLI does, so the core still imports no driver.
+it ran. The driver is loaded when a point runs, through
+:mod:`rollcall.targets` as the CLI does, so importing this module loads none.
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import json
 import os
@@ -44,7 +43,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 import yaml
 
-from rollcall import stats
+from rollcall import stats, targets
 from rollcall.engines import Engine
 from rollcall.interval import INTERVAL_KEY, at_its_interval
 from rollcall.results import (
@@ -135,7 +134,7 @@ def resolve(scenario_path: str, sets: Sequence[str], point: Point, target: str |
     sc = load_scenario(scenario_path, list(sets) + point.sets(), seed=point.seed,
                        target=target, strategy=point.strategy)
     if calibration is not None:
-        from rollcall.calibrate import calibrated
+        from rollcall.suite import calibrated
 
         sc = calibrated(sc, calibration)
     return at_its_interval(sc, fixed=fixed_interval, grid=INTERVAL_KEY in point.grid)
@@ -162,8 +161,7 @@ def run_point(scenario_path: str, sets: Sequence[str], point: Point, target: str
     sc = resolve(scenario_path, sets, point, target, calibration, fixed_interval=fixed_interval)
     prepare_out_dir(out, sc)
     (out / POINT_FILE).write_text(_point_text(point, scenario_hash(sc)), encoding="utf-8")
-    driver = importlib.import_module(f"{sc.target}.driver")
-    return driver.run(sc, out, max_wall_s=max_wall_s)
+    return targets.driver(sc.target).run(sc, out, max_wall_s=max_wall_s)
 
 
 def _point_text(point: Point, sha256: str) -> str:
@@ -185,7 +183,7 @@ def point_task(payload: dict[str, Any]) -> dict[str, Any]:
     from rollcall.scenario import parse_scenario
 
     sc = parse_scenario(payload["scenario"], source=payload.get("name", "<sweep point>"))
-    driver = importlib.import_module(f"{sc.target}.driver")
+    driver = targets.driver(sc.target)
     max_wall_s = payload.get("max_wall_s")
     if payload.get("run_dir") is not None:
         out = Path(payload["run_dir"])

@@ -155,7 +155,7 @@ def test_a_fresh_process_start_is_measured_from_a_real_history() -> None:
 
 def test_a_calibrated_scenario_keeps_what_it_means() -> None:
     sc = load_scenario(KILL_ONE)
-    cal = calibrate.calibrated(sc, MODEL)
+    cal = suite.calibrated(sc, MODEL)
     assert cal.target == "sim"
     assert cal.failures == sc.failures and cal.detector.timeout_s == sc.detector.timeout_s
     assert cal.detector.heartbeat_s == sc.detector.heartbeat_s

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import psutil
 
-from rollcall.engines import Done, EngineError, call
+from rollcall.engines.base import Done, EngineError, call
 
 __all__ = ["LocalEngine", "end_processes"]
 

@@ -30,7 +30,7 @@ from typing import IO, Any, Sequence
 
 import psutil
 
-from rollcall.engines import Done, EngineError
+from rollcall.engines.base import Done, EngineError
 from rollcall.engines.local import end_processes
 
 __all__ = ["RayEngine", "namespace_prefix"]

@@ -29,7 +29,7 @@ import sys
 import tempfile
 from typing import Any, TextIO
 
-from rollcall.engines import call
+from rollcall.engines.base import call
 
 __all__ = ["main"]
 

@@ -21,7 +21,7 @@ import json
 import shutil
 from typing import Any, Mapping, Sequence
 
-from rollcall.engines import Done, EngineError, call
+from rollcall.engines.base import Done, EngineError, call
 
 __all__ = ["SlurmEngine"]
 
