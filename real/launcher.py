@@ -15,10 +15,12 @@ start, shared with the workers on this host):
   random lifetime's end (fault kind ``crash``) is the machine's: the process
   is SIGKILLed but no exit is reported (its host agent died with it), so the
   detector decides, as on the sim;
-- the *fault injector* (see :mod:`real.faults`) kills, pauses and adds
-  workers on schedule and, in hosts mode, cuts hosts' links (``partition``,
-  ``isolate_keeper``, ``loss``: nftables rules in their namespaces, see
-  :meth:`Launcher.cut_links`) and heals them after ``for_s``.
+- the *fault injector* kills, pauses and adds workers on schedule and, in
+  hosts mode, cuts hosts' links (``partition``, ``isolate_keeper``,
+  ``loss``: nftables rules in their namespaces, see
+  :meth:`Launcher.cut_links`) and heals them after ``for_s``; what is due
+  when is the core's :class:`rollcall.core.FaultPlan`
+  (``rollcall.config.fault_plan``).
 
 Every process it starts is killed and reaped on the way out, whatever the way
 out is (done, failed, exception, SIGINT/SIGTERM, interpreter exit). Signals
@@ -48,16 +50,15 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from rollcall import interrupts
-from rollcall.config import keeper_config, repair_shop
+from rollcall.config import fault_plan, keeper_config, repair_shop
 from rollcall.core import (
-    DRIVER, EMPTY, NEMESIS, Blame, Broadcast, CommitVerdict, Formed, IdRuns, JobFailed, Join, Keeper,
-    Record, Relaunch, Pull, Repair, RestartJob, Retire, Send, Warm, rec,
+    DRIVER, EMPTY, NEMESIS, Blame, Broadcast, CommitVerdict, Due, Formed, IdRuns, JobFailed, Join,
+    Keeper, Record, Relaunch, Pull, Repair, RestartJob, Retire, Send, Warm, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import LINK_ACTIONS, Scenario
 
 from real import wire
-from real.faults import Due, FaultPlan
 from real.keeper_port import CommitAsk, LocalKeeper, link_for
 from real.procs import REPO_ROOT, die_with_parent, python_env, release
 from real.fleet import Fleet, host_signal
@@ -181,7 +182,7 @@ class Launcher:
         self.generation = 0
         self.members: IdRuns = EMPTY
         self.completed = False  # a commit vote said the job has all its steps
-        self.faults = FaultPlan(scenario)
+        self.faults = fault_plan(scenario)
         self.shop = repair_shop(scenario, self.faults.draws)  # repairs, retirements, pulls
         self.procs: list[Proc] = []
         self.conns: dict[socket.socket, Conn] = {}

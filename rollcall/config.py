@@ -11,14 +11,15 @@ from __future__ import annotations
 from typing import Optional
 
 from rollcall.core import (
-    DataSpec, Draws, FailureModel, JobPolicy, KeeperConfig, RepairPolicy, RepairShop, ShardSpec,
-    SlowdownModel, StragglerPolicy,
+    DataSpec, Draws, FailureModel, FaultPlan, JobPolicy, KeeperConfig, RepairPolicy, RepairShop,
+    ScheduledFault, ShardSpec, SlowdownModel, StragglerPolicy,
     make_detector, split_bytes,
 )
-from rollcall.scenario import Scenario
+from rollcall.scenario import Fault, Scenario
 
-__all__ = ["arrivals_end_s", "data_spec", "draws", "failure_model", "horizon_s", "job_policy",
-           "keeper_config", "repair_policy", "repair_shop", "shard_spec"]
+__all__ = ["arrivals_end_s", "data_spec", "draws", "failure_model", "fault_plan", "horizon_s",
+           "job_policy", "keeper_config", "repair_policy", "repair_shop", "scheduled_faults",
+           "shard_spec"]
 
 
 def shard_spec(sc: Scenario) -> Optional[ShardSpec]:
@@ -172,3 +173,27 @@ def repair_shop(sc: Scenario, draws: Draws) -> RepairShop:
 def draws(sc: Scenario) -> Draws:
     """A fresh counter of the run's random draws (node lifetimes, slowdowns, random targets)."""
     return Draws(sc.seed, failure_model(sc), slowdown_model(sc))
+
+
+def scheduled_faults(sc: Scenario) -> tuple[ScheduledFault, ...]:
+    """``failures.schedule`` as the core's fault plan reads it, in schedule order."""
+    return tuple(_scheduled_fault(i, f) for i, f in enumerate(sc.failures.schedule))
+
+
+def _scheduled_fault(index: int, f: Fault) -> ScheduledFault:
+    # what the fault hits: its action's own key; worker targets (ids or "random") for
+    # kill, pause, slow and late_heartbeats, () for kill_keeper
+    targets = {"join": f.join, "kill_rack": f.kill_rack, "lose_host": f.lose_host,
+               "partition": None if f.partition is None else tuple(f.partition),
+               "isolate_keeper": f.isolate_keeper, "loss": f.loss, "delay": f.delay,
+               "kill_etcd": f.kill_etcd, "partition_keeper": f.partition_keeper,
+               }.get(f.action, f.targets)
+    return ScheduledFault(index=index, trigger=f.trigger, when=f.when, action=f.action,
+                          targets=targets, for_s=f.for_s, rate=f.rate, latency_s=f.latency_s,
+                          factor=f.factor, delay_s=f.delay_s)
+
+
+def fault_plan(sc: Scenario) -> FaultPlan:
+    """The real target's fault plan: the scenario's schedule and its own fresh
+    :func:`draws` (node lifetimes, slowdowns, random targets)."""
+    return FaultPlan(scheduled_faults(sc), draws(sc))

@@ -171,7 +171,7 @@ def test_random_slowdowns_are_the_seeds_on_both_targets(tmp_path: Path) -> None:
     the seed (``slow/<node>``), the same on both targets: the sim's slow
     records are the real fault plan's, worker for worker and time for time
     (the real plan counts from training's start, the sim from 0)."""
-    from real.faults import FaultPlan
+    from rollcall.config import fault_plan
 
     overrides = ["failures.schedule=[]", "failures.slow_mtbf_s=3",
                  "failures.slow_factor={median: 3, spread: 0.5}", "failures.slow_for_s=1",
@@ -182,7 +182,7 @@ def test_random_slowdowns_are_the_seeds_on_both_targets(tmp_path: Path) -> None:
     assert len(sim) >= 4 and all(r.get("origin") == "mtbf" for r in history
                                  if r["f"] == "fault" and r["kind"] == "slow")
     assert all(f > 1 for _, _, f in sim) and len({f for _, _, f in sim}) > 1  # spread
-    plan = FaultPlan(load_scenario(LATE, overrides))
+    plan = fault_plan(load_scenario(LATE, overrides))
     for w in range(4):
         plan.node_up(w, 0.0)
     real = []

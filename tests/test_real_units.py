@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from rollcall.config import fault_plan
+from rollcall.core import Due
 from rollcall.scenario import parse_scenario
 
 from real.driver import merge_history, recoveries
-from real.faults import Due, FaultPlan
 
 
 @pytest.mark.timeout(30)
@@ -26,7 +27,7 @@ failures:
     - {at_s: 1.0, join: 1}
     - {at_step: 3, kill: random}
 """)
-    plan = FaultPlan(sc)
+    plan = fault_plan(sc)
     assert [d.kind for d in plan.due_by_time(1.5)] == ["join"]
     assert [d.kind for d in plan.due_by_step(4)] == ["kill"]
     assert [d.kind for d in plan.due_by_step(10)] == ["pause"]

@@ -20,6 +20,8 @@ only the names below; the submodules' other names are internals.
 - :mod:`~rollcall.core.progress`: when a job is not expected to finish
   (failures faster than it recovers, or no progress over many recoveries).
 - :mod:`~rollcall.core.failures`: random lifetimes and choices, by (seed, name, k).
+- :mod:`~rollcall.core.faults`: the fault plan, which scripted or random fault
+  is due when (by training time or by committed step).
 - :mod:`~rollcall.core.repairs`: a failed node's repair or retirement, and
   when spares are pulled from a cold pool.
 - :mod:`~rollcall.core.history`, :mod:`~rollcall.core.checkers`: the record
@@ -40,6 +42,7 @@ from rollcall.core.codec import (
 from rollcall.core.checkers import CheckReport, DataSpec, check, summarize_report
 from rollcall.core.detector import Detector, PhiDetector, TimeoutDetector, make_detector
 from rollcall.core.failures import Draws, FailureModel, SlowdownModel
+from rollcall.core.faults import Due, FaultPlan, ScheduledFault
 from rollcall.core.history import (
     DRIVER, JOB, KEEPER, NEMESIS, FailureTally, commit, expand_deltas, members_delta,
     members_field, rec,
@@ -69,13 +72,14 @@ from rollcall.core.types import Cursor, WorkerId, from_ranges
 __all__ = [
     "Abort", "Action", "Agent", "AgentBatch", "AgentState", "Blame", "Broadcast", "CheckReport",
     "Checkpointed", "CodecError", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec", "Deposed",
-    "Draws", "EMPTY", "Enter", "FAILED_ATTEMPTS_LIMIT", "FailureModel", "FailureTally", "Formed", "GroupAction",
+    "Draws", "Due", "EMPTY", "Enter", "FAILED_ATTEMPTS_LIMIT", "FailureModel", "FailureTally", "FaultPlan",
+    "Formed", "GroupAction",
     "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
     "Keeper", "KeeperConfig", "KeeperRecord", "LEASE_MARGIN", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
     "NOT_EXPECTED",
     "Output", "Persist", "Phase", "Pull", "RECOVERY_WINDOW", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload",
     "Repair", "RepairPolicy", "RepairShop", "RestartJob", "Retire",
-    "RollCall", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepFailed", "Stop",
+    "RollCall", "ScheduledFault", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepFailed", "Stop",
     "StragglerPolicy",
     "TO_KEEPER_TYPES",
     "TO_WORKER_TYPES", "Detector", "PhiDetector", "TimeoutDetector", "ToKeeper", "ToWorker",

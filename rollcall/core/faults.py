@@ -1,0 +1,193 @@
+"""The fault plan: which scripted or random fault is due when.
+
+Pure bookkeeping. :class:`FaultPlan` is handed the scenario's schedule as
+:class:`ScheduledFault` values (``rollcall.config.fault_plan`` builds them)
+and the run's :class:`~rollcall.core.failures.Draws`, and decides *what* is
+due *when*: a scripted fault by seconds since training started (``at_s``) or
+by committed step (``at_step``); a node's random crash after the core's
+lifetime of (seed, node, k), and its random slowdowns, the draws the sim
+makes too. It is told ``now`` (training time) and which nodes are up; it
+reads no clock. The driver carries each :class:`Due` out (the real target's
+launcher: SIGKILL, SIGSTOP then SIGCONT, a new worker process or an
+activated spare, or in hosts mode nftables rules on the hosts' links).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+from rollcall.core.failures import Draws
+
+__all__ = ["Due", "FaultPlan", "ScheduledFault"]
+
+TRIGGERS = ("at_s", "at_step")
+
+
+@dataclass(frozen=True)
+class ScheduledFault:
+    """One fault of the scenario's schedule, as the fault plan reads it.
+
+    ``index`` is its place in the schedule (ties of ``when`` go in that
+    order, and :attr:`Due.index` names it). ``when`` is seconds since
+    training started for ``at_s``, a committed step for ``at_step``.
+    ``targets`` is what the fault hits, as :attr:`Due.targets` carries it:
+    worker ids or ``"random"`` (kill, pause, slow, late_heartbeats), a count
+    (join), a rack (kill_rack), a host index or ``"random"`` (lose_host,
+    isolate_keeper, loss, delay), hosts (partition), an etcd member
+    (kill_etcd), ``"active"`` (partition_keeper), ``()`` (kill_keeper).
+    ``for_s`` is set for the faults that last; each action's own parameter
+    is set for it alone: ``rate`` (loss), ``latency_s`` (delay), ``factor``
+    (slow), ``delay_s`` (late_heartbeats).
+    """
+
+    index: int
+    trigger: str
+    when: Union[float, int]
+    action: str
+    targets: object = ()
+    for_s: Optional[float] = None
+    rate: Optional[float] = None
+    latency_s: Optional[float] = None
+    factor: Optional[float] = None
+    delay_s: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if self.trigger not in TRIGGERS:
+            raise ValueError(f"unknown fault trigger {self.trigger!r}")
+        if not self.when >= 0 or (self.trigger == "at_step" and self.when != int(self.when)):
+            raise ValueError(f"bad fault trigger {self.trigger} {self.when!r}")
+
+    def due(self) -> "Due":
+        """The fault as the driver carries it out: a ``slow``'s factor is the
+        due's ``rate``, a ``late_heartbeats``'s ``delay_s`` its ``latency_s``."""
+        rate = self.factor if self.action == "slow" else self.rate if self.action == "loss" else None
+        latency_s = (self.delay_s if self.action == "late_heartbeats"
+                     else self.latency_s if self.action == "delay" else None)
+        return Due(self.action, self.targets, self.for_s, rate=rate, latency_s=latency_s,
+                   index=self.index)
+
+
+@dataclass(frozen=True)
+class Due:
+    kind: str                      # kill | kill_rack | lose_host | pause | slow | late_heartbeats | join
+    #                                | crash (a lifetime's end)
+    #                                | partition | isolate_keeper | loss | delay (hosts mode: a host's link)
+    #                                | kill_keeper | kill_etcd | partition_keeper
+    targets: object                # ids, "random", a count (join), a rack (kill_rack), a host
+    #                                (lose_host, isolate_keeper, loss, delay: an index or "random"),
+    #                                hosts (partition)
+    for_s: Optional[float] = None
+    rate: Optional[float] = None   # loss: the fraction of packets dropped; slow: the factor
+    latency_s: Optional[float] = None  # delay: the extra one-way latency; late_heartbeats: delay_s
+    origin: str = "schedule"       # schedule | mtbf
+    index: int = -1
+    from_step: Optional[int] = None  # slow, at_step: the first step it slows
+
+
+class FaultPlan:
+    """The run's faults, due by training time (:meth:`due_by_time`) and by
+    committed step (:meth:`due_by_step`); random crashes and slowdowns of the
+    nodes it is told are up (:meth:`node_up`), drawn from ``draws``."""
+
+    def __init__(self, schedule: Sequence[ScheduledFault], draws: Draws) -> None:
+        self.draws = draws  # node lifetimes and random targets, as on the sim
+        self.up: set[int] = set()  # workers whose node's current hardware life has started
+        order = sorted(schedule, key=lambda f: (f.when, f.index))
+        self.by_time: list[ScheduledFault] = [f for f in order if f.trigger == "at_s"]
+        self.by_step: list[ScheduledFault] = [f for f in order if f.trigger == "at_step"]
+        self.crash_at: dict[int, float] = {}  # worker id -> training-time of its crash
+        # worker id -> (training-time, factor) of its next random slowdown
+        self.slow_at: dict[int, tuple[float, float]] = {}
+
+    def node_up(self, worker: int, at: float) -> None:
+        """``worker`` is active at training time ``at``. The first time since
+        its node arrived or was repaired, a hardware life starts: its crash is
+        due after the core's lifetime of (seed, node, k), the draw the sim
+        makes for the node's k-th life. A restart's relaunch runs on the same
+        hardware life and draws nothing."""
+        if worker in self.up:
+            return
+        self.up.add(worker)
+        life = self.draws.next_lifetime(worker)
+        if life is not None:
+            self.crash_at[worker] = at + life
+        self._next_slowdown(worker, at)
+
+    def _next_slowdown(self, worker: int, after: float) -> None:
+        """The node's next random slowdown, a drawn gap after ``after`` (as the sim's)."""
+        drawn = self.draws.next_slowdown(worker)
+        if drawn is not None:
+            self.slow_at[worker] = (after + drawn[0], drawn[1])
+
+    def node_down(self, worker: int) -> None:
+        self.up.discard(worker)
+        self.crash_at.pop(worker, None)
+        self.slow_at.pop(worker, None)
+
+    def next_time(self) -> Optional[float]:
+        """The training time at which :meth:`due_by_time` next has a fault (None: none)."""
+        times: list[float] = [f.when for f in self.by_time[:1]]
+        times += self.crash_at.values()
+        times += [t for t, _ in self.slow_at.values()]
+        return min(times) if times else None
+
+    def due_by_time(self, t: float) -> list[Due]:
+        """The faults due by training time ``t``: scripted ``at_s`` faults in
+        trigger order, then crashes, then random slowdowns, each in time order."""
+        out = []
+        while self.by_time and self.by_time[0].when <= t:
+            out.append(self.by_time.pop(0).due())
+        for w, at in sorted(self.crash_at.items(), key=lambda kv: kv[1]):
+            if at <= t:
+                del self.crash_at[w]
+                out.append(Due("crash", (w,), origin="mtbf"))  # the machine's end, as on the sim
+        slow = self.draws.slow
+        for w, (at, factor) in sorted(self.slow_at.items(), key=lambda kv: kv[1]):
+            if at <= t:
+                assert slow is not None
+                del self.slow_at[w]
+                out.append(Due("slow", (w,), slow.for_s, rate=factor, origin="mtbf"))
+                self._next_slowdown(w, at + slow.for_s)
+        return out
+
+    def due_by_step(self, committed: int) -> list[Due]:
+        """The faults due once ``committed`` steps are held by every member. A
+        ``slow`` of fixed targets at step N is handed out a step early
+        (``from_step`` N): the worker must hear it before it computes step N,
+        the sim's first slow step, and an order sent at N would race that
+        step's compute."""
+        early = [f for f in self.by_step if _early(f, committed)]
+        out = [dataclasses.replace(f.due(), from_step=int(f.when)) for f in early]
+        if early:
+            self.by_step = [f for f in self.by_step if not _early(f, committed)]
+        while self.by_step and self.by_step[0].when <= committed:
+            out.append(self.by_step.pop(0).due())
+        return out
+
+    def next_gate(self) -> int:
+        """The committed count at which :meth:`due_by_step` will next hand out
+        a fault (0: none left): a keeper that answers commits itself holds
+        the last member's ack of that step until the fault is in."""
+        gates = [_handed_out_at(f) for f in self.by_step]
+        return max(1, min(gates)) if gates else 0
+
+    def pick(self, candidates: list[int]) -> Optional[int]:
+        """The run's next random target among ``candidates`` (None when empty)."""
+        return self.draws.pick(candidates)
+
+
+def _slow_of_fixed_targets(f: ScheduledFault) -> bool:
+    return f.action == "slow" and f.targets != "random"
+
+
+def _handed_out_at(f: ScheduledFault) -> int:
+    """The committed count at which step-scripted fault ``f`` is handed out: a
+    slow of fixed targets a step early (see :meth:`FaultPlan.due_by_step`)."""
+    return int(f.when) - 1 if _slow_of_fixed_targets(f) else int(f.when)
+
+
+def _early(f: ScheduledFault, committed: int) -> bool:
+    """Whether scripted fault ``f`` is a slow of fixed targets due at the next step."""
+    return _slow_of_fixed_targets(f) and _handed_out_at(f) <= committed
