@@ -19,7 +19,7 @@ import pytest
 
 from rollcall.scenario import LINK_ACTIONS, load_scenario
 from test_conformance import (  # noqa: F401 (runs: the fixture)
-    SCENARIOS, SHIPPED, Pair, assert_same_decisions, runs,
+    SHIPPED, Pair, assert_same_decisions, runs, scenario_path,
 )
 from real_processes import REAL_PROCESSES
 
@@ -29,7 +29,7 @@ DIRECT = ("keeper.store=etcd", "keeper.standbys=1", "keeper.worker_links=direct"
 
 
 def _direct_ok(name: str) -> bool:
-    sc = load_scenario(SCENARIOS / f"{name}.yaml", [])
+    sc = load_scenario(scenario_path(name), [])
     return sc.keeper.store == "memory" and not any(
         f.action in LINK_ACTIONS for f in sc.failures.schedule)
 
