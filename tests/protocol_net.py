@@ -183,7 +183,7 @@ class World:
             stragglers=StragglerPolicy(2.0, 2, 0.5, GLOBAL_BATCH, MICRO_BATCH, n)
             if stragglers else None, durable=durable, max_restarts=max_restarts))
         if bulk:
-            self.keeper.liveness = SmallBulkLiveness()
+            self.keeper = Keeper(self.keeper.config, liveness=SmallBulkLiveness())
         # a durable record: the store's latest generation, and while
         # the keeper is down, when its successor takes over
         self.stored: Optional[KeeperRecord] = None

@@ -347,31 +347,31 @@ class Keeper:
     the same immutable :class:`IdRuns`, never a copied tuple.
     """
 
-    def __init__(self, config: KeeperConfig) -> None:
-        self.config = config
-        self.generation = 0
-        self.members: IdRuns = EMPTY
+    def __init__(self, config: KeeperConfig, liveness: Optional[Liveness] = None) -> None:
+        self._config = config
+        self._generation = 0
+        self._members: IdRuns = EMPTY
         self._recorded_members: Optional[IdRuns] = None  # the last generation record's list
-        self.cursor = Cursor()
-        self.source: Optional[WorkerId] = None
-        self.stale: IdRuns = EMPTY
-        self.member_lives: Lives = LifeTable().snapshot(EMPTY)  # paired with members
-        self.checkpoint: Optional[Cursor] = None
-        self.round: Optional[Round] = None
-        self.failed: Optional[str] = None
-        self.restarts = 0  # RestartJobs ordered (checkpoint-restart), for max_restarts
+        self._cursor = Cursor()
+        self._source: Optional[WorkerId] = None
+        self._stale: IdRuns = EMPTY
+        self._member_lives: Lives = LifeTable().snapshot(EMPTY)  # paired with members
+        self._checkpoint: Optional[Cursor] = None
+        self._round: Optional[Round] = None
+        self._failed: Optional[str] = None
+        self._restarts = 0  # RestartJobs ordered (checkpoint-restart), for max_restarts
         # the recoveries and the furthest step: whether the job can still finish
         self._progress = ProgressWatch(config.max_recoveries_without_progress)
         # the latest life of each worker; lives a restart ordered that have not
         # joined yet are ``awaiting_relaunch`` (their admitted life is the one before)
-        self.life_table = LifeTable()
-        self.awaiting_relaunch: IdRuns = EMPTY
+        self._life_table = LifeTable()
+        self._awaiting_relaunch: IdRuns = EMPTY
         self._standby: dict[Optional[Cursor], IdRuns] = {}
-        self.standby_gen: dict[WorkerId, int] = {}
-        self.resumes: list[tuple[int, int]] = []  # (generation, resume step)
-        self.counter: dict[WorkerId, int] = {}  # heartbeat counters; absent: -1
+        self._standby_gen: dict[WorkerId, int] = {}
+        self._resumes: list[tuple[int, int]] = []  # (generation, resume step)
+        self._counter: dict[WorkerId, int] = {}  # heartbeat counters; absent: -1
         # an adaptive detector's: each life's recent heartbeat intervals (phi's cadence)
-        self.intervals: dict[WorkerId, list[float]] = {}
+        self._intervals: dict[WorkerId, list[float]] = {}
         # worker -> (life, the latest generation that life stamped on a message):
         # a Join stamped with an older one is a late copy (it entered a newer since)
         self._stamped: dict[WorkerId, tuple[int, int]] = {}
@@ -380,27 +380,28 @@ class Keeper:
         # arrived): a life enters only generations formed after it was heard,
         # so a claim to hold an older one's state is an older life's message
         self._born: dict[WorkerId, tuple[int, int]] = {}
-        self.liveness = Liveness()  # the lives watched, and when each last advanced
+        # the lives watched, and when each last advanced (a test may hand in its own)
+        self._liveness = Liveness() if liveness is None else liveness
         self._out: list[Output] = []
         # sharded state: the current generation's placement and recovery
-        self.placement: Optional[Placement] = None
-        self.recovery: Optional[RecoveryPlan] = None
-        self.fallback = False
+        self._placement: Optional[Placement] = None
+        self._recovery: Optional[RecoveryPlan] = None
+        self._fallback = False
         self._steps_lost = 0  # committed steps the latest fallback threw away
         # workers not to relaunch: node down (until node_up), or left the job
-        self.down: IdRuns = EMPTY
+        self._down: IdRuns = EMPTY
         # worker -> its life that left the job: over for good (a late copy of
         # one of its Joins is refused) until a newer life joins
-        self.left: dict[WorkerId, int] = {}
+        self._left: dict[WorkerId, int] = {}
         self._relaunched: IdRuns = EMPTY  # ordered lives a Relaunch started
         self._promised: dict[WorkerId, int] = {}  # node_up: a life handed out, until it joins
         self._committed: Optional[int] = None  # the current generation's last committed step
-        self.completed = False
+        self._completed = False
         # stragglers (rollcall.core.stragglers): the current generation's watch;
         # evicted ones benched until a holdout ends (worker -> its end), with
         # the Join each sent meanwhile; how often each was evicted so far
         self._watch: Optional[StragglerWatch] = None
-        self.benched: dict[WorkerId, float] = {}
+        self._benched: dict[WorkerId, float] = {}
         self._bench_join: dict[WorkerId, tuple[Optional[Cursor], int]] = {}
         self._slow_evictions: dict[WorkerId, int] = {}
         self._kept_slow: set[WorkerId] = set()  # lagging but kept (recorded once a generation)
@@ -410,9 +411,9 @@ class Keeper:
         # in (0: the only keeper of the run), the end of its lease on its own
         # clock (None: no lease), why it was deposed, and the outputs held back
         # until the store answers the Persist of generation ``_awaiting``
-        self.term = 0
-        self.lease_until: Optional[float] = None
-        self.deposed: Optional[str] = None
+        self._term = 0
+        self._lease_until: Optional[float] = None
+        self._deposed: Optional[str] = None
         # restored from a record and not yet taken over: it knows the
         # generation but not which of its steps committed, so it votes on none
         self._restoring = False
@@ -442,7 +443,7 @@ class Keeper:
         is the one each worker's next beat would have had.
         """
         self._ready()
-        self.liveness.advance(now, IdRuns.of(workers))
+        self._liveness.advance(now, IdRuns.of(workers))
 
     def observe_alive_except(self, now: float, silent: Iterable[WorkerId]) -> None:
         """:meth:`observe_alive` for every tracked worker but ``silent``.
@@ -451,12 +452,12 @@ class Keeper:
         not the 10^4 that did not. Costs the silent ones, not the job.
         """
         self._ready()
-        self.liveness.advance_except(now, IdRuns.of(silent))
+        self._liveness.advance_except(now, IdRuns.of(silent))
 
     def exited(self, now: float, worker: WorkerId, incarnation: int) -> list[Output]:
         """The worker's process is known to be gone (its host saw it exit)."""
         if self._live(now) and self.incarnation_of(worker) == incarnation \
-                and worker in self.liveness:
+                and worker in self._liveness:
             self._declare_dead(now, worker, "exited")
         return self._flush()
 
@@ -466,14 +467,14 @@ class Keeper:
         failed step) arrives first. Liveness is unchanged: the detector (or
         :meth:`exited`) still decides when its process is dead."""
         self._ready()
-        was_down = worker in self.down
-        self.down = self.down | (worker,)
-        r = self.round
-        if not was_down and self._repeats(r) and worker in self.members:
+        was_down = worker in self._down
+        self._down = self._down | (worker,)
+        r = self._round
+        if not was_down and self._repeats(r) and worker in self._members:
             # a node of the restarting group is gone: the group fails once the
             # loss is detected (its silence), whether or not its life started
             assert r is not None
-            at = now + self.config.detector.silence_s()
+            at = now + self._config.detector.silence_s()
             r.lost_at = at if r.lost_at is None else min(r.lost_at, at)
 
     def node_up(self, now: float, worker: WorkerId) -> int:
@@ -483,10 +484,10 @@ class Keeper:
         ordered for it and never started, or else the one after the latest.
         """
         self._ready()
-        if worker in self.down:
-            self.down = self.down - (worker,)
-        life = self.life_table.get(worker)
-        unstarted = worker in self.awaiting_relaunch and worker not in self._relaunched
+        if worker in self._down:
+            self._down = self._down - (worker,)
+        life = self._life_table.get(worker)
+        unstarted = worker in self._awaiting_relaunch and worker not in self._relaunched
         life = max(life if unstarted else life + 1, self._promised.get(worker, -1) + 1)
         assert life > self._promised.get(worker, -1), "never the same life twice"
         self._promised[worker] = life
@@ -512,21 +513,21 @@ class Keeper:
         assert last >= step, (step, last)
         if not self._live(now):
             return _REFUSED["deposed"]
-        if self.failed is not None:
+        if self._failed is not None:
             return _REFUSED["job-failed"]
         if self._restoring:
             return _REFUSED["round-open"]  # its roll call comes at take_over
-        if generation != self.generation or worker not in self.members:
+        if generation != self._generation or worker not in self._members:
             return _REFUSED["stale-generation"]
         if self.incarnation_of(worker) != incarnation:
             return _REFUSED["stale-incarnation"]
         done_to = self._committed
         done = done_to is not None and last <= done_to
-        if self.round is not None and not done:
+        if self._round is not None and not done:
             return _REFUSED["round-open"]
         if done:
             return _DONE
-        nxt = self.cursor.step if done_to is None else done_to + 1
+        nxt = self._cursor.step if done_to is None else done_to + 1
         assert step == nxt, ("a vote skips or overlaps committed steps", step, last, done_to)
         self._committed = last
         self._progress.committed(now, last)
@@ -534,9 +535,9 @@ class Keeper:
             if self._commit_at is not None:
                 self._step_s = (now - self._commit_at) / (last - step + 1)
             self._commit_at = now
-        policy = self.config.policy
+        policy = self._config.policy
         complete = policy is not None and policy.complete(last + 1)
-        self.completed = self.completed or complete
+        self._completed = self._completed or complete
         return _FIRST_COMPLETE if complete else _FIRST
 
     def report_compute(self, now: float, worker: WorkerId, incarnation: int, generation: int,
@@ -546,7 +547,7 @@ class Keeper:
         member reported the step, the straggler policy judges it."""
         assert compute_s >= 0 and load >= 0, (compute_s, load)
         watch = self._watch
-        if self._live(now) and watch is not None and self._watching(generation) and worker in self.members \
+        if self._live(now) and watch is not None and self._watching(generation) and worker in self._members \
                 and self.incarnation_of(worker) == incarnation:
             due = watch.report(step, worker, compute_s, load)
             if due:
@@ -561,8 +562,8 @@ class Keeper:
         slow members). The straggler policy judges the steps."""
         watch = self._watch
         if self._live(now) and watch is not None and self._watching(generation) and first > watch.judged:
-            mine = {w: s for w, s in slow.items() if w in self.members}
-            typical = median_with(list(mine.values()), typical_s, len(self.members) - len(mine))
+            mine = {w: s for w, s in slow.items() if w in self._members}
+            typical = median_with(list(mine.values()), typical_s, len(self._members) - len(mine))
             due = watch.judge(first, last, typical, mine)
             if due:
                 self._consider(now, due, watch.slow)
@@ -573,15 +574,15 @@ class Keeper:
         round's (last call, join timeout, the relaunch, the relaunch
         timeout) or a benched straggler's holdout. What a simulator that
         does not simulate healthy heartbeats must wake for."""
-        if self.failed is not None or self.deposed is not None:
+        if self._failed is not None or self._deposed is not None:
             return None
-        times = [min(self.benched.values())] if self.benched else []
-        r = self.round
+        times = [min(self._benched.values())] if self._benched else []
+        r = self._round
         if r is None:
             return times[0] if times else None
         times += [t for t in (r.last_call_at, r.relaunch_at, r.lost_at) if t is not None]
-        if r.starved_since is not None and self.config.join_timeout_s is not None:
-            times.append(r.starved_since + self.config.join_timeout_s)
+        if r.starved_since is not None and self._config.join_timeout_s is not None:
+            times.append(r.starved_since + self._config.join_timeout_s)
         nobody = self._nobody_comes_at(r)
         if nobody is not None:
             times.append(nobody)
@@ -591,45 +592,45 @@ class Keeper:
 
     def get_timer(self) -> Optional[float]:
         """The next instant at which :meth:`handle_timer` has work to do."""
-        if self.failed is not None or self.deposed is not None or self._awaiting is not None:
+        if self._failed is not None or self._deposed is not None or self._awaiting is not None:
             return None
-        times = [] if self.lease_until is None else [self.lease_until]
-        if self.config.give_up_at_s is not None and not self.completed:
-            times.append(self.config.give_up_at_s)
-        oldest = self.liveness.earliest()
+        times = [] if self._lease_until is None else [self._lease_until]
+        if self._config.give_up_at_s is not None and not self._completed:
+            times.append(self._config.give_up_at_s)
+        oldest = self._liveness.earliest()
         if oldest is not None:
-            times.append(self.config.detector.expiry(oldest))
+            times.append(self._config.detector.expiry(oldest))
         deadline = self.next_round_deadline()
         if deadline is not None:
             times.append(deadline)
         return min(times) if times else None
 
     def handle_timer(self, now: float) -> list[Output]:
-        if not self._live(now) or self.failed is not None:
+        if not self._live(now) or self._failed is not None:
             return self._flush()
-        limit = self.config.give_up_at_s
-        if limit is not None and now >= limit and not self.completed:
+        limit = self._config.give_up_at_s
+        if limit is not None and now >= limit and not self._completed:
             self._fail(now, f"{NOT_EXPECTED}: not done by t={limit:.6g} s (1,000 times its "
                        f"failure-free work, with room for restarts and repairs; "
                        f"rollcall.config.horizon_s)")
             return self._flush()
         dead: list[WorkerId] = []
-        expiry = self.config.detector.expiry
-        oldest = self.liveness.earliest()
+        expiry = self._config.detector.expiry
+        oldest = self._liveness.earliest()
         if oldest is not None and expiry(oldest) <= now:
-            dead = self.liveness.expired(lambda t: expiry(t) <= now)
+            dead = self._liveness.expired(lambda t: expiry(t) <= now)
         assert dead == sorted(dead), "verdicts in id order (the history is deterministic)"
         for worker in dead:
             # a restart an earlier verdict of this tick caused tore the
             # others' lives down already: theirs are over, not lost again
-            if worker in self.liveness:
+            if worker in self._liveness:
                 self._declare_dead(now, worker, "timeout")
-        if self.benched:
+        if self._benched:
             self._unbench(now)
-        r = self.round
+        r = self._round
         if r is not None and r.lost_at is not None and now >= r.lost_at:
             self._restart_again(now, r)
-            r = self.round
+            r = self._round
         if r is not None and r.relaunch_at is not None and now >= r.relaunch_at:
             self._relaunch(now, r)
         if r is not None and r.expect_until is not None and now >= r.expect_until and r.expected:
@@ -642,12 +643,12 @@ class Keeper:
         return self._flush()
 
     def is_member(self, worker: WorkerId, generation: int) -> bool:
-        return generation == self.generation and worker in self.members
+        return generation == self._generation and worker in self._members
 
     def incarnation_of(self, worker: WorkerId) -> int:
         """The life of ``worker`` last admitted (0 for a worker never seen)."""
-        life = self.life_table.get(worker)
-        waiting = self.awaiting_relaunch  # empty but during a restart: no lookup then
+        life = self._life_table.get(worker)
+        waiting = self._awaiting_relaunch  # empty but during a restart: no lookup then
         return life - 1 if waiting.mask and worker in waiting else life
 
     # --- a durable record: leases, persistence, failover -------------------------
@@ -659,9 +660,9 @@ class Keeper:
         ``until`` on the keeper decides nothing: a standby may hold the next
         term by then."""
         self._ready()
-        assert self.config.durable, "a lease guards a durable record"
-        assert self.lease_until is None or until >= self.lease_until, "a lease never shrinks"
-        self.lease_until = until
+        assert self._config.durable, "a lease guards a durable record"
+        assert self._lease_until is None or until >= self._lease_until, "a lease never shrinks"
+        self._lease_until = until
 
     def persisted(self, now: float, generation: int, ok: bool) -> list[Output]:
         """The store's answer to :class:`Persist` of ``generation``: written
@@ -674,20 +675,20 @@ class Keeper:
         if not ok:
             self._depose(now, "store-refused")
             self._out.append(Record(rec(now, "fail", "generation", KEEPER, gen=generation,
-                                        term=self.term, reason="store-refused")))
+                                        term=self._term, reason="store-refused")))
             return self._flush()
         self._out = held + self._out
         return self._flush()
 
     def durable_record(self, reason: str) -> KeeperRecord:
         """The record of the current generation a successor rebuilds from."""
-        p = self.placement
+        p = self._placement
         return KeeperRecord(
-            self.generation, self.term, reason, self.members, self.cursor, self.source,
-            self.stale, self.checkpoint, tuple(self.resumes),
-            LifeTable.from_data(**_table_fields(self.life_table)), self.awaiting_relaunch,
-            self.down, tuple(sorted(self.left.items())), tuple(sorted(self._promised.items())),
-            None if p is None else p.shards, self.recovery, self.fallback, self.restarts)
+            self._generation, self._term, reason, self._members, self._cursor, self._source,
+            self._stale, self._checkpoint, tuple(self._resumes),
+            LifeTable.from_data(**_table_fields(self._life_table)), self._awaiting_relaunch,
+            self._down, tuple(sorted(self._left.items())), tuple(sorted(self._promised.items())),
+            None if p is None else p.shards, self._recovery, self._fallback, self._restarts)
 
     @classmethod
     def restored(cls, config: KeeperConfig, record: Optional[KeeperRecord],
@@ -697,23 +698,23 @@ class Keeper:
         if term <= (0 if record is None else record.term):
             raise ValueError(f"term {term} must be newer than the record's")
         k = cls(config)
-        k.term = term
+        k._term = term
         k._restoring = True
         if record is None:
             return k
-        k.generation, k.members, k.cursor = record.generation, record.members, record.cursor
-        k.source, k.stale, k.checkpoint = record.source, record.stale, record.checkpoint
-        k.resumes = list(record.resumes)
-        k.life_table = LifeTable.from_data(**_table_fields(record.lives))
-        k.awaiting_relaunch, k.down = record.awaiting_relaunch, record.down
-        k.member_lives = k.life_table.snapshot(record.members)
-        k.left, k._promised = dict(record.left), dict(record.promised)
+        k._generation, k._members, k._cursor = record.generation, record.members, record.cursor
+        k._source, k._stale, k._checkpoint = record.source, record.stale, record.checkpoint
+        k._resumes = list(record.resumes)
+        k._life_table = LifeTable.from_data(**_table_fields(record.lives))
+        k._awaiting_relaunch, k._down = record.awaiting_relaunch, record.down
+        k._member_lives = k._life_table.snapshot(record.members)
+        k._left, k._promised = dict(record.left), dict(record.promised)
         if record.placement is not None:
-            k.placement = Placement(record.placement)
-        k.recovery, k.fallback = record.recovery, record.fallback
+            k._placement = Placement(record.placement)
+        k._recovery, k._fallback = record.recovery, record.fallback
         # the job's restart budget survives a failover as far as the store
         # holds it: a restart ordered after the record's generation is not in it
-        k.restarts = record.restarts
+        k._restarts = record.restarts
         return k
 
     def take_over(self, now: float, started: Mapping[WorkerId, int]) -> list[Output]:
@@ -727,25 +728,25 @@ class Keeper:
         relaunch, a repaired node): such a life is the latest of its id here
         too, so the older ones are over (their messages are refused) and no
         life is ever started twice, whichever keeper orders it."""
-        assert self.term > 0 and self.round is None, "restored first (Keeper.restored)"
+        assert self._term > 0 and self._round is None, "restored first (Keeper.restored)"
         self._restoring = False
         if not self._live(now):
             return self._flush()  # its lease lapsed before it began
         moved = []
         for w, life in sorted(started.items()):
             if life > self.incarnation_of(w):
-                self.life_table.set(w, max(life, self.life_table.get(w)))
+                self._life_table.set(w, max(life, self._life_table.get(w)))
                 moved.append(w)
                 if self._promised.get(w, life + 1) <= life:
                     del self._promised[w]
         if moved:
-            self.awaiting_relaunch = self.awaiting_relaunch - IdRuns.of(moved)
-        self._out.append(Record(rec(now, "info", "takeover", KEEPER, gen=self.generation,
-                                    term=self.term)))
-        if self.generation == 0:
+            self._awaiting_relaunch = self._awaiting_relaunch - IdRuns.of(moved)
+        self._out.append(Record(rec(now, "info", "takeover", KEEPER, gen=self._generation,
+                                    term=self._term)))
+        if self._generation == 0:
             return self._flush()  # no record yet: the first round opens on the first Join
         # the members whose recorded life still runs answer the roll call
-        self.liveness.track(now, self.members - self.awaiting_relaunch - IdRuns.of(moved))
+        self._liveness.track(now, self._members - self._awaiting_relaunch - IdRuns.of(moved))
         self._open(now, "failover")
         return self._flush()
 
@@ -758,16 +759,98 @@ class Keeper:
     def _live(self, now: float) -> bool:
         """Whether this keeper may still decide at ``now`` (its lease holds)."""
         self._ready()
-        if self.deposed is None and self.lease_until is not None and now >= self.lease_until:
+        if self._deposed is None and self._lease_until is not None and now >= self._lease_until:
             self._depose(now, "lease-lapsed")
-        return self.deposed is None
+        return self._deposed is None
 
     def _depose(self, now: float, reason: str) -> None:
-        self.deposed = reason
-        self.round = None
-        self._out.append(Record(rec(now, "info", "deposed", KEEPER, gen=self.generation,
-                                    term=self.term, reason=reason)))
+        self._deposed = reason
+        self._round = None
+        self._out.append(Record(rec(now, "info", "deposed", KEEPER, gen=self._generation,
+                                    term=self._term, reason=reason)))
         self._out.append(Deposed(reason))
+
+    # --- read-only state (drivers and tests read these; only the keeper writes) ---
+
+    @property
+    def config(self) -> KeeperConfig:
+        """The configuration the keeper decides by."""
+        return self._config
+
+    @property
+    def term(self) -> int:
+        """The term this keeper decides in (0: the run's only keeper)."""
+        return self._term
+
+    @property
+    def generation(self) -> int:
+        """The current generation (0 before the first is formed)."""
+        return self._generation
+
+    @property
+    def members(self) -> IdRuns:
+        """The current generation's members."""
+        return self._members
+
+    @property
+    def member_lives(self) -> Lives:
+        """The members' lives, paired with :attr:`members`."""
+        return self._member_lives
+
+    @property
+    def cursor(self) -> Cursor:
+        """Where the current generation resumed."""
+        return self._cursor
+
+    @property
+    def source(self) -> Optional[WorkerId]:
+        """The member the current generation's stale ones copy the state from."""
+        return self._source
+
+    @property
+    def stale(self) -> IdRuns:
+        """Members that do not hold the state yet."""
+        return self._stale
+
+    @property
+    def checkpoint(self) -> Optional[Cursor]:
+        """The latest checkpoint written."""
+        return self._checkpoint
+
+    @property
+    def round(self) -> Optional[Round]:
+        """The roll call in progress, if any."""
+        return self._round
+
+    @property
+    def failed(self) -> Optional[str]:
+        """Why the job was given up (None while it goes on)."""
+        return self._failed
+
+    @property
+    def completed(self) -> bool:
+        """Whether every step has committed."""
+        return self._completed
+
+    @property
+    def restarts(self) -> int:
+        """RestartJobs ordered so far (checkpoint-restart)."""
+        return self._restarts
+
+    @property
+    def resumes(self) -> Sequence[tuple[int, int]]:
+        """(generation, resume step) of each generation formed."""
+        return self._resumes
+
+    @property
+    def placement(self) -> Optional[Placement]:
+        """The current generation's shard placement (sharded state)."""
+        return self._placement
+
+    @property
+    def benched(self) -> Mapping[WorkerId, float]:
+        """Evicted stragglers and when each one's holdout ends."""
+        return self._benched
 
     @property
     def standby(self) -> IdRuns:
@@ -780,7 +863,7 @@ class Keeper:
     # --- message handling -----------------------------------------------------
 
     def _dispatch(self, now: float, message: ToKeeper) -> None:
-        if self.failed is not None:
+        if self._failed is not None:
             return
         if not isinstance(message, JoinBatch) and not self._incarnation_ok(
                 now, message.worker, message.incarnation):
@@ -794,9 +877,9 @@ class Keeper:
         elif isinstance(message, StepFailed):
             self._step_failed(now, message)
         elif isinstance(message, Leave):
-            if message.worker in self.liveness:
-                self.down = self.down | (message.worker,)  # gone for good: no relaunch
-                self.left[message.worker] = message.incarnation
+            if message.worker in self._liveness:
+                self._down = self._down | (message.worker,)  # gone for good: no relaunch
+                self._left[message.worker] = message.incarnation
                 self._declare_dead(now, message.worker, "left")
         elif isinstance(message, Checkpointed):
             self._checkpointed(now, message)
@@ -804,47 +887,47 @@ class Keeper:
             raise TypeError(f"unknown message {message!r}")
 
     def _incarnation_ok(self, now: float, worker: WorkerId, incarnation: int) -> bool:
-        left = self.left.get(worker, -1)  # a life that left: all it sends is a late copy
-        if incarnation > left and incarnation >= self.life_table.get(worker):
+        left = self._left.get(worker, -1)  # a life that left: all it sends is a late copy
+        if incarnation > left and incarnation >= self._life_table.get(worker):
             return True
         self._refuse(now, worker, incarnation, "message", "stale-incarnation")
         return False
 
     def _heartbeat(self, now: float, hb: Heartbeat) -> None:
         w = hb.worker
-        if w not in self.liveness or hb.incarnation != self.incarnation_of(w):
+        if w not in self._liveness or hb.incarnation != self.incarnation_of(w):
             self._refuse(now, w, hb.incarnation, "heartbeat", "not-member")
             return
-        if hb.counter > self.counter.get(w, -1):
-            self.counter[w] = hb.counter
+        if hb.counter > self._counter.get(w, -1):
+            self._counter[w] = hb.counter
             self._beat(now, w)
         self._stamp(w, hb.incarnation, hb.generation)
         # Heal lost messages: a member behind the record learns the answer
         # again, an expected member that missed the roll call hears it again.
-        r = self.round
+        r = self._round
         if r is not None and w in r.expected:
-            self._out.append(Send(w, RollCall(r.generation, r.reason, self.term)))
-        elif hb.generation < self.generation and w in self.members:
+            self._out.append(Send(w, RollCall(r.generation, r.reason, self._term)))
+        elif hb.generation < self._generation and w in self._members:
             self._out.append(Send(w, self._membership()))
 
     def _beat(self, now: float, w: WorkerId) -> None:
         """A heartbeat advanced: on the keeper's clock, and for an adaptive
         detector one more interval of the worker's cadence (its tolerance)."""
-        det = self.config.detector
+        det = self._config.detector
         if not det.adaptive:
-            self.liveness.set(now, w)
+            self._liveness.set(now, w)
             return
-        seen = self.liveness.at(w)
+        seen = self._liveness.at(w)
         assert seen is not None and now >= seen, (w, seen, now)
-        gaps = self.intervals.setdefault(w, [])
+        gaps = self._intervals.setdefault(w, [])
         gaps.append(now - seen)
         if len(gaps) > det.window:
             del gaps[0]
-        self.liveness.set(now, w, det.extra_s(gaps))
+        self._liveness.set(now, w, det.extra_s(gaps))
 
     def _join(self, now: float, join: Join) -> None:
         w, inc = join.worker, join.incarnation
-        tracked = w in self.liveness
+        tracked = w in self._liveness
         known = self.incarnation_of(w)
         if not tracked and inc == known and self._stamped_newer(w, inc, join.generation):
             # a late copy of a Join from a life evicted since it stamped a newer
@@ -855,34 +938,34 @@ class Keeper:
             # A new life of a worker we still track: its old life is over.
             self._declare_dead(now, w, "restarted")
             tracked = False
-            if inc < self.life_table.get(w):
+            if inc < self._life_table.get(w):
                 # ... and the checkpoint-restart that ended it tore this life
                 # down too (it ordered a newer one): this Join claims nothing
                 self._refuse(now, w, inc, "join", "stale-incarnation")
                 return
         new_life = not tracked or inc > known
-        self.life_table.set(w, inc)
-        if w in self.left:
-            assert inc > self.left[w], "a life that left is refused (_incarnation_ok)"
-            del self.left[w]
+        self._life_table.set(w, inc)
+        if w in self._left:
+            assert inc > self._left[w], "a life that left is refused (_incarnation_ok)"
+            del self._left[w]
         if self._promised.get(w, inc + 1) <= inc:
             del self._promised[w]  # kept: a life node_up handed out that has not joined
-        if w in self.awaiting_relaunch:
-            self.awaiting_relaunch = self.awaiting_relaunch - (w,)
+        if w in self._awaiting_relaunch:
+            self._awaiting_relaunch = self._awaiting_relaunch - (w,)
         if new_life:
-            self.counter.pop(w, None)
-            self.intervals.pop(w, None)
-            self._born[w] = (inc, self.generation)
-        self.liveness.set(now, w)
+            self._counter.pop(w, None)
+            self._intervals.pop(w, None)
+            self._born[w] = (inc, self._generation)
+        self._liveness.set(now, w)
         one = IdRuns.span(w, w)
-        r = self.round
+        r = self._round
         # a late copy of a Join this life sent before it stamped a newer
         # generation on a message (a newer Join this round, a heartbeat from a
         # generation it entered since) claims nothing: its state has moved on
         late = r is not None and not new_life and (self._stamped_newer(w, inc, join.generation)
                                                    or self._born_after(w, inc, join.generation))
         self._stamp(w, inc, join.generation)
-        if w in self.benched and not new_life:
+        if w in self._benched and not new_life:
             self._bench_join[w] = (join.cursor, join.generation)  # waits out its holdout
             return
         if r is not None:
@@ -890,13 +973,13 @@ class Keeper:
                 self._admit(now, w, join.cursor, join.generation)
                 self._maybe_close(now)
             return
-        if w in self.members and not new_life:
-            if join.generation < self.generation:
+        if w in self._members and not new_life:
+            if join.generation < self._generation:
                 self._out.append(Send(w, self._membership()))  # a late duplicate
             else:
                 self._fail_generation(now, "rejoin")  # a member wants a new round
-                if self.round is not None:
-                    self.round.add(one, join.cursor)
+                if self._round is not None:
+                    self._round.add(one, join.cursor)
                     self._maybe_close(now)
             return
         self._admit(now, w, join.cursor, join.generation)
@@ -906,17 +989,17 @@ class Keeper:
         of ``generation``): it enters the open round, or waits as a standby
         and opens a round if there is room (the caller closes what is due)."""
         one = IdRuns.span(w, w)
-        r = self.round
+        r = self._round
         if r is not None:
             r.add(one, cursor)
             r.state_gen[w] = generation
             return
         self._standby_add(one, cursor)
-        self.standby_gen[w] = generation
-        if self.completed:
+        self._standby_gen[w] = generation
+        if self._completed:
             return  # the job has every step: it grows no more
-        if self.generation == 0 or len(self.members) < self.config.max_workers:
-            self._open(now, "start" if self.generation == 0 else "growth")
+        if self._generation == 0 or len(self._members) < self._config.max_workers:
+            self._open(now, "start" if self._generation == 0 else "growth")
 
     def _late_in(self, ws: IdRuns, claimed: Callable[[WorkerId], int], generation: int) -> IdRuns:
         """The lives of ``ws`` that stamped a message with a generation newer than
@@ -956,7 +1039,7 @@ class Keeper:
             self._stamped_at.setdefault(generation, set()).add(w)
 
     def _join_batch(self, now: float, batch: JoinBatch) -> None:
-        r = self.round
+        r = self._round
         workers = IdRuns.of(batch.workers)
         claimed: Callable[[WorkerId], int]
         if batch.incarnations is None:
@@ -966,18 +1049,18 @@ class Keeper:
                 w = workers.first()
                 if self._incarnation_ok(now, w, claimed(w)):
                     self._join(now, Join(w, claimed(w), None))
-                workers, r = workers.tail(1), self.round
+                workers, r = workers.tail(1), self._round
             # a lives-less batch stands for the lives the keeper knows: for a
             # worker a restart moved on, the torn-down one, or one whose life
             # left, which each Join would have refused (the slow path does)
-            gone = IdRuns.of(self.left) if self.left else EMPTY
-            fast = (workers & r.expected) - self.awaiting_relaunch - gone \
+            gone = IdRuns.of(self._left) if self._left else EMPTY
+            fast = (workers & r.expected) - self._awaiting_relaunch - gone \
                 if r is not None else EMPTY
             if r is not None and batch.cursor is None:
                 # Workers never seen (or back from repair, untracked) joining
                 # without state: what ``_join`` does to each, done to all at
                 # once (admission by id order is the same: ``Keeper._close``).
-                new = workers - fast - self.liveness.tracked - self.members - self.awaiting_relaunch \
+                new = workers - fast - self._liveness.tracked - self._members - self._awaiting_relaunch \
                     - gone
                 if new:
                     self._forget_beats(new)
@@ -991,10 +1074,10 @@ class Keeper:
                 claimed = lives.of  # type: ignore[assignment]
             fast = self._new_lives(workers, batch.incarnations, claimed) \
                 if r is not None else EMPTY
-        if fast and self._stamped and batch.generation < self.generation:
+        if fast and self._stamped and batch.generation < self._generation:
             fast = fast - self._late_in(fast, claimed, batch.generation)  # as _join would
         if fast:
-            self.liveness.track(now, fast)
+            self._liveness.track(now, fast)
             r.add(fast, batch.cursor)
         slow = workers - fast
         assert isinstance(slow, IdRuns), "an id set: joins admitted in id order"
@@ -1010,7 +1093,7 @@ class Keeper:
         admitted. Read from the membership, not the latest life: a newer life
         of a member may join while the old one's answer is on its way (the
         old one paused, then woke), and that answer is the old life's."""
-        life = self.member_lives.of(w)
+        life = self._member_lives.of(w)
         return self.incarnation_of(w) if life is None else life
 
     def _new_lives(self, workers: IdRuns, lives: object,
@@ -1018,53 +1101,53 @@ class Keeper:
         """The workers of a relaunch batch that can be admitted wholesale:
         lives newer than any the keeper knows, whose old life is not tracked
         (a life a restart ordered counts as newer)."""
-        ws = workers - self.liveness.tracked
+        ws = workers - self._liveness.tracked
         if not ws:
             return EMPTY
-        if isinstance(lives, Lives) and ws.issubset(self.awaiting_relaunch) \
-                and self.life_table.snapshot(ws).same_as(lives.restricted(ws)):
+        if isinstance(lives, Lives) and ws.issubset(self._awaiting_relaunch) \
+                and self._life_table.snapshot(ws).same_as(lives.restricted(ws)):
             fresh = ws  # exactly the lives a RestartJob ordered
         else:
-            awaiting, table = self.awaiting_relaunch, self.life_table
+            awaiting, table = self._awaiting_relaunch, self._life_table
             fresh = IdRuns.of(w for w in ws if claimed(w) > table.get(w) - (w in awaiting))
             for w in fresh:
                 table.set(w, claimed(w))
-        self.awaiting_relaunch = self.awaiting_relaunch - fresh
-        for w in [w for w in self.left if w in fresh]:  # newer lives of workers that left
-            del self.left[w]
+        self._awaiting_relaunch = self._awaiting_relaunch - fresh
+        for w in [w for w in self._left if w in fresh]:  # newer lives of workers that left
+            del self._left[w]
         self._forget_beats(fresh)
         return fresh
 
     def _step_failed(self, now: float, msg: StepFailed) -> None:
-        if msg.generation != self.generation or msg.worker not in self.members:
+        if msg.generation != self._generation or msg.worker not in self._members:
             self._refuse(now, msg.worker, msg.incarnation, "step-failed", "stale-generation")
             return
-        if self.round is None:
+        if self._round is None:
             self._fail_generation(now, "step-failed")
 
     def _checkpointed(self, now: float, msg: Checkpointed) -> None:
-        if msg.generation != self.generation or msg.worker not in self.members:
+        if msg.generation != self._generation or msg.worker not in self._members:
             self._refuse(now, msg.worker, msg.incarnation, "checkpoint", "stale-generation")
             return
         # The current generation resumed at or after the last checkpoint, so
         # a checkpoint it reports is of the current lineage and supersedes it.
-        if self.checkpoint is None or msg.cursor.step >= self.checkpoint.step:
-            self.checkpoint = msg.cursor
+        if self._checkpoint is None or msg.cursor.step >= self._checkpoint.step:
+            self._checkpoint = msg.cursor
 
     # --- stragglers (rollcall.core.stragglers) -----------------------------------
 
     def _watching(self, generation: int) -> bool:
         """Whether reports of ``generation`` are judged: the current one, while
         it trains (no roll call open, not failed)."""
-        return generation == self.generation and self.round is None and self.failed is None
+        return generation == self._generation and self._round is None and self._failed is None
 
     def _watch_generation(self) -> None:
         """A generation formed: its members' lag is counted from its first step."""
-        policy = self.config.stragglers
+        policy = self._config.stragglers
         self._kept_slow.clear()
         self._commit_at = self._step_s = None
-        self._watch = None if policy is None or self.config.strategy != ELASTIC \
-            else StragglerWatch(policy, self.generation, len(self.members))
+        self._watch = None if policy is None or self._config.strategy != ELASTIC \
+            else StragglerWatch(policy, self._generation, len(self._members))
 
     def _consider(self, now: float, due: list[Lagging], slow: Mapping[WorkerId, float]) -> None:
         """Members lagged for the policy's steps (slowest first): evict the
@@ -1086,7 +1169,7 @@ class Keeper:
             if lag.worker not in self._kept_slow:
                 self._kept_slow.add(lag.worker)
                 self._out.append(Record(rec(now, "info", "straggler", KEEPER, worker=lag.worker,
-                                            gen=self.generation, lag=round(lag.lag, 3),
+                                            gen=self._generation, lag=round(lag.lag, 3),
                                             decision="keep", reason=why)))
         if best is not None:
             self._evict_stragglers(now, chosen, best[2], best[3])
@@ -1096,14 +1179,14 @@ class Keeper:
         """What evicting ``out`` saves over the steps left, less what it costs
         (None: below ``min_workers``), why, and one step's compute with them
         and without them."""
-        cfg = self.config
+        cfg = self._config
         policy = cfg.stragglers
         assert policy is not None
-        members = self.members
+        members = self._members
         if len(members) - len(out) < cfg.min_workers:
             return None, "min-workers", 0.0, 0.0
         with_s, without_s = eviction_gain(policy, members, out, others)
-        done = self.cursor.step if self._committed is None else self._committed + 1
+        done = self._cursor.step if self._committed is None else self._committed + 1
         left = cfg.policy.steps - done if cfg.policy is not None else float("inf")
         step_s = self._step_s if self._step_s is not None else with_s
         # the eviction abandons a step, the readmission another and waits its last call
@@ -1115,13 +1198,13 @@ class Keeper:
                           without_s: float) -> None:
         """Take live stragglers out: bench each for its holdout, tell it (it
         rejoins, and waits), and hold one roll call without them."""
-        policy = self.config.stragglers
-        assert policy is not None and self.round is None and out
+        policy = self._config.stragglers
+        assert policy is not None and self._round is None and out
         for lag in sorted(out, key=lambda x: x.worker):
             w = lag.worker
             times = self._slow_evictions[w] = self._slow_evictions.get(w, 0) + 1
             hold_s = policy.holdout_for(times)
-            self.benched[w] = now + hold_s
+            self._benched[w] = now + hold_s
             life = self.incarnation_of(w)
             self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=w, incarnation=life,
                                         reason="straggler", lag=round(lag.lag, 3),
@@ -1133,8 +1216,8 @@ class Keeper:
     def _unbench(self, now: float) -> None:
         """Holdouts that ended: the straggler is a newcomer again (its Join, if
         it sent one meanwhile, enters the open round or opens a growth one)."""
-        for w in sorted(w for w, t in self.benched.items() if t <= now):
-            del self.benched[w]
+        for w in sorted(w for w, t in self._benched.items() if t <= now):
+            del self._benched[w]
             held = self._bench_join.pop(w, None)
             if held is not None:  # else its Join, when it comes, takes the usual path
                 self._admit(now, w, *held)
@@ -1155,36 +1238,36 @@ class Keeper:
 
     def _forget_beats(self, ws: IdRuns) -> None:
         """The heartbeat counters and intervals of ``ws``'s lives are over."""
-        for beats in (self.counter, self.intervals):
+        for beats in (self._counter, self._intervals):
             if beats:
                 for w in [w for w in beats if w in ws]:
                     del beats[w]
 
     def _declare_dead(self, now: float, worker: WorkerId, reason: str) -> None:
-        self.liveness.drop(worker)
-        self.counter.pop(worker, None)
-        self.intervals.pop(worker, None)
+        self._liveness.drop(worker)
+        self._counter.pop(worker, None)
+        self._intervals.pop(worker, None)
         self._standby_drop(IdRuns.span(worker, worker))
-        self.standby_gen.pop(worker, None)
-        if self.benched:
-            self.benched.pop(worker, None)
+        self._standby_gen.pop(worker, None)
+        if self._benched:
+            self._benched.pop(worker, None)
             self._bench_join.pop(worker, None)
         self._out.append(Record(rec(now, "info", "evict", KEEPER, worker=worker,
                                     incarnation=self.incarnation_of(worker), reason=reason)))
-        r = self.round
-        if r is not None and self._repeats(r) and worker in self.members:
+        r = self._round
+        if r is not None and self._repeats(r) and worker in self._members:
             self._restart_again(now, r, dead=worker)  # a life of the restarting group is gone
-        elif r is not None and r.reason == "failover" and worker in self.members \
-                and self.config.strategy == CHECKPOINT_RESTART:
+        elif r is not None and r.reason == "failover" and worker in self._members \
+                and self._config.strategy == CHECKPOINT_RESTART:
             # a new keeper's roll call lost a member of a checkpoint-restart
             # group (its restart may have been in flight when the keeper
             # died): the group restarts, as it would under the old keeper
-            self._set_aside(r, self.members)  # every member's life is torn down
+            self._set_aside(r, self._members)  # every member's life is torn down
             self._fail_generation(now, "leave" if reason == "left" else "failure")
         elif r is not None:
             r.drop(worker)
             self._maybe_close(now)
-        elif worker in self.members:
+        elif worker in self._members:
             self._fail_generation(now, "leave" if reason == "left" else "failure")
 
     def _set_aside(self, r: Round, over: IdRuns) -> None:
@@ -1197,17 +1280,17 @@ class Keeper:
                 # the few that claimed a generation's state, not every waiting id
                 for w, g in r.state_gen.items():
                     if w in waiting:
-                        self.standby_gen[w] = g
-        self.round = None
+                        self._standby_gen[w] = g
+        self._round = None
 
     def _fail_generation(self, now: float, reason: str) -> None:
         """A member of the current generation is gone or the step failed."""
-        if self.failed is not None or self.completed:
+        if self._failed is not None or self._completed:
             return  # the job gave up (an earlier verdict of this tick) or has every step
-        if self.config.strategy == CHECKPOINT_RESTART:
+        if self._config.strategy == CHECKPOINT_RESTART:
             # Every current life is over: the members whose node is still up
             # are relaunched, each as its next life (the only one accepted now).
-            self._restart(now, reason, self.members)
+            self._restart(now, reason, self._members)
         elif not self._hopeless(now):
             self._open(now, reason)
 
@@ -1223,40 +1306,40 @@ class Keeper:
         """Tear down the lives of ``teardown`` (members) and open the restart
         round that relaunches every member whose node is up (but ``keep``:
         lives already running that wait in the round)."""
-        members = self.members
+        members = self._members
         assert teardown.issubset(members), "a restart tears down members"
-        if self.failed is not None or self.completed:  # gave up, or done: nothing to restart
+        if self._failed is not None or self._completed:  # gave up, or done: nothing to restart
             return
-        limit = self.config.max_restarts
-        if limit is not None and self.restarts >= limit:
+        limit = self._config.max_restarts
+        if limit is not None and self._restarts >= limit:
             # the cause is not in the reason: a kill reads "failure" or
             # "step-failed" by which report came first (rollcall.decisions)
-            self._fail(now, f"max_restarts={limit} reached ({self.restarts} restarts)")
+            self._fail(now, f"max_restarts={limit} reached ({self._restarts} restarts)")
             return
         if self._hopeless(now):
             return
-        self.restarts += 1
-        self.life_table.bump(teardown)
+        self._restarts += 1
+        self._life_table.bump(teardown)
         # never the same life twice: a life node_up handed out that has not
         # joined yet (few: the entries are dropped as the lives join) is
         # not named again
         for w, promised in self._promised.items():
-            if w in teardown and self.life_table.get(w) <= promised:
-                self.life_table.set(w, promised + 1)
-        self.awaiting_relaunch = self.awaiting_relaunch | teardown
-        self.liveness.drop_many(teardown)
+            if w in teardown and self._life_table.get(w) <= promised:
+                self._life_table.set(w, promised + 1)
+        self._awaiting_relaunch = self._awaiting_relaunch | teardown
+        self._liveness.drop_many(teardown)
         self._forget_beats(teardown)
         self._out.append(Record(rec(now, "info", "restart", KEEPER,
-                                    gen=self.generation, reason=reason)))
-        self._out.append(RestartJob(self.generation, reason, teardown))
+                                    gen=self._generation, reason=reason)))
+        self._out.append(RestartJob(self._generation, reason, teardown))
         self._relaunched = self._relaunched - members
-        self._open(now, "restart", expect=False, relaunch=members - self.down - keep)
+        self._open(now, "restart", expect=False, relaunch=members - self._down - keep)
 
     def _repeats(self, r: Optional[Round]) -> bool:
         """Whether a loss in the group fails the open round: a restart's, under
         ``restart_failure: repeat``."""
         return r is not None and r.reason == "restart" and \
-            self.config.restart_failure == "repeat" and self.config.strategy == CHECKPOINT_RESTART
+            self._config.restart_failure == "repeat" and self._config.strategy == CHECKPOINT_RESTART
 
     def _restart_again(self, now: float, r: Round, dead: Optional[WorkerId] = None) -> None:
         """``restart_failure: repeat``: a node of the group was lost while it
@@ -1271,7 +1354,7 @@ class Keeper:
         test, seed 3); kept as running, its id was relaunched later as the
         life that had died (seed 380662767). It is torn down with the
         started ones."""
-        members = self.members
+        members = self._members
         # the lives running: the relaunched ones, and those node_up handed out
         # (a repaired node's) that have not joined yet
         promised = IdRuns.of(sorted(self._promised)) if self._promised else EMPTY
@@ -1288,18 +1371,18 @@ class Keeper:
         members whose node is up now (one that went down meanwhile is not
         relaunched, and the round stops expecting it)."""
         r.relaunch_at = None
-        r.expected = r.expected - self.down
+        r.expected = r.expected - self._down
         workers = r.expected
         # a node repaired meanwhile was handed the life ordered for it
         # (node_up): its process starts it; the relaunch must not start it again
         handed = [w for w, life in self._promised.items()
-                  if w in workers and life >= self.life_table.get(w)]
+                  if w in workers and life >= self._life_table.get(w)]
         if handed:
             workers = workers - IdRuns.of(sorted(handed))
         assert r.joined.isdisjoint(workers), "a joiner is no longer expected (Round.add)"
         if workers:
             self._relaunched = self._relaunched | workers
-            lives = self.life_table.snapshot(workers)
+            lives = self._life_table.snapshot(workers)
             self._out.append(Record(self._relaunch_record(now, r.generation - 1, lives)))
             self._out.append(Relaunch(r.generation - 1, workers, lives))
 
@@ -1308,47 +1391,47 @@ class Keeper:
         members of ``gen`` it leaves out (a few runs, where the relaunched
         set would repeat the member list's) and the lives it starts."""
         workers = lives.members
-        assert gen == self.generation and workers.issubset(self.members), "relaunch of members"
+        assert gen == self._generation and workers.issubset(self._members), "relaunch of members"
         common, others = lives.common_and_others(RELAUNCH_LISTED_MAX)
         return rec(now, "info", "relaunch", KEEPER, gen=gen,
-                   not_relaunched=(self.members - workers).runs(), incarnation=common,
+                   not_relaunched=(self._members - workers).runs(), incarnation=common,
                    others=None if others is None else [[w, life] for w, life in others])
 
     def _open(self, now: float, reason: str, expect: bool = True,
               relaunch: IdRuns = EMPTY) -> None:
         # After a restart nobody carries over: every joiner is a new life.
-        previous = self.members if expect else EMPTY
-        r = Round(self.generation + 1, reason, now, previous)
+        previous = self._members if expect else EMPTY
+        r = Round(self._generation + 1, reason, now, previous)
         if expect:
-            r.expected = self.liveness.tracked & previous
-            if self.benched:  # an evicted straggler is not asked back
-                r.expected = r.expected - IdRuns.of(sorted(self.benched))
+            r.expected = self._liveness.tracked & previous
+            if self._benched:  # an evicted straggler is not asked back
+                r.expected = r.expected - IdRuns.of(sorted(self._benched))
         else:
             r.expected = relaunch
-            cfg = self.config
+            cfg = self._config
             timeout = cfg.relaunch_timeout_s if cfg.relaunch_timeout_s is not None \
                 else cfg.join_timeout_s
             r.expect_until = now + timeout if timeout is not None else None
             r.relaunch_at = now + cfg.restart_delay_s
         for cursor, ws in self._standby.items():
             r.add(ws, cursor)
-        r.state_gen.update(self.standby_gen)
+        r.state_gen.update(self._standby_gen)
         self._standby.clear()
-        self.standby_gen.clear()
-        self.round = r
+        self._standby_gen.clear()
+        self._round = r
         self._out.append(Record(rec(now, "invoke", "round", KEEPER, gen=r.generation, reason=reason)))
         if r.relaunch_at is not None:
             if r.relaunch_at <= now:
                 self._relaunch(now, r)
         elif r.expected:
-            self._out.append(Broadcast(r.expected, RollCall(r.generation, reason, self.term)))
+            self._out.append(Broadcast(r.expected, RollCall(r.generation, reason, self._term)))
         self._maybe_close(now)
 
     def _maybe_close(self, now: float) -> None:
-        r = self.round
-        if r is None or self.failed is not None:
+        r = self._round
+        if r is None or self._failed is not None:
             return
-        cfg = self.config
+        cfg = self._config
         if len(r.joined) + len(r.expected) < cfg.min_workers:
             if r.starved_since is None:
                 r.starved_since = now
@@ -1379,28 +1462,28 @@ class Keeper:
         """When a starved round with no join timeout stops waiting: a detection
         window and a last call after the last possible arrival (a fenced life
         still running rejoins within it); None while one may still come."""
-        cfg = self.config
-        if (cfg.join_timeout_s is not None or cfg.arrivals_end_s is None or self.benched
+        cfg = self._config
+        if (cfg.join_timeout_s is not None or cfg.arrivals_end_s is None or self._benched
                 or r.starved_since is None):
             return None
         grace = 2 * cfg.detector.silence_s() + cfg.last_call_s
         return max(r.starved_since, cfg.arrivals_end_s) + grace
 
     def _give_up(self, now: float, r: Round) -> None:
-        self._fail(now, f"below min_workers={self.config.min_workers} for join_timeout_s",
+        self._fail(now, f"below min_workers={self._config.min_workers} for join_timeout_s",
                    r.generation)
 
     def _fail(self, now: float, reason: str, gen: Optional[int] = None) -> None:
         """The job gives up: nothing is decided after this."""
-        assert self.failed is None, self.failed
-        self.failed = reason
+        assert self._failed is None, self._failed
+        self._failed = reason
         self._out.append(Record(rec(now, "fail", "round", KEEPER,
-                                    gen=self.generation if gen is None else gen, reason=reason)))
+                                    gen=self._generation if gen is None else gen, reason=reason)))
         self._out.append(JobFailed(reason))
 
     def _close(self, now: float, r: Round) -> None:
         old = r.joined & r.previous
-        room = self.config.max_workers - len(old)
+        room = self._config.max_workers - len(old)
         new = r.joined - r.previous
         admitted, overflow = new.head(room), new.tail(room)
         for claimed, ws in r.by_cursor.items():  # the overflow waits as standbys
@@ -1409,7 +1492,7 @@ class Keeper:
                 self._standby_add(over, claimed)
                 if claimed is not None:  # a lineage only matters with state
                     for w in over:
-                        self.standby_gen[w] = r.state_gen.get(w, r.generation - 1)
+                        self._standby_gen[w] = r.state_gen.get(w, r.generation - 1)
         members = old | admitted
         cursor, source = self._resume_point(r, old, admitted, overflow=bool(overflow))
         if source is None:
@@ -1417,32 +1500,32 @@ class Keeper:
         else:
             current = (r.by_cursor[cursor] & r.previous) - (source,)
             stale = members - current - (source,)
-        if self.config.sharding is not None:
+        if self._config.sharding is not None:
             cursor, source, stale = self._shards(now, r, members, cursor, source, stale)
-        self.generation = r.generation
-        self.resumes.append((r.generation, cursor.step))
-        self.members = members
-        self.member_lives = self.life_table.snapshot(members)
-        self.cursor = cursor
-        self.source = source
-        self.stale = stale
-        self.round = None
+        self._generation = r.generation
+        self._resumes.append((r.generation, cursor.step))
+        self._members = members
+        self._member_lives = self._life_table.snapshot(members)
+        self._cursor = cursor
+        self._source = source
+        self._stale = stale
+        self._round = None
         self._committed = None
         self._watch_generation()
-        if self.config.durable:  # written before anyone hears of it
-            self._out.append(Persist(self.generation, self.term, self.durable_record(r.reason)))
-        terms = {"term": self.term} if self.term else {}
+        if self._config.durable:  # written before anyone hears of it
+            self._out.append(Persist(self._generation, self._term, self.durable_record(r.reason)))
+        terms = {"term": self._term} if self._term else {}
         self._out.append(Record(rec(
-            now, "ok", "generation", KEEPER, gen=self.generation,
+            now, "ok", "generation", KEEPER, gen=self._generation,
             **members_delta("members", members, self._recorded_members),
             cursor=cursor.to_json(), source=source, reason=r.reason, stale=len(stale), **terms)))
         self._recorded_members = members  # the list the history holds now
-        if self.config.sharding is None:
-            self._out.append(Formed(self.generation, members, cursor, source, stale, r.reason))
+        if self._config.sharding is None:
+            self._out.append(Formed(self._generation, members, cursor, source, stale, r.reason))
         else:
             self._out.append(Record(self._recovery_record(now)))
-            self._out.append(Formed(self.generation, members, cursor, source, stale, r.reason,
-                                    self.placement.shards, self.recovery, self.fallback))
+            self._out.append(Formed(self._generation, members, cursor, source, stale, r.reason,
+                                    self._placement.shards, self._recovery, self._fallback))
         self._out.append(Broadcast(members, self._membership()))
 
     def _shards(self, now: float, r: Round, members: tuple[WorkerId, ...], cursor: Cursor,
@@ -1455,7 +1538,7 @@ class Keeper:
         nothing the others could use. Checkpoint-restart reloads everything
         anyway, so it only places the shards anew.
         """
-        spec = self.config.sharding
+        spec = self._config.sharding
         assert spec is not None
         holding = (r.by_cursor.get(cursor, EMPTY) & r.previous) if source is not None else EMPTY
         # a member whose state predates the previous generation never ran that
@@ -1464,30 +1547,30 @@ class Keeper:
         behind = [w for w, g in r.state_gen.items() if g < before]
         if behind and holding:
             holding = holding - behind
-        fresh = self.config.strategy == CHECKPOINT_RESTART and source is None
-        prev = self.recovery
+        fresh = self._config.strategy == CHECKPOINT_RESTART and source is None
+        prev = self._recovery
         # no step committed since the last generation formed: its copies may be unfinished
         in_flight = [(c.shard, c.dst) for c in prev.copies] if prev is not None and \
-            cursor == self.cursor else []
-        d = decide(spec, self.placement, members, holding, fresh, in_flight)
+            cursor == self._cursor else []
+        d = decide(spec, self._placement, members, holding, fresh, in_flight)
         self._steps_lost = 0
         if d.fallback:
-            back = self.checkpoint or Cursor()
+            back = self._checkpoint or Cursor()
             self._steps_lost = cursor.step - back.step
             cursor, source, stale = back, None, members
-        self.placement, self.recovery, self.fallback = d.placement, d.recovery, d.fallback
+        self._placement, self._recovery, self._fallback = d.placement, d.recovery, d.fallback
         return cursor, source, stale
 
     def _recovery_record(self, now: float) -> dict:
         """The history's account of this generation's shard recovery (rollcall.core.history)."""
-        spec = self.config.sharding
-        plan = self.recovery
+        spec = self._config.sharding
+        plan = self._recovery
         if plan is None:
-            return rec(now, "info", "recovery", KEEPER, gen=self.generation, initial=True,
+            return rec(now, "info", "recovery", KEEPER, gen=self._generation, initial=True,
                        fallback=False, lost=[], copies=0, reloads=0, bytes_moved=0,
                        bytes_reloaded=0, steps_lost=0)
-        return rec(now, "info", "recovery", KEEPER, gen=self.generation, initial=False,
-                   fallback=self.fallback, lost=runs_of_sorted(plan.lost),
+        return rec(now, "info", "recovery", KEEPER, gen=self._generation, initial=False,
+                   fallback=self._fallback, lost=runs_of_sorted(plan.lost),
                    copies=len(plan.copies), reloads=len(plan.reloads),
                    bytes_moved=plan.bytes_moved(spec.shard_bytes),
                    bytes_reloaded=plan.bytes_reloaded(spec.shard_bytes),
@@ -1500,7 +1583,7 @@ class Keeper:
         admitted = old | new if overflow else r.joined
         held = sorted((c for c, ws in r.by_cursor.items()
                        if c is not None and not ws.isdisjoint(admitted)), reverse=True)
-        fallback = self.checkpoint or Cursor()
+        fallback = self._checkpoint or Cursor()
         for best in held:
             if best < fallback:
                 break
@@ -1519,7 +1602,7 @@ class Keeper:
         abandoned, and resuming it would fork the training history."""
         if state_gen is None:  # answered a roll call of the latest generation
             return True
-        for gen, step in reversed(self.resumes):
+        for gen, step in reversed(self._resumes):
             if gen <= state_gen:
                 break
             if step < cursor.step:
@@ -1527,25 +1610,25 @@ class Keeper:
         return True
 
     def _membership(self) -> Membership:
-        if self.placement is None:
-            return Membership(self.generation, self.members, self.member_lives, self.cursor,
-                              self.source, self.stale, term=self.term)
-        return Membership(self.generation, self.members, self.member_lives, self.cursor,
-                          self.source, self.stale, self.placement.shards, self.recovery,
-                          self.fallback, self.term)
+        if self._placement is None:
+            return Membership(self._generation, self._members, self._member_lives, self._cursor,
+                              self._source, self._stale, term=self._term)
+        return Membership(self._generation, self._members, self._member_lives, self._cursor,
+                          self._source, self._stale, self._placement.shards, self._recovery,
+                          self._fallback, self._term)
 
     def _refuse(self, now: float, worker: WorkerId, incarnation: int, what: str,
                 reason: str) -> None:
         self._out.append(Record(rec(now, "info", "refuse", KEEPER, worker=worker,
                                     incarnation=incarnation, what=what, reason=reason)))
-        self._out.append(Send(worker, Refused(worker, incarnation, self.generation, reason,
-                                              self.term)))
+        self._out.append(Send(worker, Refused(worker, incarnation, self._generation, reason,
+                                              self._term)))
 
     def _flush(self) -> list[Output]:
         """The outputs so far, up to the first :class:`Persist`: what follows
         it is held back until :meth:`persisted` answers."""
         out, self._out = self._out, []
-        if self.config.durable:
+        if self._config.durable:
             for i, o in enumerate(out):
                 if isinstance(o, Persist):
                     assert self._awaiting is None and not self._held, "one Persist at a time"
