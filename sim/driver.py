@@ -126,8 +126,8 @@ import simpy
 
 from rollcall.config import data_spec, draws, horizon_s, job_policy, keeper_config, repair_shop
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Blame, Broadcast, Checkpointed, Cursor, Enter,
-    FailureTally, Formed, IdRuns, Persist,
+    DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Blame, Broadcast, Checkpointed, Cursor, Deposed,
+    Enter, FailureTally, Formed, IdRuns, Persist,
     JobFailed, Keeper, Log, Membership, Pull, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
     Warm,
     Send, SendToKeeper, Stop, check, commit, describe_assignment, members_delta, members_field,
@@ -392,6 +392,8 @@ class Simulation:
                 self._relaunch(now, out)
             elif isinstance(out, JobFailed):
                 self._finish(now, False, f"job failed: {out.reason}")
+            elif isinstance(out, Deposed):
+                pass  # its lease lapsed: sim.failover stops it at the lease's end
             elif isinstance(out, Persist):  # always last: the keeper holds back the rest
                 self._apply(now, self.failover.persist(now, out))
         self._round_alarm(now)

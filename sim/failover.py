@@ -79,17 +79,33 @@ class KeeperFailover:
 
     def cut(self, now: float, for_s: float) -> None:
         """``partition_keeper``: the active keeper loses etcd, not its workers.
-        It decides on until its lease ends on its own clock (90% of the TTL
-        after its last renewal, taken as now), then stops; a standby takes
-        over ``takeover_s`` after the cut (not before the keeper stopped)."""
+        Its lease is renewed without a gap while it reaches etcd, so its last
+        renewal is now: the keeper is told its lease holds until
+        ``LEASE_MARGIN`` of the TTL from now (:meth:`Keeper.hold`, as the
+        keeper process is after each renewal) and deposes itself there, on
+        its own clock; a standby takes over ``takeover_s`` after the cut (not
+        before the keeper stopped)."""
         sim = self.sim
         if self.down or sim.state == DONE:
             return
+        keeper = sim.keeper
         sim._write(rec(now, "info", "fault", NEMESIS, kind="partition_keeper",
-                       term=sim.keeper.term, for_s=for_s))
-        stop = now + LEASE_MARGIN * sim.sc.keeper.lease_ttl_s
-        back = max(now + self.takeover_s, stop)
-        sim._at(stop, lambda: self.fail(sim.env.now, "partition", back_at=back))
+                       term=keeper.term, for_s=for_s))
+        until = now + LEASE_MARGIN * sim.sc.keeper.lease_ttl_s
+        keeper.hold(now, until)
+        back = max(now + self.takeover_s, until)
+        sim._at(until, lambda: self._lease_lapsed(keeper, back))
+
+    def _lease_lapsed(self, keeper: Keeper, back_at: float) -> None:
+        """The cut-off keeper's lease ends: woken, it deposes itself (its
+        ``deposed`` record and :class:`Deposed`), and it stops."""
+        sim = self.sim
+        if sim.keeper is not keeper or self.down or sim.state == DONE:
+            return
+        now = sim.env.now
+        sim._kcall(now, keeper.handle_timer)
+        if sim.state != DONE:
+            self.fail(now, "partition", back_at=back_at)
 
     def fail(self, now: float, cause: str, back_at: Optional[float] = None) -> None:
         """The active keeper stops now (``cause``: ``crash`` at random, ``kill``

@@ -133,8 +133,9 @@ def test_keeper_deaths_anywhere_keep_the_history_valid(tmp_path_factory, kills, 
 
 def test_a_keeper_cut_off_from_etcd_decides_until_its_lease_ends(tmp_path: Path) -> None:
     """``partition_keeper`` on the sim: the job commits on while the cut
-    keeper's lease holds (90% of the TTL, on its own clock), then a
-    standby takes over ``takeover_s`` after the cut."""
+    keeper's lease holds (90% of the TTL, on its own clock: ``Keeper.hold``,
+    as on real), the keeper deposes itself when it lapses, then a standby
+    takes over ``takeover_s`` after the cut."""
     sc = _scenario(faults="{at_step: 20, partition_keeper: active, for_s: 5}")
     s = run(sc, tmp_path)
     assert s["completed"] and s["valid"], s["violations"]
@@ -145,4 +146,7 @@ def test_a_keeper_cut_off_from_etcd_decides_until_its_lease_ends(tmp_path: Path)
     assert takeover["t"] == pytest.approx(cut["t"] + sc.keeper.takeover_s)
     stop = cut["t"] + 0.9 * sc.keeper.lease_ttl_s
     commits = [r["t"] for r in recs if r["f"] == "commit" and cut["t"] < r["t"] <= takeover["t"]]
-    assert commits and max(commits) <= stop + 1e-9, "it decides while its lease holds, not after"
+    assert commits and max(commits) < stop, "it decides while its lease holds, not after"
+    (deposed,) = [r for r in recs if r["f"] == "deposed"]
+    assert deposed["t"] == pytest.approx(stop) and deposed["reason"] == "lease-lapsed"
+    assert deposed["term"] == cut["term"]

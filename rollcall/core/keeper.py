@@ -153,9 +153,9 @@ class KeeperConfig:
 
 # Where a keeper ends its lease, as a share of the TTL counted from when the
 # renewal was sent: before the store's end (clock drift, the renewal's trip),
-# so it has stopped deciding before a standby can win. The keeper process
-# (real) passes it to :meth:`Keeper.hold`; the sim's failover stops its
-# partitioned keeper at the same share of the TTL (sim/failover.py).
+# so it has stopped deciding before a standby can win. Both drivers pass it
+# to :meth:`Keeper.hold`: the keeper process after each renewal, the sim's
+# failover at a partition_keeper cut (its last renewal).
 LEASE_MARGIN = 0.9
 
 
