@@ -132,6 +132,9 @@ time: each driver returns when its run is over.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -194,13 +197,30 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pair]:
             if sc.keeper.store == "etcd" and etcd_binary() is None:
                 pytest.skip(f"{name} keeps its record in etcd on real: no etcd binary "
                             f"(Debian's etcd-server)")
-            out = tmp_path_factory.mktemp(name)
-            sim_driver.run(sc, out / "sim")
-            real_driver.run(sc, out / "real")
+            out = _pair_dir(tmp_path_factory, key)
+            if not (out / "done").exists():
+                # the caller holds the run's real-process lock (tests/conftest.py),
+                # so no other xdist worker writes this pair meanwhile
+                shutil.rmtree(out, ignore_errors=True)  # an earlier attempt's, cut short
+                out.mkdir(parents=True)
+                sim_driver.run(sc, out / "sim")
+                real_driver.run(sc, out / "real")
+                (out / "done").touch()
             cache[key] = Pair(sc, list(read_history(out / "sim")), list(read_history(out / "real")))
         return cache[key]
 
     return get
+
+
+def _pair_dir(factory: pytest.TempPathFactory, key: tuple[str, ...]) -> Path:
+    """Where one scenario's pair of runs is kept for the whole test run: in the
+    temporary root every xdist worker shares, so tests of one module that
+    land on different workers run each pair once, not once per worker."""
+    root = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        root = root.parent  # shared by the run's workers (as tests/conftest.py's lock)
+    digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
+    return root / "conformance-pairs" / f"{key[0]}-{digest}"
 
 
 def comparable(sc: Scenario, ds: list[Decision], dead: set[int]) -> list[Decision]:
