@@ -34,6 +34,8 @@ from typing import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
+from real_processes import shared_tmp_root  # noqa: E402
+
 REAL_GROUP = "real-processes"
 
 
@@ -47,7 +49,7 @@ def _real_lock(config: pytest.Config) -> Iterator[None]:
     if os.environ.get("PYTEST_XDIST_WORKER") is None:  # one process: nothing to share
         yield
         return
-    root = config._tmp_path_factory.getbasetemp().parent  # shared by the run's workers
+    root = shared_tmp_root(config._tmp_path_factory)
     with open(root / "real-processes.lock", "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)  # bounded: each holder's own test timeout
         try:

@@ -133,7 +133,6 @@ time: each driver returns when its run is over.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -147,7 +146,7 @@ from rollcall.decisions import Decision, decisions, drop, first_difference, kill
 from rollcall.results import read_history
 from rollcall.scenario import Scenario, load_scenario
 from real.netns import netns_available
-from real_processes import REAL_PROCESSES
+from real_processes import REAL_PROCESSES, shared_tmp_root
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -216,11 +215,8 @@ def _pair_dir(factory: pytest.TempPathFactory, key: tuple[str, ...]) -> Path:
     """Where one scenario's pair of runs is kept for the whole test run: in the
     temporary root every xdist worker shares, so tests of one module that
     land on different workers run each pair once, not once per worker."""
-    root = factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
-        root = root.parent  # shared by the run's workers (as tests/conftest.py's lock)
     digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
-    return root / "conformance-pairs" / f"{key[0]}-{digest}"
+    return shared_tmp_root(factory) / "conformance-pairs" / f"{key[0]}-{digest}"
 
 
 def comparable(sc: Scenario, ds: list[Decision], dead: set[int]) -> list[Decision]:
