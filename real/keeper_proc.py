@@ -107,7 +107,7 @@ class KeeperProcess:
         sent = self.now()
         last = self.store.last_generation()
         record = None if last is None else record_from_data(last["record"])
-        self.keeper = Keeper.restored(keeper_config(self.sc, "real"), record, self.lead.term)
+        self.keeper = Keeper.restored(keeper_config(self.sc), record, self.lead.term)
         self.keeper.hold(sent, sent + LEASE_MARGIN * self.ttl_s)
         self.renew_at = sent + self.ttl_s / 4
 

@@ -178,7 +178,7 @@ class Launcher:
 
             self.keeper: Any = RemoteKeeper(self, self.sel)
         else:
-            self.keeper = LocalKeeper(Keeper(keeper_config(scenario, "real")), self)
+            self.keeper = LocalKeeper(Keeper(keeper_config(scenario)), self)
         self.generation = 0
         self.members: IdRuns = EMPTY
         self.completed = False  # a commit vote said the job has all its steps

@@ -43,25 +43,23 @@ def job_policy(sc: Scenario) -> JobPolicy:
                      checkpoint_interval_steps=sc.strategy.checkpoint_interval_steps)
 
 
-def keeper_config(sc: Scenario, target: str) -> KeeperConfig:
-    """The record-keeper's configuration on ``target`` (``sim`` or ``real``).
+def keeper_config(sc: Scenario) -> KeeperConfig:
+    """The record-keeper's configuration, the same on every target.
 
     A restart round expects every relaunched worker; one that has not joined
-    ``restart_s`` plus the detector's silence (``timeout_s``) after the teardown is as silent as a dead worker
-    (its host may have died meanwhile): the detector's rule, applied from the
-    relaunch. ``restart_s`` is the scenario's bound on a restart on both
-    targets; the only difference is that the sim charges it as simulated time
-    between teardown and relaunch, while a real restart takes what it takes.
+    ``restart_s`` plus the detector's silence (``timeout_s``) after the
+    teardown is as silent as a dead worker (its host may have died
+    meanwhile): the detector's rule, applied from the relaunch. The keeper
+    relaunches at once; ``restart_s`` is how long the new processes take to
+    start, which the sim charges as simulated time and a real restart
+    takes in fact.
     """
-    if target not in ("sim", "real"):
-        raise ValueError(f"unknown target {target!r}")
     d, r, s = sc.detector, sc.rendezvous, sc.strategy
     return KeeperConfig(
         min_workers=r.min_workers, max_workers=r.max_workers, last_call_s=r.last_call_s,
         detector=make_detector(d.kind, d.heartbeat_s, d.timeout_s, d.phi_threshold),
         join_timeout_s=r.join_timeout_s, strategy=s.kind,
         relaunch_timeout_s=s.restart_s + d.silence_s,
-        restart_delay_s=s.restart_s if target == "sim" else 0.0,
         sharding=shard_spec(sc), policy=job_policy(sc), stragglers=straggler_policy(sc),
         restart_failure=s.restart_failure, max_restarts=s.max_restarts,
         max_recoveries_without_progress=s.max_recoveries_without_progress,

@@ -77,9 +77,10 @@ What is simulated, and where the core decides
   the state, striped over the members that hold it (``model_params *
   bytes_per_param / bandwidth_Bps + latency_s`` while they outnumber the
   newcomers, :func:`sim.sharded.replicated_copy_time`), then continue. ``checkpoint-restart``: the
-  keeper's ``RestartJob`` tears every member process down, ``restart_s``
-  later all members whose node is up are relaunched as new incarnations
-  (one ``JoinBatch`` of new lives), the keeper resumes from the checkpoint
+  keeper's ``RestartJob`` tears every member process down and its
+  ``Relaunch`` names a new incarnation for each member whose node is up;
+  each process starts ``restart_s`` later (unless its node fails first)
+  and joins (one ``JoinBatch`` of new lives), the keeper resumes from the checkpoint
   it was told of (``Checkpointed``), the job pays ``checkpoint_read_s`` and
   redoes the lost steps. The keeper waits for an expected relaunched worker
   ``restart_s`` plus the detector's silence (``KeeperConfig.relaunch_timeout_s``). Both
@@ -189,7 +190,7 @@ class Simulation:
         self.lat = float(sc.network.latency_s)
         notice = sc.detector.exit_notice_s  # a killed process's exit, heard by the keeper
         self.exit_notice_s = self.lat if notice is None else float(notice)
-        config = keeper_config(sc, "sim")
+        config = keeper_config(sc)
         if relaunch_timeout_s is not None:  # regression tests of older keeper settings
             config = dataclasses.replace(config, relaunch_timeout_s=relaunch_timeout_s)
         self.detector = config.detector
@@ -543,6 +544,7 @@ class Simulation:
             self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
         self.nodes.hw[w] = False
         self.nodes.life[w] += 1
+        self.nodes.starting[w] = -1  # a relaunched process still starting never starts
         if not self.failover.down:  # else the supervisor tells the next keeper
             self.keeper.node_down(now, w)
             self._round_alarm(now)  # a restarting group's loss fails the restart
@@ -1352,9 +1354,11 @@ class Simulation:
 
     def _restart(self, now: float, teardown: IdRuns) -> None:
         """Checkpoint-restart: the process of every worker in ``teardown`` (the
-        members, or the lives a restart that failed had started) is torn down; the keeper's :class:`Relaunch` says, when it is
-        due, which nodes get a fresh process (a stopped process is killed by
-        the teardown too, and its node relaunched)."""
+        members, or the lives a restart that failed had started) is torn
+        down, and one still starting never starts; the keeper's
+        :class:`Relaunch` that follows says which nodes get a fresh process
+        (a stopped process is killed by the teardown too, and its node
+        relaunched)."""
         self.tally.counts["restarts"] += 1
         if self.state in (SYNC, RUN, CKPT, WAIT):
             self._abandon(now)
@@ -1367,6 +1371,7 @@ class Simulation:
         self.nodes.pause_epoch += members  # a stopped process is killed too: no resume
         self.nodes.proc &= ~members
         self.nodes.paused &= ~members
+        self.nodes.starting[members] = -1
         self.isolated = {w for w in self.isolated if not members[w]}
         for w in [w for w in self.agents if members[w]]:
             self.agents.pop(w, None)
@@ -1379,7 +1384,10 @@ class Simulation:
         self._clock(now)
 
     def _relaunch(self, now: float, order: Relaunch) -> None:
-        """A fresh process on every node the keeper names, as the life it names."""
+        """The keeper relaunched the nodes it names: a fresh process starts on
+        each, as the life the keeper names, ``restart_s`` later (the
+        scenario's restart time, physics the keeper does not decide), unless
+        its node fails or a teardown voids it meanwhile."""
         if self.state == DONE:
             return
         ids = order.workers
@@ -1393,7 +1401,24 @@ class Simulation:
         sample = ids if len(ids) <= 64 else (ids.first(), ids.last())
         assert all(order.incarnations.of(w) > self.nodes.life_of(w) for w in sample), \
             "a relaunch starts a newer life on each node"
-        self.nodes.relaunched(up, order.incarnations)
+        number = self.nodes.relaunch_ordered(up, order.incarnations)
+        restart_s = self.sc.strategy.restart_s
+        if restart_s > 0:
+            self._at(now + restart_s, self._relaunched, order, number)
+        else:
+            self._relaunched(order, number)
+
+    def _relaunched(self, order: Relaunch, number: int) -> None:
+        """The processes relaunch ``number`` ordered are up: each that was not
+        voided meanwhile runs its life and asks to join."""
+        if self.state == DONE:
+            return
+        now = self.env.now
+        up = self.nodes.relaunch_started(number)
+        count = int(np.count_nonzero(up))
+        if not count:
+            return
+        ids = order.workers if count == len(order.workers) else _ids_of_flags(up)
         self.nodes.proc |= up
         self.nodes.paused &= ~up
         np.copyto(self.nodes.started_at, now, where=up)

@@ -138,10 +138,11 @@ class KeeperFailover:
         nodes = sim.nodes
         for w in np.flatnonzero(~nodes.hw[:sim.n_nodes]):  # the supervisor reports the down nodes
             k.node_down(now, int(w))
-        started = nodes.lives_started()
+        # the lives running, and those a relaunch is starting (a process, not yet joined)
+        started = nodes.lives_started() | nodes.lives_starting()
         sim._kcall(now, k.take_over, started)
         for w in k.members:  # ... and the members whose process is gone
-            if not nodes.proc[w]:
+            if not nodes.proc[w] and nodes.starting[w] < 0:
                 sim._kcall(now, k.exited, w, nodes.life_of(w))
         self._reconnect(now)
         sim._alarm(now + sim.detector.silence_s())  # the verdicts on the silent ones

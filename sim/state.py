@@ -42,14 +42,19 @@ class Nodes:
     # the relaunch that started each node's current / last process (an index
     # into ``relaunches``, the keeper's lives of each), -1: started alone (``inc``)
     relaunch: np.ndarray
+    # a relaunched process still starting (``restart_s``): the number of the
+    # relaunch that ordered it, -1: none (a teardown or the node's loss voids it)
+    starting: np.ndarray
     relaunches: list[Lives] = field(default_factory=list)
+    ordered: dict[int, Lives] = field(default_factory=dict)  # relaunch number -> its lives
+    orders: int = 0  # relaunches ordered so far
 
     @classmethod
     def zeros(cls, n: int) -> "Nodes":
         flags = [np.zeros(n, bool) for _ in range(4)]
         return cls(*flags, np.zeros(n, np.int64), np.zeros(n), np.zeros(n, np.int64),
                    np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool),
-                   np.full(n, -1, np.int64))
+                   np.full(n, -1, np.int64), np.full(n, -1, np.int64))
 
     def beating(self) -> np.ndarray:
         """Nodes whose process runs and beats."""
@@ -80,6 +85,29 @@ class Nodes:
         """A process started on every node of the mask ``up`` as ``lives`` names."""
         self.relaunch[up] = len(self.relaunches)
         self.relaunches.append(lives)
+
+    def relaunch_ordered(self, up: np.ndarray, lives: Lives) -> int:
+        """A relaunch's processes begin to start on the nodes of the mask
+        ``up``, as ``lives`` names; returns the relaunch's number."""
+        self.orders += 1
+        self.starting[up] = self.orders
+        self.ordered[self.orders] = lives
+        return self.orders
+
+    def relaunch_started(self, number: int) -> np.ndarray:
+        """The processes relaunch ``number`` began are up, those not voided
+        meanwhile (a teardown, the node's loss): the mask of their nodes."""
+        lives = self.ordered.pop(number)
+        up = self.starting == number
+        if up.any():
+            self.starting[up] = -1
+            self.relaunched(up, lives)
+        return up
+
+    def lives_starting(self) -> dict[int, int]:
+        """Node -> the life of its relaunched process still starting."""
+        return {w: life for w in map(int, np.flatnonzero(self.starting >= 0))
+                if (life := self.ordered[int(self.starting[w])].of(w)) is not None}
 
     def lives_started(self) -> dict[int, int]:
         """Node -> the life of its current or last process, for every node

@@ -513,7 +513,7 @@ def test_a_big_job_costs_groups_not_ids() -> None:
 def _config(strategy: str, n: int) -> KeeperConfig:
     return KeeperConfig(min_workers=1, max_workers=n, last_call_s=0.5,
                         detector=TimeoutDetector(H, 3.0), strategy=strategy,
-                        relaunch_timeout_s=20.0, restart_delay_s=1.0)
+                        relaunch_timeout_s=20.0)
 
 
 class _Loop:

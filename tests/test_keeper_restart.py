@@ -15,13 +15,12 @@ from rollcall.core import (
 from rollcall.core.keeper import RELAUNCH_LISTED_MAX
 
 
-def keeper(n_max: int = 3, restart_delay_s: float = 0.0, steps: int = 10,
+def keeper(n_max: int = 3, steps: int = 10,
            strategy: str = "checkpoint-restart", restart_failure: str = "repeat",
            max_restarts: int | None = None) -> Keeper:
     return Keeper(KeeperConfig(min_workers=1, max_workers=n_max, last_call_s=0.5,
                                detector=TimeoutDetector(0.5, 3.0), strategy=strategy,
-                               relaunch_timeout_s=restart_delay_s + 20.0,
-                               restart_delay_s=restart_delay_s,
+                               relaunch_timeout_s=20.0,
                                policy=JobPolicy(steps=steps, checkpoint_interval_steps=5),
                                restart_failure=restart_failure, max_restarts=max_restarts))
 
@@ -66,53 +65,58 @@ def test_a_crashed_process_on_a_healthy_node_is_relaunched() -> None:
     assert relaunch.lives() == {0: 1, 1: 1, 2: 1}
 
 
-def test_relaunch_waits_restart_delay_and_skips_a_node_lost_meanwhile() -> None:
-    """``restart_failure: replace``: the restart goes on without the lost node."""
-    k = keeper(restart_delay_s=30.0, restart_failure="replace")
+def test_a_relaunched_node_lost_before_it_joins_is_waited_for_until_the_timeout() -> None:
+    """``restart_failure: replace``: the keeper relaunches at once; a node
+    lost while its new process starts never joins, and the round stops
+    waiting for it at the relaunch timeout, then goes on without it."""
+    k = keeper(restart_failure="replace")
     start(k, 3)
     out = k.exited(2.0, 2, 0)
-    assert of(out, RestartJob) and not of(out, Relaunch)
-    assert k.next_round_deadline() == 32.0
-    k.node_down(10.0, 1)  # dies during the restart
-    (relaunch,) = of(k.handle_timer(32.0), Relaunch)
-    assert relaunch.lives() == {0: 1, 2: 1}
-    out = k.receive(32.1, JoinBatch(relaunch.workers, None, relaunch.incarnations))
-    out += k.handle_timer(32.6)  # new lives only: the last call passes
+    assert of(out, RestartJob)
+    (relaunch,) = of(out, Relaunch)  # at once: the restart time is the processes'
+    assert relaunch.lives() == {0: 1, 1: 1, 2: 1}
+    k.node_down(10.0, 1)  # dies while its new process starts
+    out = k.receive_many(20.1, [Join(0, 1, None), Join(2, 1, None)])
+    out += k.handle_timer(20.6)
+    assert not of(out, Formed)
+    assert k.next_round_deadline() == 22.0  # the relaunch timeout, from the teardown
+    out = k.handle_timer(22.0)
+    assert [(o.record["worker"], o.record["reason"]) for o in of(out, Record)
+            if o.record["f"] == "evict"] == [(1, "never-relaunched")]
+    out += k.handle_timer(22.5)  # new lives only: the last call passes
     (f,) = of(out, Formed)
-    assert tuple(f.members) == (0, 2)  # nobody waits for worker 1
+    assert tuple(f.members) == (0, 2)
 
 
 def test_a_node_lost_during_the_restart_starts_it_over() -> None:
     """``restart_failure: repeat`` (the default): the loss is detected (the
     detector's silence after the node went down) and the restart starts
-    over from there; the lives it had not started yet are relaunched as
-    ordered, without the lost node."""
-    k = keeper(restart_delay_s=30.0)
+    over from there: every life it started is torn down and the others are
+    relaunched as their next ones, without the lost node."""
+    k = keeper()
     start(k, 3)
     k.exited(2.0, 2, 0)
     k.node_down(10.0, 1)
     assert k.next_round_deadline() == 13.0  # its silence, as the detector's
     out = k.handle_timer(13.0)
     (restart,) = of(out, RestartJob)
-    assert restart.reason == "restart-failure" and tuple(restart.teardown) == ()
-    assert not of(out, Relaunch) and k.next_round_deadline() == 43.0
-    (relaunch,) = of(k.handle_timer(43.0), Relaunch)
-    assert relaunch.lives() == {0: 1, 2: 1}
+    assert restart.reason == "restart-failure" and tuple(restart.teardown) == (0, 1, 2)
+    (relaunch,) = of(out, Relaunch)
+    assert relaunch.lives() == {0: 2, 2: 2}
 
 
 def test_a_relaunched_life_lost_before_the_job_resumes_fails_the_group() -> None:
     """A relaunched life that dies before the generation forms: every life
     the restart started is torn down and relaunched as its next one."""
-    k = keeper(restart_delay_s=1.0)
+    k = keeper()
     start(k, 3)
-    k.exited(2.0, 2, 0)
-    (relaunch,) = of(k.handle_timer(3.0), Relaunch)
+    (relaunch,) = of(k.exited(2.0, 2, 0), Relaunch)
     assert relaunch.lives() == {0: 1, 1: 1, 2: 1}
     k.receive(3.1, Join(0, 1, None))
     out = k.exited(3.2, 0, 1)  # before the others joined
     (restart,) = of(out, RestartJob)
     assert restart.reason == "restart-failure" and tuple(restart.teardown) == (0, 1, 2)
-    (relaunch,) = of(k.handle_timer(4.2), Relaunch)
+    (relaunch,) = of(out, Relaunch)
     assert relaunch.lives() == {0: 2, 1: 2, 2: 2}
     out = k.receive(4.3, JoinBatch(relaunch.workers, None, relaunch.incarnations))
     out += k.handle_timer(4.8)
@@ -204,18 +208,18 @@ def test_a_failed_restart_never_relaunches_a_life_node_up_handed_out() -> None:
     and repaired during a restart; node_up handed out its ordered life 1, whose
     process was starting when the group failed. The new restart tears that
     life down too and relaunches life 2: never the same life twice."""
-    k = keeper(restart_delay_s=1.0)
+    k = keeper()
     start(k, 2)
     k.node_down(2.0, 1)
-    k.exited(2.0, 1, 0)  # restart: worker 1's node is down, not relaunched
-    (relaunch,) = of(k.handle_timer(3.0), Relaunch)
+    # restart: worker 1's node is down, not relaunched
+    (relaunch,) = of(k.exited(2.0, 1, 0), Relaunch)
     assert relaunch.lives() == {0: 1}
     assert k.node_up(3.0, 1) == 1  # repaired: its process starts as the ordered life
     k.receive(3.1, Join(0, 1, None))
     out = k.exited(3.2, 0, 1)
     (restart,) = of(out, RestartJob)
     assert tuple(restart.teardown) == (0, 1)
-    (relaunch,) = of(k.handle_timer(4.2), Relaunch)
+    (relaunch,) = of(out, Relaunch)
     assert relaunch.lives() == {0: 2, 1: 2}
 
 
@@ -245,14 +249,16 @@ def test_max_restarts_counts_every_restart_and_then_the_job_gives_up() -> None:
     the restarting group counts too; past the budget the keeper orders no
     restart but a JobFailed, with the history's ``round`` ``fail`` record,
     and decides nothing after it."""
-    k = keeper(restart_delay_s=30.0, max_restarts=2)
+    k = keeper(max_restarts=2)
     start(k, 3)
     assert of(k.exited(2.0, 2, 0), RestartJob)  # 1
     k.node_down(10.0, 1)
-    assert of(k.handle_timer(13.0), RestartJob)  # 2: the restart starts over
-    (relaunch,) = of(k.handle_timer(43.0), Relaunch)
-    k.receive(43.1, Join(0, 1, None))
-    out = k.exited(43.2, 0, 1)  # a third loss: no third restart
+    out = k.handle_timer(13.0)
+    assert of(out, RestartJob)  # 2: the restart starts over
+    (relaunch,) = of(out, Relaunch)
+    assert relaunch.lives() == {0: 2, 2: 2}
+    k.receive(13.1, Join(0, 2, None))
+    out = k.exited(13.2, 0, 2)  # a third loss: no third restart
     assert not of(out, RestartJob) and not of(out, Relaunch)
     (failed,) = of(out, JobFailed)
     assert failed.reason.startswith("max_restarts=2 reached")
@@ -296,22 +302,20 @@ def test_members_silent_in_one_tick_cost_one_restart() -> None:
     assert relaunch.lives() == {0: 1, 1: 1, 2: 1}
 
 
-def test_a_node_repaired_before_its_relaunch_starts_the_ordered_life_once() -> None:
-    """A restart orders node 2's next life; the node fails and is repaired
-    before the relaunch is due, and node_up hands that very life to the
-    repaired node's process. The relaunch then starts the others only: never
-    the same life twice (the sim once found the node already running it)."""
-    k = keeper(restart_delay_s=30.0, restart_failure="replace")
+def test_a_node_repaired_during_the_restart_starts_a_life_after_the_relaunched_one() -> None:
+    """A restart relaunches node 2 as life 1; the node fails and is repaired
+    before that process joined, and node_up hands the repaired node's
+    process the next life: never the same life twice. Its Join replaces the
+    relaunched life the round waited for."""
+    k = keeper(restart_failure="replace")
     start(k, 3)
-    out = k.exited(2.0, 1, 0)
-    assert of(out, RestartJob) and not of(out, Relaunch)  # due 30 s later
+    (relaunch,) = of(k.exited(2.0, 1, 0), Relaunch)
+    assert relaunch.lives() == {0: 1, 1: 1, 2: 1}
     k.node_down(5.0, 2)
     life = k.node_up(6.0, 2)
-    assert life == 1  # the life the restart ordered for node 2, never started
-    (relaunch,) = of(k.handle_timer(32.0), Relaunch)
-    assert relaunch.lives() == {0: 1, 1: 1}
-    out = k.receive_many(32.1, [JoinBatch(relaunch.workers, None, relaunch.incarnations),
-                                Join(2, life, None)])
-    out += k.handle_timer(33.0)
+    assert life == 2
+    out = k.receive_many(8.1, [Join(0, 1, None), Join(1, 1, None), Join(2, life, None)])
+    out += k.handle_timer(9.0)
     (formed,) = of(out, Formed)
     assert tuple(formed.members) == (0, 1, 2)
+    assert k.incarnation_of(2) == 2

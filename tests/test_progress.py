@@ -91,7 +91,7 @@ def test_a_verdict_is_never_given_before_the_job_has_been_measured(
 def _keeper(limit: int | None) -> Keeper:
     return Keeper(KeeperConfig(
         min_workers=2, max_workers=2, last_call_s=0.0, detector=make_detector("timeout", 0.5, 2.0),
-        strategy="checkpoint-restart", restart_delay_s=0.0, max_recoveries_without_progress=limit))
+        strategy="checkpoint-restart", max_recoveries_without_progress=limit))
 
 
 def test_the_keeper_gives_up_a_checkpoint_restart_that_never_gets_further() -> None:

@@ -53,7 +53,7 @@ def _run(text: str, seed: int) -> tuple[Simulation, dict]:
     return sim, summary
 
 
-@pytest.mark.parametrize("seed", [0, 2])
+@pytest.mark.parametrize("seed", [0, 7])
 def test_a_relaunch_starts_the_life_the_keeper_names(seed: int) -> None:
     """The keeper alone counts lives: a life it handed a repaired node and a
     restart then tore down is skipped, and the relaunch starts the next one
@@ -103,16 +103,20 @@ failures:
 
 def test_a_node_lost_while_the_job_restarts_fails_the_restart_once_detected() -> None:
     """``restart_failure: repeat``: a node of the restarting group is lost
-    while the group waits for its relaunch; the restart starts over once the
-    loss is detected (30 s + the 2 s timeout), as the keeper's timer says
-    on both targets, not when the relaunch comes due (101 s)."""
+    while the relaunched processes start (100 s); the restart starts over
+    once the loss is detected (30 s + the 2 s timeout), as the keeper's
+    timer says on both targets, not when those processes come up (101 s)."""
     sim = Simulation(parse_scenario(LOST_WHILE_RESTARTING))
     summary = sim.run(max_wall_s=HANG_GUARD_S)
     assert summary["completed"] and summary["valid"], summary["violations"][:2]
     restarts = [(r["reason"], r["t"]) for r in sim.records if r["f"] == "restart"]
     assert restarts == [("failure", pytest.approx(1.002)), ("restart-failure", 32.0)]
-    (relaunch,) = [r for r in sim.records if r["f"] == "relaunch"]
-    assert relaunch["t"] == 132.0 and relaunch["not_relaunched"] == [[1, 2]]
+    first, again = [r for r in sim.records if r["f"] == "relaunch"]
+    assert first["t"] == pytest.approx(1.002) and first["not_relaunched"] == [[1, 1]]
+    assert again["t"] == 32.0 and again["not_relaunched"] == [[1, 2]]
+    assert again["incarnation"] == 2  # the lives the first relaunch started are over
+    (formed,) = [r for r in sim.records if r["f"] == "generation" and r["gen"] == 2]
+    assert formed["t"] == pytest.approx(132.0005)  # the new processes took restart_s
 
 # a job whose MTBF (100 s) is far below its restart (600 s): checkpoint-restart
 # never gets a restart through, elastic recovers in seconds
@@ -173,8 +177,9 @@ def test_a_step_repriced_in_flight_is_charged_what_it_cost(seed: int) -> None:
     assert accounted == pytest.approx(s["end_s"], rel=1e-9, abs=1e-12)
 
 
-# the active keeper dies while checkpoint-restart restarts (after the teardown,
-# before the relaunch); its last record is of the generation before
+# the active keeper dies while checkpoint-restart restarts (after the teardown
+# and the relaunch, while the new processes start); its last record is of the
+# generation before
 KEEPER_LOST_IN_A_RESTART = """
 name: keeper-lost-in-a-restart
 cluster: {workers: 2}
@@ -190,18 +195,23 @@ keeper: {store: etcd, standbys: 1}
 
 
 def test_a_new_keeper_restarts_a_group_whose_restart_was_in_flight() -> None:
-    """The standby's roll call finds the members' lives torn down; a
-    checkpoint-restart group that lost a member restarts, as under the old
-    keeper: worker 0 is relaunched and the job completes. It once waited
-    in the roll call for lives nobody would start, until the sim's horizon."""
+    """The standby finds worker 1's process gone and worker 0's new one still
+    starting (reported as running); a checkpoint-restart group that lost a
+    member restarts, as under the old keeper: worker 0 is relaunched as a
+    life after the one starting, never the same life twice, and the job
+    completes. It once waited in the roll call for lives nobody would
+    start, until the sim's horizon."""
     sim = Simulation(parse_scenario(KEEPER_LOST_IN_A_RESTART))
     summary = sim.run(max_wall_s=HANG_GUARD_S)
     assert summary["completed"] and summary["valid"], summary["end_reason"]
     restarts = [r["t"] for r in sim.records if r["f"] == "restart"]
     takeover = [r["t"] for r in sim.records if r["f"] == "takeover"]
     assert len(restarts) == 2 and restarts[1] == takeover[0] == 7.0
-    (relaunch,) = [r for r in sim.records if r["f"] == "relaunch"]
-    assert relaunch["not_relaunched"] == [[1, 1]] and relaunch["incarnation"] == 1
+    first, second = [r for r in sim.records if r["f"] == "relaunch"]
+    assert first["t"] == restarts[0] and second["t"] == restarts[1]
+    assert first["not_relaunched"] == second["not_relaunched"] == [[1, 1]]
+    assert first["incarnation"] == 1 and first["others"] == []
+    assert second["others"] == [[0, 2]]  # worker 0: life 1 was starting
 
 
 # the only worker is paused for a millisecond while the active keeper is down

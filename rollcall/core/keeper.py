@@ -93,9 +93,6 @@ class KeeperConfig:
     # How long a restart round waits for a relaunched worker that never
     # joins (its host may be dead too); None: as long as join_timeout_s.
     relaunch_timeout_s: Optional[float] = None
-    # Checkpoint-restart: from the teardown to the relaunch (the sim's
-    # restart_s; 0 on a real target, whose restart takes what it takes).
-    restart_delay_s: float = 0.0
     # Sharded state: place shards and decide their recovery at every
     # generation (None: replicated state, nothing to decide).
     sharding: Optional[ShardSpec] = None
@@ -136,15 +133,13 @@ class KeeperConfig:
     def __post_init__(self) -> None:
         if not 1 <= self.min_workers <= self.max_workers:
             raise ValueError("need 1 <= min_workers <= max_workers")
-        if self.restart_delay_s < 0:
-            raise ValueError("restart_delay_s must be >= 0")
         if self.max_restarts is not None and self.max_restarts < 0:
             raise ValueError("max_restarts must be >= 0 (or None)")
         if self.max_recoveries_without_progress is not None \
                 and self.max_recoveries_without_progress < 1:
             raise ValueError("max_recoveries_without_progress must be >= 1 (or None)")
-        if self.relaunch_timeout_s is not None and self.relaunch_timeout_s < self.restart_delay_s:
-            raise ValueError("relaunch_timeout_s must cover restart_delay_s")
+        if self.relaunch_timeout_s is not None and self.relaunch_timeout_s < 0:
+            raise ValueError("relaunch_timeout_s must be >= 0 (or None)")
         if self.strategy not in (ELASTIC, CHECKPOINT_RESTART):
             raise ValueError(f"unknown strategy {self.strategy!r}")
         if self.restart_failure not in ("repeat", "replace"):
@@ -203,7 +198,8 @@ class RestartJob:
     """Checkpoint-restart: tear down the process of every worker in ``teardown``.
 
     Those are the members of ``generation``; standbys keep waiting. A
-    :class:`Relaunch` follows ``restart_delay_s`` later.
+    :class:`Relaunch` follows at once: starting the new processes takes
+    what it takes (on the sim, the scenario's ``restart_s``).
     """
 
     generation: int
@@ -306,7 +302,6 @@ class Round:
     last_call_at: Optional[float] = None
     starved_since: Optional[float] = None
     expect_until: Optional[float] = None  # relaunched lives: not heartbeating yet
-    relaunch_at: Optional[float] = None  # a restart's relaunch is due then
     lost_at: Optional[float] = None  # restart_failure repeat: a lost node's detection
 
     def add(self, workers: IdRuns, cursor: Optional[Cursor]) -> None:
@@ -580,7 +575,7 @@ class Keeper:
         r = self._round
         if r is None:
             return times[0] if times else None
-        times += [t for t in (r.last_call_at, r.relaunch_at, r.lost_at) if t is not None]
+        times += [t for t in (r.last_call_at, r.lost_at) if t is not None]
         if r.starved_since is not None and self._config.join_timeout_s is not None:
             times.append(r.starved_since + self._config.join_timeout_s)
         nobody = self._nobody_comes_at(r)
@@ -631,8 +626,6 @@ class Keeper:
         if r is not None and r.lost_at is not None and now >= r.lost_at:
             self._restart_again(now, r)
             r = self._round
-        if r is not None and r.relaunch_at is not None and now >= r.relaunch_at:
-            self._relaunch(now, r)
         if r is not None and r.expect_until is not None and now >= r.expect_until and r.expected:
             assert isinstance(r.expected, IdRuns), "an id set: evictions in id order"
             for worker in r.expected:
@@ -1367,10 +1360,9 @@ class Keeper:
         self._restart(now, "restart-failure", over, keep=r.joined - over)
 
     def _relaunch(self, now: float, r: Round) -> None:
-        """The relaunch a restart ordered is due: the lives of the torn-down
-        members whose node is up now (one that went down meanwhile is not
-        relaunched, and the round stops expecting it)."""
-        r.relaunch_at = None
+        """The relaunch a restart orders with its teardown: the lives of the
+        torn-down members whose node is up (one known to be down is not
+        relaunched, and the round does not expect it)."""
         r.expected = r.expected - self._down
         workers = r.expected
         # a node repaired meanwhile was handed the life ordered for it
@@ -1412,7 +1404,6 @@ class Keeper:
             timeout = cfg.relaunch_timeout_s if cfg.relaunch_timeout_s is not None \
                 else cfg.join_timeout_s
             r.expect_until = now + timeout if timeout is not None else None
-            r.relaunch_at = now + cfg.restart_delay_s
         for cursor, ws in self._standby.items():
             r.add(ws, cursor)
         r.state_gen.update(self._standby_gen)
@@ -1420,9 +1411,8 @@ class Keeper:
         self._standby_gen.clear()
         self._round = r
         self._out.append(Record(rec(now, "invoke", "round", KEEPER, gen=r.generation, reason=reason)))
-        if r.relaunch_at is not None:
-            if r.relaunch_at <= now:
-                self._relaunch(now, r)
+        if not expect:
+            self._relaunch(now, r)
         elif r.expected:
             self._out.append(Broadcast(r.expected, RollCall(r.generation, reason, self._term)))
         self._maybe_close(now)
@@ -1447,7 +1437,7 @@ class Keeper:
                            r.generation)
             return
         r.starved_since = None
-        if r.expected or len(r.joined) < cfg.min_workers or r.relaunch_at is not None:
+        if r.expected or len(r.joined) < cfg.min_workers:
             return
         newcomers = not r.joined.issubset(r.previous)
         if len(r.joined) >= cfg.max_workers or not newcomers:
