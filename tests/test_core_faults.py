@@ -51,15 +51,15 @@ def test_at_step_faults_are_due_by_committed_step() -> None:
     slow_random = ScheduledFault(index=2, trigger="at_step", when=5, action="slow",
                                  targets="random", for_s=1.0, factor=4.0)
     plan = _plan(_kill(0, "at_step", 3, 1), slow_fixed, slow_random, _kill(3, "at_s", 0.0, 0))
-    assert plan.next_gate() == 3
+    assert plan.next_gate() == 3 and plan.next_step() == 3
     assert plan.due_by_step(2) == []
     assert plan.due_by_step(3) == [Due("kill", (1,), index=0)]
     # a slow of fixed targets is handed out a step early, marked with its step
-    assert plan.next_gate() == 4
+    assert plan.next_gate() == 4 and plan.next_step() == 5  # handed out at 4, acts at 5
     assert plan.due_by_step(4) == [Due("slow", (2,), 1.0, rate=3.0, index=1, from_step=5)]
     assert plan.next_gate() == 5
     assert plan.due_by_step(5) == [Due("slow", "random", 1.0, rate=4.0, index=2)]
-    assert plan.next_gate() == 0 and plan.due_by_step(100) == []
+    assert plan.next_gate() == 0 and plan.next_step() is None and plan.due_by_step(100) == []
     assert plan.due_by_time(0.0) == [Due("kill", (0,), index=3)]  # the at_s one, untouched
 
 
@@ -77,17 +77,17 @@ def test_random_crash_times_are_the_core_draws() -> None:
     plan.node_up(1, 1.0)
     plan.node_up(1, 4.0)  # a relaunch on the same hardware life draws nothing
     first = {0: 2.0 + ref.next_lifetime(0), 1: 1.0 + ref.next_lifetime(1)}
-    assert plan.crash_at == first
+    assert plan.next_time() == min(first.values())
     plan.node_down(0)
-    assert 0 not in plan.crash_at
+    assert plan.next_time() == first[1]  # node 0's crash went with its node
     plan.node_up(0, 9.0)  # repaired: the node's next life, k = 1
-    assert plan.crash_at[0] == 9.0 + ref.next_lifetime(0)
+    crash_at = {0: 9.0 + ref.next_lifetime(0), 1: first[1]}
     # crashes come due in time order, as the machine's end
-    order = sorted(plan.crash_at, key=plan.crash_at.__getitem__)
-    assert plan.next_time() == plan.crash_at[order[0]]
-    assert plan.due_by_time(max(plan.crash_at.values())) == [
+    order = sorted(crash_at, key=crash_at.__getitem__)
+    assert plan.next_time() == crash_at[order[0]]
+    assert plan.due_by_time(max(crash_at.values())) == [
         Due("crash", (w,), origin="mtbf") for w in order]
-    assert plan.crash_at == {} and plan.next_time() is None
+    assert plan.next_time() is None and plan.due_by_time(1e12) == []
 
 
 def test_the_same_seed_gives_the_same_crashes_and_another_seed_differs() -> None:
@@ -95,7 +95,11 @@ def test_the_same_seed_gives_the_same_crashes_and_another_seed_differs() -> None
         plan = _plan(seed=seed, mtbf_s=100.0)
         for w in range(8):
             plan.node_up(w, 0.0)
-        return dict(plan.crash_at)
+        crash_at = {}
+        while (t := plan.next_time()) is not None:
+            crash_at.update({due.targets[0]: t for due in plan.due_by_time(t)})
+        assert sorted(crash_at) == list(range(8))
+        return crash_at
 
     assert crashes(3) == crashes(3)
     assert crashes(3) != crashes(4)
@@ -107,10 +111,14 @@ def test_random_slowdowns_are_the_core_draws_and_follow_each_other() -> None:
     ref = Draws(5, None, slow)
     plan.node_up(2, 1.0)
     gap, factor = ref.next_slowdown(2)
-    assert plan.slow_at == {2: (1.0 + gap, factor)}
+    assert plan.next_time() == 1.0 + gap
     assert plan.due_by_time(1.0 + gap) == [Due("slow", (2,), 2.0, rate=factor, origin="mtbf")]
     gap2, factor2 = ref.next_slowdown(2)  # the next one a gap after this one ends
-    assert plan.slow_at == {2: (1.0 + gap + 2.0 + gap2, factor2)}
+    then = 1.0 + gap + 2.0 + gap2
+    assert plan.next_time() == then
+    assert plan.due_by_time(then) == [Due("slow", (2,), 2.0, rate=factor2, origin="mtbf")]
+    plan.node_down(2)
+    assert plan.next_time() is None  # its next slowdown went with the node
 
 
 def test_a_random_target_is_the_seeded_pick() -> None:

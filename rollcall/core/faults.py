@@ -15,6 +15,7 @@ activated spare, or in hosts mode nftables rules on the hosts' links).
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -89,17 +90,31 @@ class Due:
 class FaultPlan:
     """The run's faults, due by training time (:meth:`due_by_time`) and by
     committed step (:meth:`due_by_step`); random crashes and slowdowns of the
-    nodes it is told are up (:meth:`node_up`), drawn from ``draws``."""
+    nodes it is told are up (:meth:`node_up`), drawn from ``draws``.
 
-    def __init__(self, schedule: Sequence[ScheduledFault], draws: Draws) -> None:
-        self.draws = draws  # node lifetimes and random targets, as on the sim
-        self.up: set[int] = set()  # workers whose node's current hardware life has started
+    Crashes and slowdowns wait in heaps (a node's entry is void once it goes
+    down: its epoch moved on), so a sim of 10^5 nodes asks for the next one
+    in O(log n). With ``crashes`` false the plan draws no lifetimes: a model
+    that spends them in compute seconds (the sim's ``failures.age:
+    computing``) times the crashes itself."""
+
+    def __init__(self, schedule: Sequence[ScheduledFault], draws: Draws,
+                 crashes: bool = True) -> None:
+        self._draws = draws  # node lifetimes and random targets, as on the sim
+        self._crashes_drawn = crashes
+        self._up: set[int] = set()  # workers whose node's current hardware life has started
         order = sorted(schedule, key=lambda f: (f.when, f.index))
-        self.by_time: list[ScheduledFault] = [f for f in order if f.trigger == "at_s"]
-        self.by_step: list[ScheduledFault] = [f for f in order if f.trigger == "at_step"]
-        self.crash_at: dict[int, float] = {}  # worker id -> training-time of its crash
-        # worker id -> (training-time, factor) of its next random slowdown
-        self.slow_at: dict[int, tuple[float, float]] = {}
+        self._by_time: list[ScheduledFault] = [f for f in order if f.trigger == "at_s"]
+        self._by_step: list[ScheduledFault] = [f for f in order if f.trigger == "at_step"]
+        self._epoch: dict[int, int] = {}  # worker id -> hardware lives begun (voids old entries)
+        self._crashes: list[tuple[float, int, int]] = []  # (training-time, worker, epoch)
+        # (training-time, worker, epoch, factor) of each node's next random slowdown
+        self._slowdowns: list[tuple[float, int, int, float]] = []
+
+    @property
+    def draws(self) -> Draws:
+        """The run's draws (the repair shop's and the random targets' too)."""
+        return self._draws
 
     def node_up(self, worker: int, at: float) -> None:
         """``worker`` is active at training time ``at``. The first time since
@@ -107,49 +122,63 @@ class FaultPlan:
         due after the core's lifetime of (seed, node, k), the draw the sim
         makes for the node's k-th life. A restart's relaunch runs on the same
         hardware life and draws nothing."""
-        if worker in self.up:
+        if worker in self._up:
             return
-        self.up.add(worker)
-        life = self.draws.next_lifetime(worker)
+        self._up.add(worker)
+        epoch = self._epoch[worker] = self._epoch.get(worker, 0) + 1
+        life = self._draws.next_lifetime(worker) if self._crashes_drawn else None
         if life is not None:
-            self.crash_at[worker] = at + life
-        self._next_slowdown(worker, at)
+            heapq.heappush(self._crashes, (at + life, worker, epoch))
+        self._next_slowdown(worker, epoch, at)
 
-    def _next_slowdown(self, worker: int, after: float) -> None:
+    def _next_slowdown(self, worker: int, epoch: int, after: float) -> None:
         """The node's next random slowdown, a drawn gap after ``after`` (as the sim's)."""
-        drawn = self.draws.next_slowdown(worker)
+        drawn = self._draws.next_slowdown(worker)
         if drawn is not None:
-            self.slow_at[worker] = (after + drawn[0], drawn[1])
+            heapq.heappush(self._slowdowns, (after + drawn[0], worker, epoch, drawn[1]))
 
     def node_down(self, worker: int) -> None:
-        self.up.discard(worker)
-        self.crash_at.pop(worker, None)
-        self.slow_at.pop(worker, None)
+        """``worker``'s node is gone: its pending crash and slowdown are void."""
+        if worker in self._up:
+            self._up.discard(worker)
+            self._epoch[worker] += 1
+
+    def _live(self, worker: int, epoch: int) -> bool:
+        return worker in self._up and self._epoch[worker] == epoch
+
+    def _first_crash(self) -> Optional[float]:
+        heap = self._crashes
+        while heap and not self._live(heap[0][1], heap[0][2]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _first_slowdown(self) -> Optional[float]:
+        heap = self._slowdowns
+        while heap and not self._live(heap[0][1], heap[0][2]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
 
     def next_time(self) -> Optional[float]:
         """The training time at which :meth:`due_by_time` next has a fault (None: none)."""
-        times: list[float] = [f.when for f in self.by_time[:1]]
-        times += self.crash_at.values()
-        times += [t for t, _ in self.slow_at.values()]
+        times = [t for t in (self._by_time[0].when if self._by_time else None,
+                             self._first_crash(), self._first_slowdown()) if t is not None]
         return min(times) if times else None
 
     def due_by_time(self, t: float) -> list[Due]:
         """The faults due by training time ``t``: scripted ``at_s`` faults in
         trigger order, then crashes, then random slowdowns, each in time order."""
         out = []
-        while self.by_time and self.by_time[0].when <= t:
-            out.append(self.by_time.pop(0).due())
-        for w, at in sorted(self.crash_at.items(), key=lambda kv: kv[1]):
-            if at <= t:
-                del self.crash_at[w]
-                out.append(Due("crash", (w,), origin="mtbf"))  # the machine's end, as on the sim
-        slow = self.draws.slow
-        for w, (at, factor) in sorted(self.slow_at.items(), key=lambda kv: kv[1]):
-            if at <= t:
-                assert slow is not None
-                del self.slow_at[w]
-                out.append(Due("slow", (w,), slow.for_s, rate=factor, origin="mtbf"))
-                self._next_slowdown(w, at + slow.for_s)
+        while self._by_time and self._by_time[0].when <= t:
+            out.append(self._by_time.pop(0).due())
+        while (at := self._first_crash()) is not None and at <= t:
+            _, worker, _ = heapq.heappop(self._crashes)
+            out.append(Due("crash", (worker,), origin="mtbf"))  # the machine's end, as on the sim
+        slow = self._draws.slow
+        while (at := self._first_slowdown()) is not None and at <= t:
+            assert slow is not None
+            _, worker, epoch, factor = heapq.heappop(self._slowdowns)
+            out.append(Due("slow", (worker,), slow.for_s, rate=factor, origin="mtbf"))
+            self._next_slowdown(worker, epoch, at + slow.for_s)
         return out
 
     def due_by_step(self, committed: int) -> list[Due]:
@@ -158,24 +187,30 @@ class FaultPlan:
         (``from_step`` N): the worker must hear it before it computes step N,
         the sim's first slow step, and an order sent at N would race that
         step's compute."""
-        early = [f for f in self.by_step if _early(f, committed)]
+        early = [f for f in self._by_step if _early(f, committed)]
         out = [dataclasses.replace(f.due(), from_step=int(f.when)) for f in early]
         if early:
-            self.by_step = [f for f in self.by_step if not _early(f, committed)]
-        while self.by_step and self.by_step[0].when <= committed:
-            out.append(self.by_step.pop(0).due())
+            self._by_step = [f for f in self._by_step if not _early(f, committed)]
+        while self._by_step and self._by_step[0].when <= committed:
+            out.append(self._by_step.pop(0).due())
         return out
+
+    def next_step(self) -> Optional[int]:
+        """The committed count at which the next step-scripted fault acts
+        (its ``at_step``; None: none left): a sim that steps a run of steps
+        at once ends the run there."""
+        return int(self._by_step[0].when) if self._by_step else None
 
     def next_gate(self) -> int:
         """The committed count at which :meth:`due_by_step` will next hand out
         a fault (0: none left): a keeper that answers commits itself holds
         the last member's ack of that step until the fault is in."""
-        gates = [_handed_out_at(f) for f in self.by_step]
+        gates = [_handed_out_at(f) for f in self._by_step]
         return max(1, min(gates)) if gates else 0
 
     def pick(self, candidates: list[int]) -> Optional[int]:
         """The run's next random target among ``candidates`` (None when empty)."""
-        return self.draws.pick(candidates)
+        return self._draws.pick(candidates)
 
 
 def _slow_of_fixed_targets(f: ScheduledFault) -> bool:
