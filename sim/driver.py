@@ -6,8 +6,11 @@ What is simulated, and where the core decides
   incarnation, heartbeat phase, member of the current generation). Failures
   are per node: a node's k-th hardware life is draw k of the stream
   ``node/<i>`` (:class:`rollcall.core.Draws`, the real target's too), so the
-  failure trace depends only on the seed, never on the strategy. A failed node comes
-  back after ``repair_s`` as a new incarnation and joins.
+  failure trace depends only on the seed, never on the strategy. Which
+  fault is due when (scripted, crash, random slowdown) is the core's
+  :class:`rollcall.core.FaultPlan`, the real launcher's too: the driver
+  tells it which nodes came up and went down. A failed node comes back
+  after ``repair_s`` as a new incarnation and joins.
 * **The record-keeper** is the core's :class:`rollcall.core.keeper.Keeper`. Every
   membership decision (who is in generation g, where it resumes, who is
   stale, when the whole job restarts, when it gives up) is its output; the
@@ -113,7 +116,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import heapq
 from collections import deque
 import time as _time
 from contextlib import contextmanager
@@ -125,13 +127,15 @@ from typing import Any, Callable, Optional
 import numpy as np
 import simpy
 
-from rollcall.config import data_spec, draws, horizon_s, job_policy, keeper_config, repair_shop
+from rollcall.config import (
+    data_spec, draws, horizon_s, job_policy, keeper_config, repair_shop, scheduled_faults,
+)
 from rollcall.core import (
     DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Blame, Broadcast, Checkpointed, Cursor, Deposed,
-    Enter, FailureTally, Formed, IdRuns, Persist,
+    Due, Enter, FailureTally, FaultPlan, Formed, IdRuns, Persist,
     JobFailed, Keeper, Log, Membership, Pull, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
     Warm,
-    Send, SendToKeeper, Stop, check, commit, describe_assignment, members_delta, members_field,
+    Send, SendToKeeper, Stop, check, commit, describe_assignment, members_delta,
     rank_range, rec,
     sample_ids, step_batch, summarize_report,
 )
@@ -197,6 +201,11 @@ class Simulation:
         self.keeper = Keeper(config)
         self.policy = job_policy(sc)
         self.draws = draws(sc)  # node lifetimes and random targets, as on real
+        # which fault is due when: the core's plan, as on real (under
+        # failures.age: computing, sim.aging times the crashes)
+        self.plan = FaultPlan(scheduled_faults(sc), self.draws,
+                              crashes=sc.failures.age != "computing")
+        self.held_faults: dict[int, list[Due]] = {}  # from_step -> faults handed out early
         self.shop = repair_shop(sc, self.draws)  # repairs, retirements, the cold pool
         self.W = sc.cluster.workers
         self.n_nodes = sc.worker_id_limit
@@ -215,7 +224,6 @@ class Simulation:
         self.undelivered: dict[int, list[Any]] = {}
         # --- random streams ------------------------------------------------
         self.seed = sc.seed
-        self.fail_heap: list[tuple[float, int, int]] = []
         self._init_job(ledger)
         self.tally = Tally(self.W)  # where the simulated time went, and counters
         self.failures = FailureTally()
@@ -239,8 +247,8 @@ class Simulation:
         self._job_proc: Optional[simpy.Process] = None
         self._job_waiting = False
         self._job_wait: Optional[float] = None
-        self._fail_proc: Optional[simpy.Process] = None
-        self._fail_wait: Optional[float] = None
+        self._fault_proc: Optional[simpy.Process] = None
+        self._fault_wait: Optional[float] = None  # when the fault process wakes (inf: never)
         self.failover = KeeperFailover(self)  # the keeper's deaths and takeovers (sim.failover)
         self.net = NetFaults(self)  # per-host links: delay, loss (sim.network)
         self.gray = GrayFaults(self)  # slow workers, late heartbeats (sim.gray)
@@ -285,10 +293,6 @@ class Simulation:
         self.answered = 0  # the latest round the members answered
         self.state_bytes = w.model_params * w.bytes_per_param
         self.transfer_s = self.state_bytes / sc.network.bandwidth_Bps + self.lat  # one receiver's
-        self.step_faults: dict[int, list[Any]] = {}
-        for i, f in enumerate(sc.failures.schedule):
-            if f.trigger == "at_step":
-                self.step_faults.setdefault(int(f.when), []).append((i, f))
         self.next_join_id = self.W + sc.cluster.spares
         self._hitting: frozenset[int] = frozenset()  # the nodes the fault in progress takes
         self.launch_s = sc.cluster.launch_s  # a process started outside a restart: its start-up
@@ -494,25 +498,29 @@ class Simulation:
         self.bulk.absorb(a)
         return msgs
 
-    def _arrive(self, now: float, w: int, lifetime: Optional[float]) -> None:
-        """Hardware of node ``w`` comes up (start, repair, newcomer)."""
+    def _arrive(self, now: float, w: int) -> None:
+        """Hardware of node ``w`` comes up (start, repair, newcomer): the
+        core's fault plan draws when it crashes and slows down (under
+        ``failures.age: computing`` its life is spent in compute seconds,
+        :mod:`sim.aging`)."""
         self.nodes.exists[w] = True
         self.nodes.hw[w] = True
         self.nodes.life[w] += 1
-        if lifetime is not None:
-            if self.aging is not None:
+        if self.aging is not None:
+            lifetime = self.draws.next_lifetime(w)
+            if lifetime is not None:
                 self.aging.arrive(w, lifetime)
-            else:
-                self._push_failure(now + lifetime, w)
-        if self.draws.slow is not None:
-            self.gray.arrive(now, w)
+        self.plan.node_up(w, now)
+        self._wake_faults()
 
-    def _push_failure(self, t: float, w: int) -> None:
-        heapq.heappush(self.fail_heap, (t, w, int(self.nodes.life[w])))
-        if (self._fail_wait is not None and t < self._fail_wait and self._fail_proc is not None
-                and self.env.active_process is not self._fail_proc):
-            self._fail_wait = None
-            self._fail_proc.interrupt()
+    def _wake_faults(self) -> None:
+        """A fault the plan now has due sooner than the fault process waits for: wake it."""
+        t = self.plan.next_time()
+        if (t is not None and self._fault_wait is not None and t < self._fault_wait
+                and self._fault_proc is not None
+                and self.env.active_process is not self._fault_proc):
+            self._fault_wait = None
+            self._fault_proc.interrupt()
 
     def _go_silent(self, now: float, w: int, stall: bool = True) -> None:
         """Node ``w`` stops beating now: tell the keeper its last beat, schedule
@@ -544,6 +552,7 @@ class Simulation:
             self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
         self.nodes.hw[w] = False
         self.nodes.life[w] += 1
+        self.plan.node_down(w)  # its crash and slowdowns to come went with it
         self.nodes.starting[w] = -1  # a relaunched process still starting never starts
         if not self.failover.down:  # else the supervisor tells the next keeper
             self.keeper.node_down(now, w)
@@ -598,7 +607,7 @@ class Simulation:
         self.tally.counts["repairs"] += 1
         self._write(repair.record(now))
         starts = self.shop.up(now, w)  # else it waits idle, without a process (warm_standbys)
-        self._arrive(now, w, self.draws.next_lifetime(w))
+        self._arrive(now, w)
         if starts:
             self._start(now, [w], [self.keeper.node_up(now, w)])
 
@@ -623,7 +632,7 @@ class Simulation:
         now, w = self.env.now, pull.worker
         self.tally.counts["pulled"] += 1
         self.shop.up(now, w, pulled=True)
-        self._arrive(now, w, self.draws.next_lifetime(w))
+        self._arrive(now, w)
         self._write(pull.record(now))
         self._start(now, [w], [0])
 
@@ -739,38 +748,34 @@ class Simulation:
 
     # ------------------------------------------------------------------ failure process
 
-    def _failure_process(self):
-        heap = self.fail_heap
+    def _fault_process(self):
+        """Every fault the core's plan says is due by simulated time: the
+        scripted ``at_s`` faults, the nodes' crashes and random slowdowns."""
+        plan, env = self.plan, self.env
         while True:
-            while heap and (heap[0][2] != self.nodes.life[heap[0][1]] or not self.nodes.hw[heap[0][1]]):
-                heapq.heappop(heap)
-            if not heap:
-                self._fail_wait = float("inf")
+            t = plan.next_time()
+            if t is None or t > env.now:
+                self._fault_wait = float("inf") if t is None else t
                 try:
-                    yield self.env.event()
+                    yield env.event() if t is None else env.timeout(t - env.now)
                 except simpy.Interrupt:
                     continue
-            t = heap[0][0]
-            if t > self.env.now:
-                self._fail_wait = t
-                try:
-                    yield self.env.timeout(t - self.env.now)
-                except simpy.Interrupt:
-                    continue
-            self._fail_wait = None
-            t, w, life = heapq.heappop(heap)
-            if life == self.nodes.life[w] and self.nodes.hw[w] and self.state != DONE:
-                self._node_down(self.env.now, w, "crash")
+            self._fault_wait = None
+            for due in plan.due_by_time(env.now):
+                if self.state == DONE:
+                    return
+                self._carry_out(env.now, due)
 
-    def _schedule_process(self):
-        faults = sorted(((float(f.when), i, f) for i, f in enumerate(self.sc.failures.schedule)
-                         if f.trigger == "at_s"), key=lambda x: (x[0], x[1]))
-        for t, i, f in faults:
-            if t > self.env.now:
-                yield self.env.timeout(t - self.env.now)
-            if self.state == DONE:
-                return
-            self._fault(self.env.now, f)
+    def _carry_out(self, now: float, due: Due) -> None:
+        """One fault the plan handed out: a crash is the machine's end, a
+        random slowdown the node's; a scripted one is the schedule's."""
+        if due.kind == "crash":
+            self._node_down(now, due.targets[0], "crash")
+        elif due.origin == "mtbf":
+            assert due.kind == "slow" and due.rate is not None and due.for_s is not None
+            self.gray.random_slow(now, due.targets[0], due.rate, due.for_s)
+        else:
+            self._fault(now, self.sc.failures.schedule[due.index])
 
     def _pick(self, targets: Any) -> list[int]:
         if targets != "random":
@@ -842,7 +847,7 @@ class Simulation:
             for w in ws:
                 self.tally.counts["joins"] += 1
                 self.shop.joined(now, w)
-                self._arrive(now, w, self.draws.next_lifetime(w))
+                self._arrive(now, w)
             self._write(rec(now, "info", "fault", NEMESIS, kind="join", workers=ws))
             self._start(now, ws, [0] * len(ws), fresh=False)
 
@@ -879,7 +884,7 @@ class Simulation:
         env = self.env
         met = 0
         while (self.due is not None and self.state in (RUN, CKPT) and not self.stalled
-               and not self.agents and not self.step_faults and self.due < env.peek()):
+               and not self.agents and self._no_step_faults() and self.due < env.peek()):
             met += 1
             if met % 64 == 0 and self._halt is None:
                 self._check_halt()  # an early end waits for a yield
@@ -930,9 +935,9 @@ class Simulation:
         self.carry = self.carry_head_s = 0.0
         self.seg_c0 = self.cursor
         stop = self.policy.next_boundary(self.cursor.step)
-        for s in self.step_faults:
-            if self.cursor.step < s < stop:
-                stop = s
+        fault = self._next_fault_step()
+        if fault is not None:
+            stop = min(stop, fault)
         if self.net.touched or self.gray.touched:  # a link or member degraded once: reprice
             t0 = self.seg_t0
             stop = self.net.segment(now, stop)
@@ -1279,19 +1284,37 @@ class Simulation:
             self.state = WAIT
             self._at(now + self.lat, self._final_vote)
             return
+        due = self._step_faults_due()  # out of the plan before the next segment is cut
         if self.policy.checkpoint_due(step):
             self._acct(now)
             self.state = CKPT
             self._set_due(now + self.sc.strategy.checkpoint_write_s)
         else:
             self._start_segment(now)
-        self._after_commit_faults(now)
+        schedule = self.sc.failures.schedule
+        for fault in due:
+            self._fault(now, schedule[fault.index])
 
-    def _after_commit_faults(self, now: float) -> None:
-        faults = self.step_faults.pop(self.cursor.step, None)
-        if faults:
-            for _, f in faults:
-                self._fault(now, f)
+    def _no_step_faults(self) -> bool:
+        return not self.held_faults and self.plan.next_step() is None
+
+    def _next_fault_step(self) -> Optional[int]:
+        """Where the running segment must end for a step-scripted fault: the
+        step it acts at (one a past step owes: the next)."""
+        steps = [s for s in (self.plan.next_step(), *self.held_faults) if s is not None]
+        return max(min(steps), self.cursor.step + 1) if steps else None
+
+    def _step_faults_due(self) -> list[Due]:
+        """The step-scripted faults to carry out now that ``cursor`` steps are
+        done, in schedule order: those the core's plan hands out, each at the
+        step it acts from (a ``slow`` handed out a step early waits for it)."""
+        step = self.cursor.step
+        dues = [due for key in sorted(k for k in self.held_faults if k <= step)
+                for due in self.held_faults.pop(key)] + self.plan.due_by_step(step)
+        for due in [d for d in dues if d.from_step is not None and d.from_step > step]:
+            self.held_faults.setdefault(due.from_step, []).append(due)
+        return sorted((d for d in dues if d.from_step is None or d.from_step <= step),
+                      key=lambda d: d.index)
 
     def _final_vote(self) -> None:
         if self.state != WAIT:
@@ -1520,13 +1543,7 @@ class Simulation:
         env = self.env
         n0 = self.W + sc.cluster.spares
         for w in range(n0):
-            self._arrive(0.0, w, None)
-        if self.aging is not None:  # every node's first life, in compute seconds
-            for w in range(n0):
-                self.aging.arrive(w, self.draws.next_lifetime(w))  # type: ignore[arg-type]
-        elif self.draws.model is not None:  # every node's first life
-            self.fail_heap = [(self.draws.next_lifetime(w), w, 1) for w in range(n0)]
-            heapq.heapify(self.fail_heap)
+            self._arrive(0.0, w)
         running = self.shop.initial  # the others wait idle (warm_standbys)
         self.nodes.proc[:running] = True
         self._write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
@@ -1537,9 +1554,7 @@ class Simulation:
         self._job_proc = env.process(self._job_process())
         if self.aging is not None:
             self.aging.proc = env.process(self.aging.process())
-        else:
-            self._fail_proc = env.process(self._failure_process())
-        env.process(self._schedule_process())
+        self._fault_proc = env.process(self._fault_process())
         if self.failover.mtbf_s is not None:
             env.process(self.failover.process())
         # the keeper gives up a job not done by horizon_s (woken here); the

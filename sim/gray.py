@@ -54,25 +54,10 @@ class GrayFaults:
         for w in self.sim._pick(f.targets):
             self._slow(now, w, float(f.factor), float(f.for_s))
 
-    def arrive(self, now: float, w: int) -> None:
-        """Node ``w``'s hardware life began: its first random slowdown is due a
-        drawn gap later (``failures.slow_mtbf_s``; the same draws as real's)."""
-        drawn = self.sim.draws.next_slowdown(w)
-        if drawn is not None:
-            self.sim._at(now + drawn[0], self._random_slow, w, int(self.sim.nodes.life[w]),
-                         drawn[1])
-
-    def _random_slow(self, w: int, life: int, factor: float) -> None:
-        sim = self.sim
-        if sim.state == "done" or int(sim.nodes.life[w]) != life or not sim.nodes.hw[w]:
-            return  # the node went down meanwhile: its repair draws the next
-        model = sim.draws.slow
-        assert model is not None
-        now = sim.env.now
-        self._slow(now, w, factor, model.for_s, origin="mtbf")
-        drawn = sim.draws.next_slowdown(w)
-        assert drawn is not None
-        sim._at(now + model.for_s + drawn[0], self._random_slow, w, life, drawn[1])
+    def random_slow(self, now: float, w: int, factor: float, for_s: float) -> None:
+        """A random slowdown of node ``w`` the core's fault plan says is due
+        (``failures.slow_mtbf_s``; the same draws as real's)."""
+        self._slow(now, w, factor, for_s, origin="mtbf")
 
     def _slow(self, now: float, w: int, factor: float, for_s: float, **extra: Any) -> None:
         sim = self.sim

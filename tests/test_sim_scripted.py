@@ -168,3 +168,36 @@ def test_a_pause_still_stalls_the_job(tmp_path: Path) -> None:
     sc = load_scenario(KPJ, ["cluster.workers_per_host=2", "failures.schedule=["
                              "{at_s: 5.0, pause: 2, for_s: 6.0}, {at_s: 5.0, pause: 3, for_s: 6.0}]"])
     assert run(sc, tmp_path)["stall_s"] > 1.0
+
+
+STEP_FAULTS = """
+name: step-faults
+cluster: {workers: 3}
+workload: {steps: 12, global_batch: 2, micro_batch: 1}
+strategy: {kind: elastic, checkpoint_interval_steps: 4, checkpoint_write_s: 0.5}
+rendezvous: {min_workers: 1}
+failures:
+  schedule:
+  - {at_step: 0, kill: 2}
+  - {at_step: 5, slow: 0, factor: 2.0, for_s: 100}
+"""
+
+
+def test_step_faults_act_where_the_core_plan_says(tmp_path: Path) -> None:
+    """The sim takes its step-scripted faults from the core's FaultPlan, as
+    real does: ``at_step: 0`` acts once the first step is done (it never
+    fired), and a slow of fixed targets, which the plan hands out a step
+    early (at the checkpoint after step 4 here), acts from step 5 on."""
+    from rollcall.scenario import parse_scenario
+
+    summary = run(parse_scenario(STEP_FAULTS), tmp_path)
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    recs = _records(tmp_path)
+    kill, slow = [r for r in recs if r["f"] == "fault"]
+    first, *_ = [r for r in recs if r["f"] == "commit"]
+    assert kill["kind"] == "kill" and kill["workers"] == [2]
+    assert first["last"] == 0 and kill["t"] < first["t"]  # step 0 done, its vote on its way
+    (step5,) = [r for r in recs if r["f"] == "commit" and r["step"] == 5]
+    (checkpoint4,) = [r for r in recs if r["f"] == "checkpoint" and r["cursor"][0] == 4]
+    assert slow["kind"] == "slow" and slow["workers"] == [0]
+    assert checkpoint4["t"] < slow["t"] == step5["t0"]  # not at the checkpoint: at step 5
