@@ -75,15 +75,21 @@ def test_the_active_keeper_killed_twice_and_a_worker_once(tmp_path: Path) -> Non
     assert s["completed"] and s["valid"], (s["end_reason"], s["violations"])
     assert s["samples_duplicated"] == 0 and s["samples_skipped"] == 0
     assert any(r["f"] == "contribute" and "samples" in r for r in recs), "the per-sample ledger"
-    assert s["keeper_failovers"] == 2 and len(s["keeper_failover_s"]) == 2
+    # Two kills, two failovers; a keeper starved past its 1 s lease (a busy
+    # machine) deposes itself and costs one more, with its own record.
+    lapses = [r for r in recs if r["f"] == "deposed" and r["reason"] == "lease-lapsed"]
+    extra = len(lapses)
+    mid_run = sum(1 for r in lapses if r["gen"] > 0)  # one before any generation opens no round
+    assert s["keeper_failovers"] == 2 + extra
+    assert len(s["keeper_failover_s"]) == 2 + mid_run  # an outage is timed while a job runs
     gens = _generations(recs)
     numbers = [g["gen"] for g in gens]
     assert numbers == sorted(set(numbers)), "no generation number decided twice"
     terms = [g.get("term", 0) for g in gens]
-    assert terms == sorted(terms) and terms[-1] == 3, terms
-    assert [g["reason"] for g in gens if g["reason"] == "failover"] == ["failover"] * 2
+    assert terms == sorted(terms) and terms[-1] == 3 + extra, terms
+    assert [g["reason"] for g in gens if g["reason"] == "failover"] == ["failover"] * (2 + mid_run)
     takeovers = [r for r in recs if r["f"] == "takeover"]
-    assert [r["term"] for r in takeovers] == [1, 2, 3]
+    assert [r["term"] for r in takeovers] == list(range(1, 4 + extra))
 
 
 @skip_no_etcd
