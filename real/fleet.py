@@ -26,7 +26,6 @@ to start, kill or take down is the launcher's (and so the core keeper's).
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys

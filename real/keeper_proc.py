@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import selectors
 import signal
 import socket
@@ -224,11 +223,7 @@ class KeeperProcess:
             if self.serving:
                 return  # the launcher's link came back: this keeper took over already
             self.serving = True
-            for w in down:
-                k.node_down(now, w)
-            self.emit(k.take_over(now, dict(started)))
-            for w, life in exited:
-                self.emit(k.exited(now, w, life))
+            self.emit(k.take_over(now, dict(started), down, [tuple(p) for p in exited]))
             if self.direct:
                 self.workers.serve(k)
         elif not self.serving:

@@ -559,6 +559,7 @@ class Simulation:
             self._round_alarm(now)  # a restarting group's loss fails the restart
         if self.nodes.proc[w]:
             if kind != "crash":
+                self.nodes.exit_seen[w] = self.nodes.life_of(w)
                 self._at(now + self.exit_notice_s, self._exited, w, self.nodes.life_of(w))
             self.nodes.proc[w] = False
             if self.nodes.paused[w]:

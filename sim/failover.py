@@ -18,7 +18,8 @@ A keeper dies at random (``keeper.mtbf_s``, the stream ``keeper``) or when a
 - the members cannot commit, so the job stalls;
 - the successor is the core's :meth:`Keeper.restored` from the last record,
   told what the supervisor knows (the lives it started, the nodes that are
-  down, the members whose process is gone) and :meth:`Keeper.take_over`
+  down, the lives whose exit their hosts saw: a crashed machine's is left to
+  the detector, as on real) and :meth:`Keeper.take_over`
   opens a roll call; every agent re-sends what it had asked and not had
   answered (:meth:`rollcall.core.agent.Agent.reconnected`).
 
@@ -136,14 +137,12 @@ class KeeperFailover:
         k = Keeper.restored(old.config, self.stored, old.term + 1)
         sim.keeper, self.back_at = k, None
         nodes = sim.nodes
-        for w in np.flatnonzero(~nodes.hw[:sim.n_nodes]):  # the supervisor reports the down nodes
-            k.node_down(now, int(w))
-        # the lives running, and those a relaunch is starting (a process, not yet joined)
+        # the supervisor's report, as the real launcher's: the lives running
+        # or starting (a relaunched process not joined yet), the nodes lost
+        # and not repaired, the exits their hosts saw
         started = nodes.lives_started() | nodes.lives_starting()
-        sim._kcall(now, k.take_over, started)
-        for w in k.members:  # ... and the members whose process is gone
-            if not nodes.proc[w] and nodes.starting[w] < 0:
-                sim._kcall(now, k.exited, w, nodes.life_of(w))
+        down = [int(w) for w in np.flatnonzero(nodes.exists & ~nodes.hw)]
+        sim._kcall(now, k.take_over, started, down, sorted(nodes.lives_exited().items()))
         self._reconnect(now)
         sim._alarm(now + sim.detector.silence_s())  # the verdicts on the silent ones
 

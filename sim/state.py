@@ -45,6 +45,9 @@ class Nodes:
     # a relaunched process still starting (``restart_s``): the number of the
     # relaunch that ordered it, -1: none (a teardown or the node's loss voids it)
     starting: np.ndarray
+    # the life of each node's process whose exit its host saw (a kill, a
+    # blame), -1: none; a crash or a restart's teardown is no exit
+    exit_seen: np.ndarray
     relaunches: list[Lives] = field(default_factory=list)
     ordered: dict[int, Lives] = field(default_factory=dict)  # relaunch number -> its lives
     orders: int = 0  # relaunches ordered so far
@@ -54,7 +57,8 @@ class Nodes:
         flags = [np.zeros(n, bool) for _ in range(4)]
         return cls(*flags, np.zeros(n, np.int64), np.zeros(n), np.zeros(n, np.int64),
                    np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool),
-                   np.full(n, -1, np.int64), np.full(n, -1, np.int64))
+                   np.full(n, -1, np.int64), np.full(n, -1, np.int64),
+                   np.full(n, -1, np.int64))
 
     def beating(self) -> np.ndarray:
         """Nodes whose process runs and beats."""
@@ -108,6 +112,13 @@ class Nodes:
         """Node -> the life of its relaunched process still starting."""
         return {w: life for w in map(int, np.flatnonzero(self.starting >= 0))
                 if (life := self.ordered[int(self.starting[w])].of(w)) is not None}
+
+    def lives_exited(self) -> dict[int, int]:
+        """Node -> the life of its latest process, where its host saw that
+        process exit (nothing runs or starts on the node since)."""
+        ids = np.flatnonzero((self.exit_seen >= 0) & ~self.proc & (self.starting < 0))
+        return {w: life for w in map(int, ids)
+                if (life := int(self.exit_seen[w])) == self.life_of(w)}
 
     def lives_started(self) -> dict[int, int]:
         """Node -> the life of its current or last process, for every node

@@ -150,3 +150,35 @@ def test_a_keeper_cut_off_from_etcd_decides_until_its_lease_ends(tmp_path: Path)
     (deposed,) = [r for r in recs if r["f"] == "deposed"]
     assert deposed["t"] == pytest.approx(stop) and deposed["reason"] == "lease-lapsed"
     assert deposed["term"] == cut["term"]
+
+
+TAKEOVER_REPORT = """
+name: takeover-report
+cluster: {workers: 6, workers_per_host: 2}
+workload: {steps: 400, global_batch: 12, micro_batch: 1}
+detector: {heartbeat_s: 0.1, timeout_s: 1.0}
+rendezvous: {min_workers: 2, join_timeout_s: null}
+keeper: {store: etcd, standbys: 1, lease_ttl_s: 2.0}
+failures:
+  schedule:
+  - {at_s: 1.0, kill_keeper: active}
+  - {at_s: 1.5, kill: 1}
+  - {at_s: 1.6, lose_host: 2}
+"""
+
+
+def test_the_new_keeper_hears_of_exits_seen_and_detects_a_lost_host(tmp_path: Path) -> None:
+    """While no keeper serves, worker 1 is killed (its host saw the exit)
+    and host 2 is lost with workers 4 and 5 (nobody saw anything). The
+    report the new keeper takes over with is the real launcher's: the exit
+    evicts worker 1 at the takeover; the lost host's workers are the
+    detector's, one timeout later (they were once reported as exits)."""
+    summary = run(parse_scenario(TAKEOVER_REPORT), tmp_path)
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    recs = [json.loads(x) for x in (tmp_path / "history.jsonl").read_text().splitlines()]
+    (takeover,) = [r["t"] for r in recs if r["f"] == "takeover"]
+    evictions = [(r["worker"], r["reason"], r["t"]) for r in recs if r["f"] == "evict"]
+    assert evictions == [(1, "exited", takeover), (4, "timeout", takeover + 1.0),
+                         (5, "timeout", takeover + 1.0)]
+    (formed,) = [r for r in recs if r["f"] == "generation" and r["gen"] == 2]
+    assert members_of(formed) == (0, 2, 3) and formed["reason"] == "failover"

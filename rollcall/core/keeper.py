@@ -710,10 +710,27 @@ class Keeper:
         k._restarts = record.restarts
         return k
 
-    def take_over(self, now: float, started: Mapping[WorkerId, int]) -> list[Output]:
-        """Begin this term: the members of the record are expected at a roll
-        call (a full detector window from ``now`` to answer), which decides
-        the next generation from the state the survivors hold.
+    def take_over(self, now: float, started: Mapping[WorkerId, int],
+                  down: Iterable[WorkerId] = (),
+                  exited: Iterable[tuple[WorkerId, int]] = ()) -> list[Output]:
+        """Begin this term from the supervisor's report of the physical world,
+        the same on every target: ``started`` (below), the nodes ``down``
+        (lost and not repaired: :meth:`node_down`) and the lives ``exited``
+        whose process its host saw exit (:meth:`exited`). A crashed
+        machine reports nothing and a restart's teardown is no exit: the
+        detector decides those lives, as it would have under the old keeper.
+        """
+        for worker in down:
+            self.node_down(now, worker)
+        out = self._begin_term(now, started)
+        for worker, life in exited:
+            out += self.exited(now, worker, life)
+        return out
+
+    def _begin_term(self, now: float, started: Mapping[WorkerId, int]) -> list[Output]:
+        """The members of the record are expected at a roll call (a full
+        detector window from ``now`` to answer), which decides the next
+        generation from the state the survivors hold.
 
         ``started``: the latest life of each worker id the supervisor has
         started a process for (a physical fact it reports on reconnecting).
