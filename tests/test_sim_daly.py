@@ -40,8 +40,8 @@ around its mean.
 
 Three regimes: M much larger than tau, M equal to tau, M half of tau; and
 M close to R (M = 15 min, R = 10 min, mostly restart: the regime of 10^5-GPU
-jobs), where ``replace`` (a spare joins the restart in flight) is 13% more
-optimistic than Daly. Each averages enough seeds for a 95% interval of
+jobs), where ``replace`` (a spare joins the restart in flight) is about 14%
+more optimistic than Daly. Each averages enough seeds for a 95% interval of
 about 2% or less.
 """
 
