@@ -11,8 +11,10 @@ again (it would raise again) and ends the batch once the rest are in.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import concurrent.futures.process as cf_process
 import json
 import signal
+import threading
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Sequence
 
@@ -21,6 +23,10 @@ import psutil
 from rollcall.engines.base import Done, EngineError, call
 
 __all__ = ["LocalEngine", "end_processes"]
+
+# the thread that feeds a ProcessPoolExecutor (CPython's; joined by _abort;
+# an interpreter without it joins none, as before)
+_MANAGER_THREAD: Any = getattr(cf_process, "_ExecutorManagerThread", ())
 
 
 def _pool_worker_init() -> None:
@@ -59,10 +65,12 @@ class LocalEngine:
         self.jobs, self.retries = jobs, retries
         self._pool: cf.ProcessPoolExecutor | None = None
         self._before: set[int] = set()
+        self._threads_before: set[threading.Thread] = set()
 
     def _open(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
             self._before = {c.pid for c in psutil.Process().children()}
+            self._threads_before = set(threading.enumerate())
             self._pool = cf.ProcessPoolExecutor(max_workers=self.jobs,
                                                 initializer=_pool_worker_init)
         return self._pool
@@ -117,11 +125,17 @@ class LocalEngine:
         result and reruns next time; a broken pool's are gone or going), then
         join the pool's manager thread: it may otherwise close its wake-up
         pipe while the interpreter's exit handler writes to it (CPython 3.11;
-        an "Exception ignored" traceback on stderr, seen in CI once)."""
+        an "Exception ignored" traceback on stderr, seen in CI). The first
+        ``shutdown(wait=False)`` drops the pool's handle on that thread, so a
+        second ``shutdown(wait=True)`` cannot join it: it is found among the
+        threads started since the pool opened."""
         pool, self._pool = self._pool, None
         if pool is None:
             return
         mine = [c for c in psutil.Process().children() if c.pid not in self._before]
+        managers = [t for t in threading.enumerate()
+                    if t not in self._threads_before and isinstance(t, _MANAGER_THREAD)]
         pool.shutdown(wait=False, cancel_futures=True)
         end_processes(mine, timeout_s=10.0)
-        pool.shutdown(wait=True)
+        for thread in managers:
+            thread.join(timeout=10.0)
