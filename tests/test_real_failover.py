@@ -196,13 +196,15 @@ def _assert_the_cut_keeper_was_replaced(s: dict[str, Any], recs: list[dict]) -> 
     assert s["keeper_failovers"] == 1
     takeovers = [r for r in recs if r["f"] == "takeover"]
     assert [r["term"] for r in takeovers] == [1, 2]
-    # deposed on its own clock: it could not renew; it then exits 3, unless
-    # the job ended first (the run stops it; about a second either way)
-    (deposed,) = [r for r in recs if r["f"] == "deposed"]
-    assert deposed["term"] == 1 and deposed["reason"] == "lease-lapsed", deposed
+    # deposed on its own clock (it could not renew): its deposed record, or
+    # its exit 3, or both; each may miss the history (the job may end before
+    # the exit; with direct links the workers may have left before the record)
+    deposed = [(r["term"], r["reason"]) for r in recs if r["f"] == "deposed"]
+    assert deposed in ([], [(1, "lease-lapsed")]), deposed
     first = next(r["candidate"] for r in recs if r["f"] == "keeper_link")
     exits = {f"keeper-{r['candidate']}": r["returncode"] for r in recs if r["f"] == "keeper_exit"}
     assert exits.get(first, 3) == 3, exits
+    assert deposed or first in exits, (deposed, exits)
     later = [g for g in _generations(recs) if g["t"] > takeovers[1]["t"]]
     assert later and all(g.get("term") == 2 for g in later), later
     cut = next(r for r in recs if r["f"] == "fault" and r["kind"] == "partition_keeper")
