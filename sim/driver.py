@@ -514,13 +514,16 @@ class Simulation:
         self._wake_faults()
 
     def _wake_faults(self) -> None:
-        """A fault the plan now has due sooner than the fault process waits for: wake it."""
+        """A fault the plan now has due sooner than the fault process waits for:
+        wake it (the plan is asked only while the process waits: not at
+        start-up, when every node arrives before the process runs)."""
+        proc = self._fault_proc
+        if self._fault_wait is None or proc is None or self.env.active_process is proc:
+            return
         t = self.plan.next_time()
-        if (t is not None and self._fault_wait is not None and t < self._fault_wait
-                and self._fault_proc is not None
-                and self.env.active_process is not self._fault_proc):
+        if t is not None and t < self._fault_wait:
             self._fault_wait = None
-            self._fault_proc.interrupt()
+            proc.interrupt()
 
     def _go_silent(self, now: float, w: int, stall: bool = True) -> None:
         """Node ``w`` stops beating now: tell the keeper its last beat, schedule

@@ -146,14 +146,8 @@ class FaultPlan:
     def _live(self, worker: int, epoch: int) -> bool:
         return worker in self._up and self._epoch[worker] == epoch
 
-    def _first_crash(self) -> Optional[float]:
-        heap = self._crashes
-        while heap and not self._live(heap[0][1], heap[0][2]):
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
-
-    def _first_slowdown(self) -> Optional[float]:
-        heap = self._slowdowns
+    def _first(self, heap: list) -> Optional[float]:
+        """The time of the heap's first entry still live (void ones dropped)."""
         while heap and not self._live(heap[0][1], heap[0][2]):
             heapq.heappop(heap)
         return heap[0][0] if heap else None
@@ -161,7 +155,7 @@ class FaultPlan:
     def next_time(self) -> Optional[float]:
         """The training time at which :meth:`due_by_time` next has a fault (None: none)."""
         times = [t for t in (self._by_time[0].when if self._by_time else None,
-                             self._first_crash(), self._first_slowdown()) if t is not None]
+                             self._first(self._crashes), self._first(self._slowdowns)) if t is not None]
         return min(times) if times else None
 
     def due_by_time(self, t: float) -> list[Due]:
@@ -170,11 +164,11 @@ class FaultPlan:
         out = []
         while self._by_time and self._by_time[0].when <= t:
             out.append(self._by_time.pop(0).due())
-        while (at := self._first_crash()) is not None and at <= t:
+        while (at := self._first(self._crashes)) is not None and at <= t:
             _, worker, _ = heapq.heappop(self._crashes)
             out.append(Due("crash", (worker,), origin="mtbf"))  # the machine's end, as on the sim
         slow = self._draws.slow
-        while (at := self._first_slowdown()) is not None and at <= t:
+        while (at := self._first(self._slowdowns)) is not None and at <= t:
             assert slow is not None
             _, worker, epoch, factor = heapq.heappop(self._slowdowns)
             out.append(Due("slow", (worker,), slow.for_s, rate=factor, origin="mtbf"))
