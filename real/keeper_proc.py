@@ -16,6 +16,8 @@ What this process does is I/O only; every decision is the core keeper's:
   lease holds until the renewal's *send* time plus 90% of the TTL
   (``Keeper.hold``): a keeper that cannot renew stops deciding on its own
   clock before the store lets a standby win;
+- no store call waits past the lease's end on its own clock, so a keeper
+  cut off from etcd deposes itself on time, not when a call gives up;
 - deposed, it revokes its lease (so a standby wins at once) and exits 3.
 
 Exit codes: 0 the launcher closed the link (the run is over), 3 deposed,
@@ -290,24 +292,35 @@ class KeeperProcess:
     def persist(self, out: Persist) -> bool:
         """The compare-and-set of one generation; any doubt is a refusal."""
         try:
-            return self.store.commit_generation(self.lead, out.generation,
-                                                record_to_data(out.record))
+            with self.store.until(self.lease_end()):
+                return self.store.commit_generation(self.lead, out.generation,
+                                                    record_to_data(out.record))
         except StoreUnavailable:
             return False
 
     def depose(self) -> None:
+        """Revoke the lease, waiting no longer than etcd would hold it anyway
+        (a keeper cut off from etcd exits at once), and exit 3."""
         try:
-            self.store.resign(self.lead)
+            with self.store.until(self.lease_end() + (1 - LEASE_MARGIN) * self.ttl_s):
+                self.store.resign(self.lead)
         except StoreUnavailable:
             pass
         raise SystemExit(DEPOSED_EXIT)
+
+    def lease_end(self) -> float:
+        """The keeper's lease end on ``time.monotonic()``: no store call of a
+        serving keeper waits past it (it could decide nothing after it)."""
+        assert self.keeper is not None and self.keeper.lease_until is not None
+        return self.t0 + self.keeper.lease_until
 
     # --- the loop ---------------------------------------------------------------------
 
     def renew(self) -> None:
         sent = self.now()
         try:
-            alive = self.store.keep_alive(self.lead)
+            with self.store.until(self.lease_end()):
+                alive = self.store.keep_alive(self.lead)
         except StoreUnavailable:
             alive = False
         if alive:

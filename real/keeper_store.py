@@ -28,9 +28,10 @@ import json
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Optional, Sequence, TypeVar
 from urllib.parse import urlsplit
 
 import requests
@@ -123,6 +124,7 @@ class KeeperStore:
         self._session = requests.Session()
         self._clients = [self._client(url) for url in self.endpoints]
         self._at = 0  # the endpoint that answered last
+        self._until: Optional[float] = None  # time.monotonic() no call waits past (None: none)
 
     def _client(self, url: str) -> Etcd3Client:
         parts = urlsplit(url)
@@ -138,20 +140,38 @@ class KeeperStore:
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}"
 
+    @contextmanager
+    def until(self, deadline: float) -> Iterator[None]:
+        """Within the block no operation waits past ``deadline`` (on
+        ``time.monotonic()``), less than ``timeout_s`` where it comes first:
+        a keeper's lease ends then, and an answer after it is worth nothing."""
+        if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) \
+                or math.isnan(deadline):
+            raise ValueError(f"deadline: a time.monotonic() instant, got {deadline!r}")
+        before, self._until = self._until, deadline
+        try:
+            yield
+        finally:
+            self._until = before
+
     def close(self) -> None:
         self._session.close()
 
     # --- transport: endpoints in turn, auth, one exception --------------------------------
 
     def _call(self, what: str, op: Callable[[Etcd3Client], T]) -> T:
-        """``op`` on the endpoints in turn until one answers, within ``timeout_s``."""
-        deadline = time.monotonic() + self.timeout_s
+        """``op`` on the endpoints in turn until one answers, within ``timeout_s``
+        (and before the deadline of :meth:`until`)."""
+        start = time.monotonic()
+        deadline = start + self.timeout_s
+        if self._until is not None:
+            deadline = min(deadline, self._until)
         failures, last, reauthed = 0, "no attempt", False
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise StoreUnavailable(f"etcd {what}: no answer from {', '.join(self.endpoints)} "
-                                       f"within {self.timeout_s:g} s ({last})")
+                                       f"within {max(0.0, deadline - start):.3g} s ({last})")
             client = self._clients[self._at]
             # a hung member must leave time for the next one; a dead one refuses at once
             last_try = len(self._clients) - failures % len(self._clients) == 1

@@ -183,31 +183,35 @@ def test_a_keeper_cut_off_from_etcd_stops_deciding(tmp_path: Path) -> None:
     members hold what it sends) but not its workers. It cannot renew, stops
     deciding when its lease ends on its own clock, and a standby of the next
     term takes over; nothing of the old term is decided after that."""
-    sc = _scenario("{at_step: 12, partition_keeper: active, for_s: 2}", steps=80)
+    sc = _scenario("{at_step: 12, partition_keeper: active, for_s: 2}", steps=200)
     s, recs = _run(sc, tmp_path)
     _assert_the_cut_keeper_was_replaced(s, recs)
 
 
 def _assert_the_cut_keeper_was_replaced(s: dict[str, Any], recs: list[dict]) -> dict:
-    """A ``partition_keeper`` run: valid; the cut keeper deposed itself (exit
-    3) and a standby of term 2 decided every later generation; the heal
-    came. Returns the heal record."""
+    """A ``partition_keeper`` run: valid; the cut keeper deposed itself on
+    its own clock (exit 3) and a standby of the next term decided every
+    later generation; the heal came. A keeper starved past its lease on a
+    busy machine deposes itself too (exit 3) and costs one more term; no
+    keeper is replaced otherwise. Returns the heal record."""
     assert s["completed"] and s["valid"], (s["end_reason"], s["violations"])
-    assert s["keeper_failovers"] == 1
     takeovers = [r for r in recs if r["f"] == "takeover"]
-    assert [r["term"] for r in takeovers] == [1, 2]
-    # deposed on its own clock (it could not renew): its deposed record, or
-    # its exit 3, or both; each may miss the history (the job may end before
-    # the exit; with direct links the workers may have left before the record)
-    deposed = [(r["term"], r["reason"]) for r in recs if r["f"] == "deposed"]
-    assert deposed in ([], [(1, "lease-lapsed")]), deposed
-    first = next(r["candidate"] for r in recs if r["f"] == "keeper_link")
+    terms = [r["term"] for r in takeovers]
+    assert terms == list(range(1, len(terms) + 1)), terms
+    assert s["keeper_failovers"] == len(terms) - 1
+    serving = {r["term"]: r["candidate"] for r in recs if r["f"] == "keeper_link"
+               and r["process"] == "driver" and r["reason"] == "connected"}
     exits = {f"keeper-{r['candidate']}": r["returncode"] for r in recs if r["f"] == "keeper_exit"}
-    assert exits.get(first, 3) == 3, exits
-    assert deposed or first in exits, (deposed, exits)
-    later = [g for g in _generations(recs) if g["t"] > takeovers[1]["t"]]
-    assert later and all(g.get("term") == 2 for g in later), later
+    # deposed without waiting on etcd past its lease: exit 3 well before the
+    # job ends. Its deposed record may miss the history (a keeper starved
+    # past the store's own expiry: the launcher follows etcd first).
+    assert all(exits.get(serving[t]) == 3 for t in terms[:-1]), (serving, exits)
+    assert all(r["reason"] == "lease-lapsed" for r in recs if r["f"] == "deposed"), recs
     cut = next(r for r in recs if r["f"] == "fault" and r["kind"] == "partition_keeper")
+    assert cut["term"] < terms[-1], "a standby of a later term took over"
+    replaced = next(r for r in takeovers if r["term"] == cut["term"] + 1)
+    later = [g for g in _generations(recs) if g["t"] > replaced["t"]]
+    assert later and all(g.get("term") > cut["term"] for g in later), later
     heal = [r for r in recs if r["f"] == "fault" and r["kind"] == "heal" and r["t"] > cut["t"]]
     assert heal, "the cut is healed after for_s"
     return heal[0]
@@ -331,7 +335,7 @@ def test_a_keeper_host_cut_off_from_etcd_by_nftables(tmp_path: Path) -> None:
     over; the rules dropped packets; nothing of the run is left."""
     from test_real_hosts import assert_nothing_left
 
-    sc = _scenario("{at_step: 12, partition_keeper: active, for_s: 2}", steps=80, workers=4)
+    sc = _scenario("{at_step: 12, partition_keeper: active, for_s: 2}", steps=200, workers=4)
     sc = sc.model_copy(update={"cluster": sc.cluster.model_copy(update={"workers_per_host": 2})})
     sc = Scenario.model_validate(sc.model_dump())
     s, recs = _run(sc, tmp_path)

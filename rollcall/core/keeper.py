@@ -863,6 +863,12 @@ class Keeper:
         return self._benched
 
     @property
+    def lease_until(self) -> Optional[float]:
+        """When this keeper's lease ends on its clock (None: no lease held):
+        the driver waits on the store no later than this."""
+        return self._lease_until
+
+    @property
     def standby(self) -> IdRuns:
         """Joiners held for the next round (beyond ``max_workers``)."""
         out = EMPTY
