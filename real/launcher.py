@@ -757,11 +757,10 @@ class Launcher:
                 if (p := self.live_proc(w)) is not None and p.activated and not p.paused]
 
     def innocents(self) -> list[int]:
-        """The nodes a wrong diagnosis may blame: live members that are up,
-        neither taken by the fault in progress nor blamed already (as on the sim)."""
-        blamed = {b.worker for b in self.answers if isinstance(b, Blame)}
-        return [w for w in self.candidates()
-                if w in self.nodes_up and w not in self.hitting and w not in blamed]
+        """The pool a wrong diagnosis draws from: live members not taken by
+        the fault in progress, as on the sim (the shop leaves out the nodes
+        it holds out of service, those it blamed included)."""
+        return [w for w in self.candidates() if w not in self.hitting]
 
     def inject(self, due: Due) -> None:
         """Carry out one fault and write its ``fault`` record (one per fault,

@@ -110,12 +110,41 @@ def test_a_wrong_diagnosis_sends_an_innocent_to_repair_and_the_culprit_back_as_i
     assert alone.worker == 3 and alone.how == "auto"
 
 
+def test_a_node_out_of_service_is_never_blamed_until_it_is_up_again() -> None:
+    """The pool a driver hands over may still name nodes the shop holds out
+    (a killed process not reaped yet, an innocent whose blame is carried out
+    later): the shop leaves out every node failed or blamed and not up since,
+    so both targets draw from the same innocents."""
+    policy = RepairPolicy(manual_p=0.0, auto_fail_p=0.0, wrong_blame_p=1.0, reboot_s=60.0)
+    shop = _shop(policy, up=5, want=5, target=5)
+    everyone = lambda: [0, 1, 2, 3, 4]  # noqa: E731
+    _, first, _ = shop.down(0.0, 0, everyone)
+    assert isinstance(first, Blame) and first.worker in (1, 2, 3, 4)
+    culprit = min({1, 2} - {first.worker})
+    _, second, _ = shop.down(1.0, culprit, everyone)
+    assert isinstance(second, Blame)
+    assert second.worker not in (0, first.worker, culprit), "neither the failed nor the blamed"
+    # with every other node out, the culprit is blamed after all
+    (last,) = {0, 1, 2, 3, 4} - {0, first.worker, culprit, second.worker}
+    (alone,) = shop.down(2.0, last, everyone)
+    assert isinstance(alone, Repair) and alone.worker == last
+    shop.up(60.0, 0)
+    shop.up(70.0, first.worker)  # back in service: the only one blamable again
+    _, again, _ = shop.down(80.0, 0, everyone)
+    assert isinstance(again, Blame) and again.worker == first.worker
+
+
 def test_wrong_blames_happen_at_their_rate_on_uniform_innocents_and_change_nothing_else() -> None:
     n, p = 20_000, 0.3
     policy = RepairPolicy(auto_s=7200.0, manual_s=86400.0, manual_p=0.5, diagnosis_p=0.9,
                           wrong_blame_p=p)
     shop = _shop(policy, up=10 ** 6, want=0, target=0)
-    out = [shop.down(float(k), 10 + k, lambda: range(10)) for k in range(n)]
+    out = []
+    for k in range(n):
+        acts = shop.down(float(k), 10 + k, lambda: range(10))
+        for blame in (a for a in acts if isinstance(a, Blame)):
+            shop.up(float(k), blame.worker)  # repaired at once: each stays innocent
+        out.append(acts)
     blames = [a for acts in out for a in acts if isinstance(a, Blame)]
     rate = 0.9 * p  # only a diagnosed failure can be misdiagnosed
     assert abs(len(blames) / n - rate) < 4 * math.sqrt(rate * (1 - rate) / n), len(blames)
@@ -143,9 +172,17 @@ def test_wrong_blames_happen_at_their_rate_on_uniform_innocents_and_change_nothi
 def test_an_innocents_repairs_draw_from_its_own_stream() -> None:
     policy = RepairPolicy(wrong_blame_p=1.0)
     one, two = _shop(policy, up=100, want=0, target=0), _shop(policy, up=100, want=0, target=0)
+
+    def blamed_twice(shop: RepairShop) -> list[Repair]:
+        trips = []
+        for k in range(2):
+            trips.append(shop.down(float(k), 20 + k, lambda: [7])[2])
+            shop.up(float(k), 7)  # repaired: innocent again
+        return trips
+
     # node 7 blamed twice: its two trips differ; the same on a second shop
-    trips = [one.down(float(k), 20 + k, lambda: [7])[2] for k in range(2)]
-    assert trips == [two.down(float(k), 20 + k, lambda: [7])[2] for k in range(2)]
+    trips = blamed_twice(one)
+    assert trips == blamed_twice(two)
     assert trips[0].worker == trips[1].worker == 7 and trips[0].back_at_s != trips[1].back_at_s - 1.0
     # its own failure later draws from repair/7 as if it had never been blamed
     fresh = _shop(RepairPolicy(wrong_blame_p=0.0), up=100, want=0, target=0)

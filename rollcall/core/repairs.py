@@ -218,6 +218,7 @@ class RepairShop:
         self._pull_free_s = -math.inf  # when the preemption in progress ends
         self._failures: dict[int, list[float]] = {}  # node -> failure times (retirement)
         self._blamed: dict[int, int] = {}  # node -> times a wrong diagnosis blamed it
+        self._out: set[int] = set()  # failed or blamed, not up since (retired included)
         self.retired: set[int] = set()
         self.places = None if warm is None else want + warm  # processes at most
         self.select_s = select_s
@@ -231,12 +232,14 @@ class RepairShop:
              innocents: Callable[[], Sequence[int]] = tuple) -> list[ShopAction]:
         """Node ``worker`` failed now: its repair or retirement, and any pulls.
 
-        ``innocents()``: the nodes a wrong diagnosis may blame instead, the
-        job's live members (asked only when a diagnosis goes wrong; the
-        culprit is never among those blamed)."""
+        ``innocents()``: the job's live members not hit by the fault in
+        progress (asked only when a diagnosis goes wrong). The shop blames
+        none of them that it holds out of service (failed or blamed, and not
+        up since), nor the culprit."""
         assert worker not in self.retired, worker
         times = self._failures.setdefault(worker, [])
         times.append(now)
+        self._out.add(worker)
         self.in_service -= 1
         if worker in self.idle:  # an idle node failed: no process was lost
             self.idle.remove(worker)
@@ -260,6 +263,7 @@ class RepairShop:
         spare came): whether its process starts now (else it waits idle
         until a :class:`Warm` names it; a pulled spare always starts)."""
         assert worker not in self.retired, worker
+        self._out.discard(worker)
         self.in_service += 1
         if pulled:
             self.coming -= 1
@@ -312,6 +316,7 @@ class RepairShop:
         self.busy -= 1  # a live member: it held a process
         blamed = self._blamed.get(innocent, 0)
         self._blamed[innocent] = blamed + 1
+        self._out.add(innocent)
         return [Repair(worker, now + p.reboot_s, "misdiagnosed", False), Blame(innocent, worker),
                 self._repair(now, innocent, f"blamed/{innocent}", blamed)]
 
@@ -324,7 +329,7 @@ class RepairShop:
         seed, name = self.draws.seed, f"blame/{worker}"
         if nth_uniform(seed, name, k * _BLAME_DRAWS) > p.wrong_blame_p:
             return None
-        pool = sorted(w for w in innocents() if w != worker and w not in self.retired)
+        pool = sorted(w for w in innocents() if w != worker and w not in self._out)
         if not pool:
             return None  # the culprit is blamed after all, as AIReSim does
         u = nth_uniform(seed, name, k * _BLAME_DRAWS + 1)
