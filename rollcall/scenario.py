@@ -21,6 +21,7 @@ import re
 import stat
 from fractions import Fraction
 from pathlib import Path
+from types import UnionType
 from typing import Annotated, Any, Literal, Sequence, Union, get_args, get_origin
 
 import yaml
@@ -1395,7 +1396,8 @@ def _model_at(path: Sequence[str | int]) -> type[BaseModel] | None:
         else:
             return None
         # unwrap Optional[...]
-        args = [a for a in get_args(model) if a is not type(None)] if get_origin(model) is Union else None
+        optional = get_origin(model) in (Union, UnionType)  # X | None, Optional[X]
+        args = [a for a in get_args(model) if a is not type(None)] if optional else None
         if args is not None and len(args) == 1:
             model = args[0]
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None

@@ -554,6 +554,7 @@ class Simulation:
         if record:
             self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
         self.nodes.hw[w] = False
+        self.nodes.held_down[w] = True
         self.nodes.life[w] += 1
         self.plan.node_down(w)  # its crash and slowdowns to come went with it
         self.nodes.starting[w] = -1  # a relaunched process still starting never starts
@@ -613,6 +614,7 @@ class Simulation:
         starts = self.shop.up(now, w)  # else it waits idle, without a process (warm_standbys)
         self._arrive(now, w)
         if starts:
+            self.nodes.held_down[w] = False
             self._start(now, [w], [self.keeper.node_up(now, w)])
 
     def _warmed(self, warm: Warm) -> None:
@@ -627,6 +629,7 @@ class Simulation:
         if not self.shop.warmed(now, w):
             return  # the node failed during its selection
         self._write(warm.record(now))
+        self.nodes.held_down[w] = False
         self._start(now, [w], [self.keeper.node_up(now, w) if warm.back else 0])
 
     def _pulled(self, pull: Pull) -> None:

@@ -139,9 +139,10 @@ class KeeperFailover:
         nodes = sim.nodes
         # the supervisor's report, as the real launcher's: the lives running
         # or starting (a relaunched process not joined yet), the nodes lost
-        # and not repaired, the exits their hosts saw
+        # and not given back to the job (a repaired node held idle among
+        # them), the exits their hosts saw
         started = nodes.lives_started() | nodes.lives_starting()
-        down = [int(w) for w in np.flatnonzero(nodes.exists & ~nodes.hw)]
+        down = [int(w) for w in np.flatnonzero(nodes.held_down)]
         sim._kcall(now, k.take_over, started, down, sorted(nodes.lives_exited().items()))
         self._reconnect(now)
         sim._alarm(now + sim.detector.silence_s())  # the verdicts on the silent ones

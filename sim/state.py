@@ -48,6 +48,10 @@ class Nodes:
     # the life of each node's process whose exit its host saw (a kill, a
     # blame), -1: none; a crash or a restart's teardown is no exit
     exit_seen: np.ndarray
+    # lost and not given back to the job since (the keeper was told
+    # ``node_down``, or a new keeper is at takeover, and no ``node_up``
+    # since): a repaired node the repair shop holds idle stays so
+    held_down: np.ndarray
     relaunches: list[Lives] = field(default_factory=list)
     ordered: dict[int, Lives] = field(default_factory=dict)  # relaunch number -> its lives
     orders: int = 0  # relaunches ordered so far
@@ -58,7 +62,7 @@ class Nodes:
         return cls(*flags, np.zeros(n, np.int64), np.zeros(n), np.zeros(n, np.int64),
                    np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n, bool),
                    np.full(n, -1, np.int64), np.full(n, -1, np.int64),
-                   np.full(n, -1, np.int64))
+                   np.full(n, -1, np.int64), np.zeros(n, bool))
 
     def beating(self) -> np.ndarray:
         """Nodes whose process runs and beats."""

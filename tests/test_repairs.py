@@ -511,3 +511,40 @@ def test_a_repaired_node_waits_idle_until_it_is_made_a_warm_standby(
                     ("failure", (0, 3)), ("growth", (0, 1, 3))]
     back = [r for r in history if r["f"] == "enter" and r["process"] == 1][-1]
     assert back["incarnation"] == 1 and back["gen"] == 5
+
+
+IDLE_AT_TAKEOVER = """
+name: idle-at-takeover
+seed: 3
+target: sim
+cluster: {workers: 4, spares: 1, warm_standbys: 0, repair_s: 0.5}
+workload: {steps: 400, global_batch: 32, micro_batch: 4, dataset_samples: 3200,
+           micro_batch_s: 0.1}
+strategy: {kind: checkpoint-restart, restart_s: 1.0, checkpoint_interval_steps: 10}
+keeper: {store: etcd, standbys: 1, failover_s: 2.0}
+failures:
+  schedule:
+    - {at_s: 10, kill: 1}
+    - {at_s: 10.7, kill_keeper: active}
+    - {at_s: 30, kill: 3}
+"""
+
+
+def test_a_repaired_node_held_idle_is_down_to_the_keeper_that_takes_over(
+        tmp_path: Path) -> None:
+    """Worker 1 is killed and repaired, and waits idle (every place is
+    taken), while the keeper that was told it is down dies before the next
+    generation forms. The new keeper is told it is down too (as on real:
+    not given back to the job), so it relaunches no process there; it gets
+    one when the repair shop warms it after the next kill."""
+    sc = parse_scenario(IDLE_AT_TAKEOVER)
+    summary = Simulation(sc, tmp_path).run()
+    assert summary["completed"] and summary["valid"], summary.get("violations")
+    history = list(read_history(tmp_path))
+    takeover = next(r for r in history if r["f"] == "takeover")
+    repaired = next(r for r in history if r["f"] == "fault" and r["kind"] == "repair")
+    assert repaired["workers"] == [1] and repaired["t"] < takeover["t"]
+    relaunch = next(r for r in history if r["f"] == "relaunch" and r["t"] >= takeover["t"])
+    assert relaunch["not_relaunched"] == [[1, 1]], relaunch
+    warms = [(r["t"], r["workers"]) for r in history if r["f"] == "fault" and r["kind"] == "warm"]
+    assert warms == [(10.0, [4]), (30.0, [1])], warms

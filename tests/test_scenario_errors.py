@@ -78,6 +78,8 @@ CASES: dict[str, tuple[str, int | None, str]] = {
     "step_table_negative.yaml": ("workload.step_s_by_workers.4", 3, "must be > 0, got -0.5"),
     "warmup_negative.yaml": ("workload.warmup_s", 3, "must be >= 0, got -1.0"),
     "zero_rack_size.yaml": ("cluster.rack_size", 4, "must be >= 1, got 0"),
+    "repair_unknown_key.yaml": ("cluster.repair.fixed_s", 4,
+                                "unknown key (expected one of: auto_s, manual_s,"),
     "state_unknown_key.yaml": ("state.replica", 4, "unknown key (expected one of: sharding, replicas, shards)"),
     # scale helpers (cluster.gpus, fractions, per-worker batch, rate per 1,000 node-days)
     "gpus_not_multiple.yaml": ("cluster.gpus", 4, "must be a multiple of cluster.gpus_per_worker=8"),
