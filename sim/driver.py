@@ -1510,6 +1510,23 @@ class Simulation:
         with _few_collections():
             return self._run()
 
+    def _step_to_end(self, wall0: float) -> None:
+        """Step the events until the run ends (or is cut short: :meth:`run`)."""
+        env = self.env
+        try:
+            if self._max_wall_s is None and self._stop is None:
+                env.run(until=self.done)
+            else:
+                if self._max_wall_s is not None:
+                    self._wall_deadline = wall0 + self._max_wall_s
+                self._run_until_halt()
+        except RuntimeError:
+            # simpy's "no scheduled events left" (the job can never end); any
+            # other error raised inside a callback is a bug and crashes loudly
+            if self.done.triggered or env.peek() != float("inf"):
+                raise
+            self._finish(env.now, False, "stuck: no events left")
+
     def _check_halt(self) -> None:
         """Note in ``_halt`` why the run must end early, if it must (polled, not pushed,
         so a signal never lands in the middle of an event's effects)."""
@@ -1569,18 +1586,10 @@ class Simulation:
         self._at(horizon_s(sc), self._give_up_due)
         self._at(2 * horizon_s(sc), self._horizon)
         try:
-            if self._max_wall_s is None and self._stop is None:
-                env.run(until=self.done)
-            else:
-                if self._max_wall_s is not None:
-                    self._wall_deadline = wall0 + self._max_wall_s
-                self._run_until_halt()
-        except RuntimeError:
-            # simpy's "no scheduled events left" (the job can never end); any
-            # other error raised inside a callback is a bug and crashes loudly
-            if self.done.triggered or env.peek() != float("inf"):
-                raise
-            self._finish(env.now, False, "stuck: no events left")
+            self._step_to_end(wall0)
+        except BaseException:
+            self.recorder.close()  # a crash keeps every record written before it
+            raise
         self.recorder.close()
         self.events = next(env._eid)  # events scheduled so far (simpy's own counter)
         # validity comes from the core's checkers over the history: the very

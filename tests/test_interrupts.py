@@ -229,3 +229,24 @@ def test_the_early_handler_is_only_the_commands_own() -> None:
     interrupts.quit_until_main("rollcall")
     interrupts.finish_on_signal("rollcall", 0)
     assert signal.getsignal(signal.SIGTERM) is old
+
+
+def test_a_sim_that_crashes_keeps_every_record_written_before(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An invariant that fails inside the sim (a bug) raises, but the history
+    up to it is on disk, not lost in the unflushed batch: the restart record
+    written just before the failing relaunch is there."""
+    from sim import driver
+
+    def broken(self: Any, now: float, order: Any) -> None:
+        raise AssertionError("a relaunch that breaks an invariant")
+
+    monkeypatch.setattr(driver.Simulation, "_relaunch", broken)
+    base = load_scenario(QUICKSTART)
+    sc = base.model_validate({**base.model_dump(), "strategy": {
+        **base.strategy.model_dump(), "kind": "checkpoint-restart"}})
+    with pytest.raises(AssertionError, match="breaks an invariant"):
+        driver.run(sc, tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "history.jsonl").open()]
+    assert len(records) < 4096, "fewer than one batch: none of them was flushed before"
+    assert records[-1]["f"] in ("restart", "relaunch"), records[-1]
