@@ -12,7 +12,7 @@ What this process does is I/O only; every decision is the core keeper's:
 - each generation it decides is written with a compare-and-set
   (``Persist``) before the launcher hears of it; a refused or failed write
   is the keeper's input (``persisted(ok=False)``), and it deposes itself;
-- it renews its lease every ``lease_ttl_s / 4`` and tells the keeper the
+- it renews its lease every ``RENEW_SHARE`` of ``lease_ttl_s`` and tells the keeper the
   lease holds until the renewal's *send* time plus 90% of the TTL
   (``Keeper.hold``): a keeper that cannot renew stops deciding on its own
   clock before the store lets a standby win;
@@ -38,8 +38,8 @@ from typing import Any, Optional
 
 from rollcall.config import keeper_config
 from rollcall.core import (
-    LEASE_MARGIN, Broadcast, Deposed, Formed, JobFailed, Keeper, Persist, Record, Relaunch,
-    RestartJob, Send, message_to_data, record_from_data, record_to_data,
+    LEASE_MARGIN, RENEW_SHARE, Broadcast, Deposed, Formed, JobFailed, Keeper, Persist, Record,
+    Relaunch, RestartJob, Send, message_to_data, record_from_data, record_to_data,
 )
 from rollcall.scenario import Scenario
 
@@ -110,7 +110,7 @@ class KeeperProcess:
         record = None if last is None else record_from_data(last["record"])
         self.keeper = Keeper.restored(keeper_config(self.sc), record, self.lead.term)
         self.keeper.hold(sent, sent + LEASE_MARGIN * self.ttl_s)
-        self.renew_at = sent + self.ttl_s / 4
+        self.renew_at = sent + RENEW_SHARE * self.ttl_s
 
     # --- the launcher's link ----------------------------------------------------------
 
@@ -325,7 +325,7 @@ class KeeperProcess:
             alive = False
         if alive:
             self.keeper.hold(sent, sent + LEASE_MARGIN * self.ttl_s)
-        self.renew_at = sent + self.ttl_s / 4
+        self.renew_at = sent + RENEW_SHARE * self.ttl_s
 
     def serve(self) -> int:
         self.sel.register(self.listener, selectors.EVENT_READ, "listen")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
-from rollcall.core import LEASE_MARGIN, NEMESIS, Keeper, KeeperRecord, Persist, rec
+from rollcall.core import LEASE_MARGIN, NEMESIS, Keeper, KeeperRecord, Persist, last_renewal, rec
 
 if TYPE_CHECKING:
     from sim.driver import Simulation
@@ -50,6 +50,7 @@ class KeeperFailover:
         self.takeover_s = k.takeover_s
         self.stored: Optional[KeeperRecord] = None  # the store's latest generation
         self.back_at: Optional[float] = None  # while no keeper serves: when one takes over
+        self.took_over_at = 0.0  # when the serving keeper began (its renewals count from then)
         self.count = 0
 
     @property
@@ -80,20 +81,23 @@ class KeeperFailover:
 
     def cut(self, now: float, for_s: float) -> None:
         """``partition_keeper``: the active keeper loses etcd, not its workers.
-        Its lease is renewed without a gap while it reaches etcd, so its last
-        renewal is now: the keeper is told its lease holds until
-        ``LEASE_MARGIN`` of the TTL from now (:meth:`Keeper.hold`, as the
-        keeper process is after each renewal) and deposes itself there, on
-        its own clock; a standby takes over ``takeover_s`` after the cut (not
-        before the keeper stopped)."""
+        It renewed its lease every ``RENEW_SHARE`` of the TTL since it took
+        over, none late, so its last renewal is the latest of those at or
+        before the cut (:func:`last_renewal`): the keeper is told its lease
+        holds until ``LEASE_MARGIN`` of the TTL from then
+        (:meth:`Keeper.hold`, as the keeper process is after each renewal)
+        and deposes itself there, on its own clock; a standby takes over
+        ``takeover_s`` after the cut (not before the keeper stopped)."""
         sim = self.sim
         if self.down or sim.state == DONE:
             return
         keeper = sim.keeper
         sim._write(rec(now, "info", "fault", NEMESIS, kind="partition_keeper",
                        term=keeper.term, for_s=for_s))
-        until = now + LEASE_MARGIN * sim.sc.keeper.lease_ttl_s
-        keeper.hold(now, until)
+        ttl_s = sim.sc.keeper.lease_ttl_s
+        renewed = last_renewal(self.took_over_at, now, ttl_s)
+        until = renewed + LEASE_MARGIN * ttl_s
+        keeper.hold(renewed, until)
         back = max(now + self.takeover_s, until)
         sim._at(until, lambda: self._lease_lapsed(keeper, back))
 
@@ -135,7 +139,7 @@ class KeeperFailover:
             return
         old = sim.keeper
         k = Keeper.restored(old.config, self.stored, old.term + 1)
-        sim.keeper, self.back_at = k, None
+        sim.keeper, self.back_at, self.took_over_at = k, None, now
         nodes = sim.nodes
         # the supervisor's report, as the real launcher's: the lives running
         # or starting (a relaunched process not joined yet), the nodes lost

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, strategies as st
 
 from protocol_net import DATA, World
 from rollcall.core.agent import Agent, Enter
@@ -22,7 +23,7 @@ from rollcall.core.codec import CodecError, message_from_data, message_to_data
 from rollcall.core.detector import TimeoutDetector
 from rollcall.core.idset import IdRuns
 from rollcall.core.keeper import (
-    Broadcast, Deposed, Keeper, KeeperConfig, Persist, Record,
+    RENEW_SHARE, Broadcast, Deposed, Keeper, KeeperConfig, Persist, Record, last_renewal,
 )
 from rollcall.core.lives import LifeTable
 from rollcall.core.messages import Join, Membership, Refused, RollCall
@@ -96,6 +97,22 @@ def test_a_lapsed_lease_deposes_the_keeper_on_its_own_clock() -> None:
     out = k.handle_timer(2.0)
     assert [o.reason for o in out if isinstance(o, Deposed)] == ["lease-lapsed"]
     assert k.commit(2.5, 1, 0, 1, 0).reason == "deposed"
+
+
+@given(took_over_at=st.floats(0.0, 1e6), after_s=st.floats(0.0, 1e5),
+       ttl_s=st.floats(0.01, 100.0))
+def test_the_last_renewal_is_on_the_keepers_cadence_and_at_most_now(
+        took_over_at: float, after_s: float, ttl_s: float) -> None:
+    """The renewals a keeper sends every quarter TTL from its takeover, in
+    bulk: the last one is at or before ``now``, less than one period before,
+    a whole number of periods after the takeover."""
+    now = took_over_at + after_s
+    renewed = last_renewal(took_over_at, now, ttl_s)
+    period_s = RENEW_SHARE * ttl_s
+    assert took_over_at <= renewed <= now
+    assert now - renewed < period_s * (1 + 1e-9) + 1e-9 * now
+    periods = (renewed - took_over_at) / period_s
+    assert abs(periods - round(periods)) < 1e-6 * max(1.0, periods)
 
 
 def test_a_record_survives_json_and_restores_the_same_keeper() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -133,9 +134,10 @@ def test_keeper_deaths_anywhere_keep_the_history_valid(tmp_path_factory, kills, 
 
 def test_a_keeper_cut_off_from_etcd_decides_until_its_lease_ends(tmp_path: Path) -> None:
     """``partition_keeper`` on the sim: the job commits on while the cut
-    keeper's lease holds (90% of the TTL, on its own clock: ``Keeper.hold``,
-    as on real), the keeper deposes itself when it lapses, then a standby
-    takes over ``takeover_s`` after the cut."""
+    keeper's lease holds (90% of the TTL from its last renewal, on its own
+    clock: ``Keeper.hold``, as on real; it renewed every quarter TTL since
+    the run began), the keeper deposes itself when it lapses, then a
+    standby takes over ``takeover_s`` after the cut."""
     sc = _scenario(faults="{at_step: 20, partition_keeper: active, for_s: 5}")
     s = run(sc, tmp_path)
     assert s["completed"] and s["valid"], s["violations"]
@@ -144,7 +146,10 @@ def test_a_keeper_cut_off_from_etcd_decides_until_its_lease_ends(tmp_path: Path)
     cut = next(r for r in recs if r["f"] == "fault" and r["kind"] == "partition_keeper")
     takeover = next(r for r in recs if r["f"] == "takeover")
     assert takeover["t"] == pytest.approx(cut["t"] + sc.keeper.takeover_s)
-    stop = cut["t"] + 0.9 * sc.keeper.lease_ttl_s
+    ttl_s = sc.keeper.lease_ttl_s
+    renewed = math.floor(cut["t"] / (ttl_s / 4)) * (ttl_s / 4)  # the first keeper's
+    assert cut["t"] - ttl_s / 4 < renewed <= cut["t"]
+    stop = renewed + 0.9 * ttl_s
     commits = [r["t"] for r in recs if r["f"] == "commit" and cut["t"] < r["t"] <= takeover["t"]]
     assert commits and max(commits) < stop, "it decides while its lease holds, not after"
     (deposed,) = [r for r in recs if r["f"] == "deposed"]

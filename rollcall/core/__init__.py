@@ -50,8 +50,8 @@ from rollcall.core.history import (
 from rollcall.core.idset import EMPTY, IdRuns
 from rollcall.core.job import JobPolicy
 from rollcall.core.keeper import (
-    LEASE_MARGIN, Broadcast, CommitVerdict, Deposed, Formed, JobFailed, Keeper, KeeperConfig,
-    Output, Persist, Record, Relaunch, RestartJob, Send,
+    LEASE_MARGIN, RENEW_SHARE, Broadcast, CommitVerdict, Deposed, Formed, JobFailed, Keeper,
+    KeeperConfig, Output, Persist, Record, Relaunch, RestartJob, Send, last_renewal,
 )
 from rollcall.core.record import KeeperRecord, record_from_data, record_to_data
 from rollcall.core.lives import Lives
@@ -77,7 +77,7 @@ __all__ = [
     "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
     "Keeper", "KeeperConfig", "KeeperRecord", "LEASE_MARGIN", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
     "NOT_EXPECTED",
-    "Output", "Persist", "Phase", "Pull", "RECOVERY_WINDOW", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload",
+    "Output", "Persist", "Phase", "Pull", "RECOVERY_WINDOW", "RENEW_SHARE", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload",
     "Repair", "RepairPolicy", "RepairShop", "RestartJob", "Retire",
     "RollCall", "ScheduledFault", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepFailed", "Stop",
     "StragglerPolicy",
@@ -86,7 +86,8 @@ __all__ = [
     "WIRE_MESSAGE_TYPES", "Warm",
     "WorkerId", "check", "check_cursor", "check_flag", "check_id_set", "check_list", "check_nat",
     "check_text", "commit",
-    "describe_assignment", "expand_deltas", "from_ranges", "lr_scale", "make_detector",
+    "describe_assignment", "expand_deltas", "from_ranges", "last_renewal", "lr_scale",
+    "make_detector",
     "members_delta", "members_field",
     "message_from_data", "message_to_data", "plan_step", "rank_range", "rec", "record_from_data",
     "record_to_data", "sample_ids",

@@ -52,6 +52,7 @@ defaults (None, None, False) when the state is replicated:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
@@ -152,6 +153,19 @@ class KeeperConfig:
 # to :meth:`Keeper.hold`: the keeper process after each renewal, the sim's
 # failover at a partition_keeper cut (its last renewal).
 LEASE_MARGIN = 0.9
+# How often a keeper renews its lease, as a share of the TTL: from when it
+# took over, every quarter TTL (three renewals may fail before the margin).
+RENEW_SHARE = 0.25
+
+
+def last_renewal(took_over_at: float, now: float, ttl_s: float) -> float:
+    """When the last renewal at or before ``now`` was sent, for a keeper
+    that took over at ``took_over_at`` and renews every ``RENEW_SHARE`` of
+    ``ttl_s`` from then, none of them late: the exact bulk form of the
+    keeper process's renewals, for a driver that does not send them."""
+    assert now >= took_over_at and ttl_s > 0, (took_over_at, now, ttl_s)
+    period_s = RENEW_SHARE * ttl_s
+    return took_over_at + math.floor((now - took_over_at) / period_s) * period_s
 
 
 # --- outputs -----------------------------------------------------------------
