@@ -369,7 +369,15 @@ class Simulation:
             self._at(t, self._ktick, t, detection)
 
     def _apply(self, now: float, outputs: list) -> None:
-        """Turn the keeper's outputs into simulated effects."""
+        """Turn the keeper's outputs into simulated effects. A ``Persist``
+        (always last: the keeper holds back what follows it) is answered
+        first, as the keeper process does before it reads anything else: an
+        effect that feeds the keeper (a restart casts the votes on their
+        way) finds it ready; what it held back is carried out after the rest."""
+        held: Optional[list] = None
+        if outputs and isinstance(outputs[-1], Persist):
+            held = self.failover.persist(now, outputs[-1])
+            outputs = outputs[:-1]
         for out in outputs:
             if isinstance(out, Record):
                 r = out.record
@@ -399,8 +407,10 @@ class Simulation:
                 self._finish(now, False, f"job failed: {out.reason}")
             elif isinstance(out, Deposed):
                 pass  # its lease lapsed: sim.failover stops it at the lease's end
-            elif isinstance(out, Persist):  # always last: the keeper holds back the rest
-                self._apply(now, self.failover.persist(now, out))
+            else:
+                assert not isinstance(out, Persist), "a Persist is the keeper's last output"
+        if held is not None:
+            self._apply(now, held)
         self._round_alarm(now)
 
     def _round_alarm(self, now: float) -> None:
@@ -1073,6 +1083,8 @@ class Simulation:
         if run.compute is None or not run.compute[1]:
             return  # nobody slow: the votes go in bulk
         t = run.vote_at(run.voted + 1, self.lat)
+        if self.failover.back_at is not None:  # no keeper hears it before a standby takes over
+            t = max(t, self.failover.back_at)
         self._vote_wake = t
         self._at(t, self._on_vote_wake)
 

@@ -47,6 +47,9 @@ TWICE_UP_TO = 1000
 # in about 1% of scenarios.
 COVERAGE_EXAMPLES = 2000
 CORPUS = sorted(fuzz.CORPUS_DIR.glob("*.yaml"))
+# Scenarios the fuzzer once found crashing or spinning the sim, each named
+# for what it exercises: they run clean, under the same event bounds.
+REGRESSIONS = sorted((fuzz.CORPUS_DIR.parent / "fuzz-regressions").glob("*.yaml"))
 
 
 def _replay_line(nodeid: str) -> str:
@@ -145,3 +148,15 @@ def test_corpus_scenario_runs_clean(path: Path) -> None:
     """Each corpus scenario passes the runner's checks, histories compared."""
     outcome = fuzz.run_scenario(load_scenario(path, target="sim"), twice=True)
     assert outcome.ok, f"{outcome.describe()}\nreplay: {fuzz.replay_command(path)}"
+
+
+@pytest.mark.parametrize("path", REGRESSIONS, ids=lambda p: p.stem)
+def test_regression_scenario_runs_clean(path: Path) -> None:
+    """Each scenario the fuzzer found breaking the sim passes the runner's
+    checks (a named end, a valid history, the same history twice)."""
+    outcome = fuzz.run_scenario(load_scenario(path, target="sim"), twice=True)
+    assert outcome.ok, f"{outcome.describe()}\nreplay: {fuzz.replay_command(path)}"
+
+
+def test_the_regressions_are_there() -> None:
+    assert len(REGRESSIONS) >= 3, "tests/data/fuzz-regressions/"
