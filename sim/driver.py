@@ -150,7 +150,7 @@ from sim.sharded import copy_time, replicated_copy_time
 from sim.state import Nodes, Recorder, Tally
 from sim.steps import _EPS, StepRun
 
-__all__ = ["run", "Simulation"]
+__all__ = ["run", "Simulation", "SimulationStuck"]
 
 
 @contextmanager
@@ -180,6 +180,16 @@ LEDGER_SAMPLES = 1_000_000
 # the records FailureTally reads (the rest pass it by)
 _TALLIED = frozenset(("fault", "evict"))
 _NODE_DOWN = {"kill": "kills", "crash": "crashes", "blame": "blames"}  # kind -> its count
+# Events stepped at one simulated instant past which a run is stuck (a
+# livelock, a bug): no run needs more than a few per node there (the fuzzer
+# sees thousands at most), so the bound is this plus SPIN_EVENTS_PER_NODE each.
+SPIN_EVENTS = 1_000_000
+SPIN_EVENTS_PER_NODE = 16
+
+
+class SimulationStuck(Exception):
+    """The simulated clock stopped moving while events kept being stepped:
+    a livelock in the simulator, not a property of the scenario."""
 
 
 class Simulation:
@@ -1526,12 +1536,9 @@ class Simulation:
         """Step the events until the run ends (or is cut short: :meth:`run`)."""
         env = self.env
         try:
-            if self._max_wall_s is None and self._stop is None:
-                env.run(until=self.done)
-            else:
-                if self._max_wall_s is not None:
-                    self._wall_deadline = wall0 + self._max_wall_s
-                self._run_until_halt()
+            if self._max_wall_s is not None:
+                self._wall_deadline = wall0 + self._max_wall_s
+            self._run_until_halt()
         except RuntimeError:
             # simpy's "no scheduled events left" (the job can never end); any
             # other error raised inside a callback is a bug and crashes loudly
@@ -1550,7 +1557,9 @@ class Simulation:
 
     def _run_until_halt(self) -> None:
         """``env.run(until=self.done)``, but ending the job early when :meth:`_check_halt`
-        says so (a wall-clock deadline, or an interrupt).
+        says so (a wall-clock deadline, or an interrupt), and raising
+        :class:`SimulationStuck` once ``SPIN_EVENTS`` (and some per node) are
+        stepped at one simulated instant.
 
         The same events are stepped in the same order (nothing is scheduled
         to look at the clock), so a run that is not cut short writes the very
@@ -1558,15 +1567,27 @@ class Simulation:
         its history kept up to the last event stepped.
         """
         env, done = self.env, self.done
-        stepped = 0
+        stepped = same_instant = 0
+        instant = env.now
+        spin_limit = SPIN_EVENTS + SPIN_EVENTS_PER_NODE * self.n_nodes
         while not done.processed:
             try:
                 env.step()
             except simpy.core.EmptySchedule:
                 raise RuntimeError("no scheduled events left") from None
             stepped += 1
-            if self._halt is None and stepped % 1024 == 0:
-                self._check_halt()
+            if stepped % 1024 == 0:
+                if env.now != instant:
+                    instant, same_instant = env.now, 0
+                else:
+                    same_instant += 1024
+                    if same_instant >= spin_limit:
+                        raise SimulationStuck(
+                            f"{same_instant} events stepped at simulated t={instant!r} s "
+                            f"without the clock moving (job state {self.state}, committed "
+                            f"{self.committed.step} steps)")
+                if self._halt is None:
+                    self._check_halt()
             # the end is written once the env's clock has caught up with the
             # job's run-ahead, so the history stays in time order
             if self._halt is not None and not done.triggered and env.now >= self._ahead_t:

@@ -250,3 +250,28 @@ def test_a_sim_that_crashes_keeps_every_record_written_before(
     records = [json.loads(line) for line in (tmp_path / "history.jsonl").open()]
     assert len(records) < 4096, "fewer than one batch: none of them was flushed before"
     assert records[-1]["f"] in ("restart", "relaunch"), records[-1]
+
+
+def test_a_sim_spinning_at_one_instant_raises_and_keeps_its_history(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A livelock (an event that keeps scheduling itself at the same simulated
+    instant) does not hang the run: past the bound of events at one instant
+    it raises :class:`SimulationStuck` naming the instant, with or without
+    a stop hook, and the history written before is on disk."""
+    from sim import driver
+
+    monkeypatch.setattr(driver, "SPIN_EVENTS", 20_000)
+    monkeypatch.setattr(driver, "SPIN_EVENTS_PER_NODE", 0)
+    for stop in (None, lambda: None):
+        out = tmp_path / ("hooked" if stop else "plain")
+        out.mkdir()
+        sim = driver.Simulation(load_scenario(QUICKSTART), out)
+
+        def again() -> None:
+            sim._at(sim.env.now, again)
+
+        sim._at(1.0, again)
+        with pytest.raises(driver.SimulationStuck, match=r"at simulated t=1\.0 s"):
+            sim.run(stop=stop)
+        records = [json.loads(line) for line in (out / "history.jsonl").open()]
+        assert records[0]["f"] == "start" and any(r["f"] == "generation" for r in records)
