@@ -1620,10 +1620,8 @@ class Simulation:
         self._at(2 * horizon_s(sc), self._horizon)
         try:
             self._step_to_end(wall0)
-        except BaseException:
-            self.recorder.close()  # a crash keeps every record written before it
-            raise
-        self.recorder.close()
+        finally:
+            self.recorder.close()  # a crash too keeps every record written before it
         self.events = next(env._eid)  # events scheduled so far (simpy's own counter)
         # validity comes from the core's checkers over the history: the very
         # records just written, not a parse of them (JSON keeps every value
