@@ -171,8 +171,13 @@ def test_a_keeper_that_lost_its_lease_stops_deciding(tmp_path: Path) -> None:
     first = next(r["candidate"] for r in recs if r["f"] == "keeper_link")
     exits = {f"keeper-{r['candidate']}": r["returncode"] for r in recs if r["f"] == "keeper_exit"}
     assert exits.get(first) == 3, exits  # deposed: its lease lapsed on its own clock
-    lost = [r["reason"] for r in recs if r["f"] == "keeper_link" and r["reason"] != "connected"]
-    assert lost[:1] == ["superseded"], lost  # the launcher followed etcd to the new term
+    links = [r for r in recs if r["f"] == "keeper_link"]
+    lost = [r["reason"] for r in links if r["reason"] != "connected"]
+    # The launcher left the frozen keeper: on etcd's word of the new term, or,
+    # where a busy machine delays that word, on the keeper's own exit.
+    assert lost[:1] in (["superseded"], ["exited"]), lost
+    later = [r["candidate"] for r in links if r["reason"] == "connected"][1:]
+    assert later and first not in later, links  # and linked to another keeper
     gens = [g["gen"] for g in _generations(recs)]
     assert gens == sorted(set(gens))
 
