@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 from urllib.parse import urlsplit
 
 from rollcall import interrupts
@@ -40,15 +40,13 @@ from rollcall.core import (
 )
 
 from real import wire
-from real.keeper_port import CommitAsk
+from real.keeper_port import CommitAsk, Supervisor
 from real.relay import Relay
 from real.keeper_store import KeeperStore, StoreUnavailable, read_password
 from real.keeper_finder import write_keeper_json
 from real.keeper_wire import TO_SUPERVISOR, supervisor_mac
 from real.procs import die_with_parent, python_env, release
 
-if TYPE_CHECKING:
-    from real.launcher import Launcher
 
 POLL_S = 0.05  # while no keeper serves: how often etcd is asked who leads
 START_TIMEOUT_S = 60.0  # the first keeper, from the processes' start to its answer
@@ -164,8 +162,13 @@ class EtcdPaths:
 
 
 class RemoteKeeper:
-    def __init__(self, launcher: "Launcher", sel: selectors.BaseSelector) -> None:
-        self.l = launcher
+    """The launcher's side of a keeper in processes of its own: it starts
+    the keeper candidates (and etcd where the run makes its own), follows
+    etcd to the one that leads, and carries that keeper's frames to the
+    launcher (a :class:`Supervisor`) and the launcher's facts to it."""
+
+    def __init__(self, launcher: Supervisor, sel: selectors.BaseSelector) -> None:
+        self.supervisor = launcher
         self.sel = sel
         k = launcher.sc.keeper
         self.ttl_s = float(k.lease_ttl_s)
@@ -198,28 +201,28 @@ class RemoteKeeper:
     @property
     def direct(self) -> bool:
         """``keeper.worker_links: direct``: the workers link to the keeper themselves."""
-        return self.l.sc.keeper.worker_links == "direct"
+        return self.supervisor.sc.keeper.worker_links == "direct"
 
     @property
     def users_cluster(self) -> bool:
         """``keeper.etcd_endpoints``: the record lives in the user's etcd."""
-        return self.l.sc.keeper.etcd_endpoints is not None
+        return self.supervisor.sc.keeper.etcd_endpoints is not None
 
     @property
     def user(self) -> str:
-        return self.l.sc.keeper.etcd_user or "root"
+        return self.supervisor.sc.keeper.etcd_user or "root"
 
     def password_file(self) -> Optional[str]:
         """The user's password file, made absolute against the launcher's
         directory (the keeper processes run in the run's)."""
-        path = self.l.sc.keeper.etcd_password_file
+        path = self.supervisor.sc.keeper.etcd_password_file
         return None if path is None else str(Path(path).expanduser().resolve())
 
     def password(self) -> Optional[str]:
         """etcd's password: the run's secret for the run's own cluster, the
         user's (read from its file now) for theirs, None where theirs has no auth."""
         if not self.users_cluster:
-            return self.l.secret.hex()
+            return self.supervisor.secret.hex()
         path = self.password_file()
         return None if path is None else read_password(path)
 
@@ -239,34 +242,34 @@ class RemoteKeeper:
         if not self.endpoints:
             from real.etcd import EtcdCluster
 
-            net = self.l.fleet.network if self.l.fleet is not None else None
-            if net is not None and keeper_hosts(self.l.sc.keeper):  # the launcher made them hosts
-                self.hosts = KeeperHosts.after(net, self.l.sc.n_hosts, self.standbys)
+            net = self.supervisor.network
+            if net is not None and keeper_hosts(self.supervisor.sc.keeper):  # the launcher made them hosts
+                self.hosts = KeeperHosts.after(net, self.supervisor.sc.n_hosts, self.standbys)
             where: dict[str, Any] = {}
             if self.hosts is not None:
                 h = self.hosts
                 where = {"addresses": [h.network.address(e) for e in h.etcd],
                          "spawn": lambda i, argv, **kw: h.network.spawn(h.etcd[i], argv, **kw)}
-            self.etcd = EtcdCluster(self.l.real_dir / "etcd", members=ETCD_MEMBERS,
-                                    secret=self.l.secret.hex(), **where)
+            self.etcd = EtcdCluster(self.supervisor.real_dir / "etcd", members=ETCD_MEMBERS,
+                                    secret=self.supervisor.secret.hex(), **where)
             self.etcd.start(timeout_s=START_TIMEOUT_S)
             self.endpoints = list(self.etcd.endpoints)
         self.store = KeeperStore(self.endpoints, self.prefix, secret=self.password(),
                                  timeout_s=max(1.0, self.ttl_s / 2), user=self.user)
         if self.direct:  # what each worker needs to find the keeper in etcd itself
-            net = self.l.fleet.network if self.l.fleet is not None else None
+            net = self.supervisor.network
             assert net is None or self.hosts is not None, "refused: direct, hosts, the user's etcd"
             auth = ("secret" if not self.users_cluster else
                     "none" if self.password_file() is None else "file")
-            write_keeper_json(self.l.real_dir, self.endpoints, self.prefix, auth, self.user,
+            write_keeper_json(self.supervisor.real_dir, self.endpoints, self.prefix, auth, self.user,
                               self.password_file())
         for _ in range(1 + self.standbys):
             self.spawn()
         deadline = time.monotonic() + START_TIMEOUT_S
-        while not self.up and self.l.stop.signum is None:  # a signal: the launcher ends the run
+        while not self.up and self.supervisor.stop.signum is None:  # a signal: the launcher ends the run
             if time.monotonic() >= deadline:
                 raise RuntimeError(f"no keeper answered within {START_TIMEOUT_S:g} s "
-                                   f"(see {self.l.real_dir / 'logs'})")
+                                   f"(see {self.supervisor.real_dir / 'logs'})")
             self.poll()
             if not self.up:
                 time.sleep(POLL_S)  # a bounded wait for a process's start, not a sync
@@ -275,9 +278,9 @@ class RemoteKeeper:
         """One more keeper process: on a host of its own in hosts mode (the
         slot a dead one left), reaching etcd directly; else on this machine,
         through relays of its own (:class:`EtcdPaths`)."""
-        l, c = self.l, self.next_candidate
+        supervisor, c = self.supervisor, self.next_candidate
         self.next_candidate += 1
-        log = open(l.real_dir / "logs" / f"keeper-{c}.log", "ab")
+        log = open(supervisor.real_dir / "logs" / f"keeper-{c}.log", "ab")
         host, paths = None, []
         if self.hosts is not None:
             taken = {p.host for p in self.procs}
@@ -286,12 +289,12 @@ class RemoteKeeper:
         else:
             paths = self.paths.open(self.endpoints)  # its own way to each etcd member
             listen, endpoints = "127.0.0.1", [f"http://127.0.0.1:{r.port}" for r in paths]
-        cmd = [sys.executable, "-m", "real.keeper_proc", "--run-dir", str(l.out),
-               "--candidate", str(c), "--t0", repr(l.t0), "--secret-file", str(l.secret_path),
-               "--run-id", l.run_id, "--prefix", self.prefix, "--listen", listen,
+        cmd = [sys.executable, "-m", "real.keeper_proc", "--run-dir", str(supervisor.out),
+               "--candidate", str(c), "--t0", repr(supervisor.t0), "--secret-file", str(supervisor.secret_path),
+               "--run-id", supervisor.run_id, "--prefix", self.prefix, "--listen", listen,
                "--endpoints", ",".join(endpoints), *self._credentials()]
         how: dict[str, Any] = dict(stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   env=python_env(), cwd=str(l.out), start_new_session=True,
+                                   env=python_env(), cwd=str(supervisor.out), start_new_session=True,
                                    preexec_fn=die_with_parent)  # a SIGKILLed launcher leaves none
         with interrupts.shielded():  # started and recorded, or neither
             if host is not None:
@@ -327,7 +330,7 @@ class RemoteKeeper:
             try:
                 self.store.delete_prefix()
             except StoreUnavailable as exc:
-                self.l.write(rec(self.l.now(), "info", "etcd_cleanup", DRIVER,
+                self.supervisor.write(rec(self.supervisor.now(), "info", "etcd_cleanup", DRIVER,
                                  prefix=self.prefix, error=str(exc)))
         if self.store is not None:
             self.store.close()
@@ -401,11 +404,11 @@ class RemoteKeeper:
         link; a standby takes its place (the run keeps 1 + standbys)."""
         self._reap(kp, kill=False)
         self.procs.remove(kp)
-        self.l.write(rec(self.l.now(), "info", "keeper_exit", DRIVER, candidate=kp.candidate,
+        self.supervisor.write(rec(self.supervisor.now(), "info", "keeper_exit", DRIVER, candidate=kp.candidate,
                          returncode=kp.popen.returncode))
         if f"keeper-{kp.candidate}" == self.leader:
             self.lost("exited")
-        if self.l.result is None:
+        if self.supervisor.result is None:
             self.spawn()
 
     def on_event(self) -> None:
@@ -425,21 +428,21 @@ class RemoteKeeper:
         try:
             wire.feed_frames(self.reader, data, self.frame, lambda: self.sock is not None)
         except wire.WireError as exc:
-            self.l.write_reject(f"keeper link: {exc}")
+            self.supervisor.write_reject(f"keeper link: {exc}")
             self.lost("bad-frame")
 
     def lost(self, reason: str) -> None:
         """The serving keeper is gone (``reason``): what it owed the launcher is lost."""
         if self.sock is None:
             return
-        self.l.write(rec(self.l.now(), "info", "keeper_link", DRIVER, term=self.term,
+        self.supervisor.write(rec(self.supervisor.now(), "info", "keeper_link", DRIVER, term=self.term,
                          candidate=self.leader, reason=reason))
         self.drop_link()
-        self.poll_at = self.l.now()
+        self.poll_at = self.supervisor.now()
         asks, self.asks = self.asks, {}
         for ask in asks.values():
-            self.l.commit_answered(ask, LOST)
-        self.l.gate_released(frozen=False)  # a gate's later faults are not lost with it
+            self.supervisor.commit_answered(ask, LOST)
+        self.supervisor.gate_released(frozen=False)  # a gate's later faults are not lost with it
 
     def drop_link(self) -> None:
         self.out = bytearray()
@@ -466,7 +469,7 @@ class RemoteKeeper:
     def poll(self) -> None:
         """Ask etcd who leads; greet a keeper of a newer term."""
         assert self.store is not None
-        self.poll_at = self.l.now() + (self.ttl_s / 2 if self.up else POLL_S)
+        self.poll_at = self.supervisor.now() + (self.ttl_s / 2 if self.up else POLL_S)
         try:
             found = self.store.leader()
         except StoreUnavailable:
@@ -484,7 +487,7 @@ class RemoteKeeper:
         self.sock, self.leader, self.term = sock, candidate, term
         sock.setblocking(False)
         self.sel.register(sock, selectors.EVENT_READ, ("kconn", None))
-        self.l.write(rec(self.l.now(), "info", "keeper_link", DRIVER, term=term,
+        self.supervisor.write(rec(self.supervisor.now(), "info", "keeper_link", DRIVER, term=term,
                          candidate=candidate, reason="connected"))
 
     def greet(self, sock: socket.socket) -> None:
@@ -497,12 +500,12 @@ class RemoteKeeper:
                 raise wire.WireError("the keeper closed the link")
             frames = reader.feed(data)
         kind, nonce, run = frames[0]
-        if kind != "challenge" or run != self.l.run_id:
+        if kind != "challenge" or run != self.supervisor.run_id:
             raise wire.WireError("not this run's keeper")
         pid = os.getpid()
-        sock.sendall(wire.encode(("sup_hello", pid, supervisor_mac(self.l.secret, nonce,
+        sock.sendall(wire.encode(("sup_hello", pid, supervisor_mac(self.supervisor.secret, nonce,
                                                                     run, pid))))
-        started, down, exited = self.l.physical_report()
+        started, down, exited = self.supervisor.physical_report()
         sock.sendall(wire.encode(("report", started, down, exited)))
         reader.authenticated()
         self.reader = reader
@@ -510,38 +513,38 @@ class RemoteKeeper:
     # --- the keeper's frames ---------------------------------------------------------------
 
     def frame(self, frame: tuple) -> None:
-        kind, l = frame[0], self.l
+        kind, supervisor = frame[0], self.supervisor
         if kind == "term":
             self.took_over(frame[1])
         elif kind == "send":
-            l.effects([Send(frame[1], frame[2])])
+            supervisor.effects([Send(frame[1], frame[2])])
         elif kind == "broadcast":
-            l.effects([Broadcast(frame[1], frame[2])])
+            supervisor.effects([Broadcast(frame[1], frame[2])])
         elif kind == "rec":
-            l.effects([Record(frame[1])])
+            supervisor.effects([Record(frame[1])])
         elif kind == "formed":
-            l.formed_generation(frame[1], frame[2])
+            supervisor.formed_generation(frame[1], frame[2])
         elif kind == "restart":
-            l.effects([RestartJob(frame[1], frame[2], frame[3])])
+            supervisor.effects([RestartJob(frame[1], frame[2], frame[3])])
         elif kind == "relaunch":
             lives = dict(frame[2])
             ws = IdRuns.of(sorted(lives)) if lives else EMPTY
-            l.effects([Relaunch(frame[1], ws, tuple(lives[w] for w in ws))])
+            supervisor.effects([Relaunch(frame[1], ws, tuple(lives[w] for w in ws))])
         elif kind == "job_failed":
-            l.effects([JobFailed(frame[1])])
+            supervisor.effects([JobFailed(frame[1])])
         elif kind == "verdict":
             _, ask_id, ok, first, complete, reason = frame
             ask = self.asks.pop(ask_id, None)
             if ask is not None:
-                l.commit_answered(ask, CommitVerdict(ok, reason, first, complete))
+                supervisor.commit_answered(ask, CommitVerdict(ok, reason, first, complete))
         elif kind == "life":
-            l.life_given(frame[1], frame[2])
+            supervisor.life_given(frame[1], frame[2])
         elif kind == "committed":
             _, w, life, gen, step, ok, first, complete, reason, record, held = frame
             ask = CommitAsk(None, w, life, gen, step, record, 0.0, 0)
-            l.commit_answered(ask, CommitVerdict(ok, reason, first, complete), held)
+            supervisor.commit_answered(ask, CommitVerdict(ok, reason, first, complete), held)
         elif kind == "released":
-            l.gate_released()
+            supervisor.gate_released()
         else:
             raise wire.WireError(f"{kind} is not a frame a keeper sends")
 
@@ -551,9 +554,9 @@ class RemoteKeeper:
             raise wire.WireError(f"the keeper says term {term}, etcd said {self.term}")
         first, self.served = not self.served, True
         if self.direct:  # the workers find it in etcd; it holds the acks of the next gate
-            self._send("gate", self.l.faults.next_gate())
+            self._send("gate", self.supervisor.next_gate())
         elif not first:
-            self.l.tell_workers(("keeper", term))
+            self.supervisor.tell_workers(("keeper", term))
         for w in self.pending_lives:
             self._send("node_up", w)
         self.pending_lives = []
@@ -596,7 +599,7 @@ class RemoteKeeper:
 
     def commit(self, now: float, ask: CommitAsk) -> None:
         if not self.up:
-            self.l.commit_answered(ask, LOST)
+            self.supervisor.commit_answered(ask, LOST)
             return
         self.next_ask += 1
         self.asks[self.next_ask] = ask

@@ -21,9 +21,14 @@ the launcher has one code path: ``effects(outputs)``,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol
 
-from rollcall.core import CommitVerdict, Keeper, Refused
+from rollcall.core import CommitVerdict, IdRuns, Keeper, Refused
+from rollcall.interrupts import Stop
+from rollcall.scenario import Scenario
+
+from real.netns import Network
 
 
 def link_for(worker: int, message: Any, of_life: Mapping[tuple[int, int], Any],
@@ -61,6 +66,69 @@ class Sink(Protocol):
     def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict) -> None: ...
 
     def life_given(self, worker: int, life: int) -> None: ...
+
+
+class Supervisor(Sink, Protocol):
+    """What a keeper in its own processes (:class:`real.keeper_link.RemoteKeeper`)
+    needs of the launcher beyond a :class:`Sink`: the run's identity and
+    secret, where it writes, the hosts' network, the history, and the
+    physical facts a new keeper takes over with."""
+
+    @property
+    def sc(self) -> Scenario: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def secret(self) -> bytes: ...
+
+    @property
+    def out(self) -> Path:
+        """The run directory."""
+
+    @property
+    def real_dir(self) -> Path: ...
+
+    @property
+    def secret_path(self) -> Path: ...
+
+    @property
+    def t0(self) -> float:
+        """The run's start on this machine's monotonic clock."""
+
+    @property
+    def network(self) -> Optional[Network]:
+        """The hosts' network namespaces, where the run has them."""
+
+    @property
+    def result(self) -> Optional[str]:
+        """How the run ended, once it did (None while it runs)."""
+
+    @property
+    def stop(self) -> Stop:
+        """The signal that ends the run, once one came."""
+
+    def now(self) -> float: ...
+
+    def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict,
+                        held: bool = False) -> None:
+        """As a :class:`Sink`'s; ``held``: the keeper holds the ack at a fault's gate."""
+
+    def formed_generation(self, generation: int, members: IdRuns) -> None: ...
+
+    def write(self, record: dict) -> None: ...
+
+    def write_reject(self, reason: str) -> None: ...
+
+    def tell_workers(self, frame: tuple) -> None: ...
+
+    def physical_report(self) -> tuple[list, list, list]: ...
+
+    def gate_released(self, frozen: bool = True) -> None: ...
+
+    def next_gate(self) -> int:
+        """The committed count whose last ack waits for a fault (0: none)."""
 
 
 class LocalKeeper:

@@ -230,6 +230,15 @@ class Launcher:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
+    @property
+    def network(self) -> Optional[Network]:
+        """The hosts' network namespaces, where the run has them."""
+        return self.fleet.network if self.fleet is not None else None
+
+    def next_gate(self) -> int:
+        """The committed count whose last ack waits for a fault (0: none)."""
+        return self.faults.next_gate()
+
     def write(self, record: dict) -> None:
         if not self.history.closed:
             self.history.write(record)

@@ -135,9 +135,9 @@ from rollcall.core import (
     Due, Enter, FailureTally, FaultPlan, Formed, IdRuns, Persist,
     JobFailed, Keeper, Log, Membership, Pull, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
     Warm,
-    Send, SendToKeeper, Stop, check, commit, describe_assignment, members_delta,
+    Send, SendToKeeper, Stop, check, describe_assignment,
     rank_range, rec,
-    sample_ids, step_batch, summarize_report,
+    step_batch, summarize_report,
 )
 from rollcall.results import check_summary_keys, ettr, goodput, write_summary
 from rollcall.scenario import Scenario
@@ -147,8 +147,10 @@ from sim.failover import KeeperFailover
 from sim.gray import GrayFaults
 from sim.network import NetFaults
 from sim.sharded import copy_time, replicated_copy_time
+from sim.ledger import Ledger
 from sim.state import Nodes, Recorder, Tally
 from sim.steps import _EPS, StepRun
+from sim.world import CKPT, DONE, IDLE, RUN, SYNC, WAIT
 
 __all__ = ["run", "Simulation", "SimulationStuck"]
 
@@ -172,8 +174,6 @@ def _few_collections(young: int = 100_000):
     finally:
         gc.set_threshold(*old)
 
-# job states (WAIT: the last step is computed, its commit vote on the way)
-IDLE, SYNC, RUN, CKPT, WAIT, DONE = "idle", "sync", "run", "ckpt", "wait", "done"
 # a run writes the per-sample ledger by default up to this many samples
 # (steps x global batch, and the dataset an epoch's permutation spans)
 LEDGER_SAMPLES = 1_000_000
@@ -277,8 +277,6 @@ class Simulation:
         self.committed = Cursor()  # what the keeper committed (the trainers applied)
         self.runs: deque[StepRun] = deque()  # computed steps whose votes are not all cast
         self.keeper_complete = False  # a vote's verdict: the job has all its steps
-        self._gen_ledger: Optional[list] = None  # the compact ledger of the latest generation
-        self._ledger_workers: Optional[IdRuns] = None  # the last compact record's workers
         self._last_voter: Optional[int] = None
         self._first_member: Optional[int] = None
         # the per-sample ledger (True), the compact one (False), or by size
@@ -286,7 +284,7 @@ class Simulation:
         if ledger is None:
             ledger = (w.steps * w.global_batch <= LEDGER_SAMPLES
                       and w.dataset_samples <= LEDGER_SAMPLES)
-        self.ledger = "samples" if ledger else "compact"
+        self.ledger = Ledger(self.write, sc.seed, w, "samples" if ledger else "compact", self.lat)
         self.step_s = 0.0
         self.batch = w.global_batch
         self.seg_t0 = 0.0
@@ -309,12 +307,12 @@ class Simulation:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _write(self, record: dict) -> None:
+    def write(self, record: dict) -> None:
         self.recorder.write(record)
         if record["f"] in _TALLIED:
             self.failures.feed(record)  # the summary's failures, read from the records
 
-    def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
+    def at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
         ev = self.env.timeout(max(0.0, t - self.env.now))
         ev.callbacks.append(lambda _ev: fn(*args))
 
@@ -322,22 +320,22 @@ class Simulation:
         """One way between the keeper and worker ``w``: its host's link (:mod:`sim.network`)."""
         return self.net.one_way_s(w) if self.net.links.degraded else self.lat
 
-    def _alive(self, w: int) -> bool:
+    def alive(self, w: int) -> bool:
         return bool(self.nodes.proc[w] and not self.nodes.paused[w])
 
     # ------------------------------------------------------------------ keeper
 
     def _kreceive(self, now: float, messages: list) -> None:
-        self._kcall(now, self.keeper.receive_many, messages)
+        self.keeper_call(now, self.keeper.receive_many, messages)
 
-    def _kcall(self, now: float, call: Callable[..., list], *args: Any) -> None:
+    def keeper_call(self, now: float, call: Callable[..., list], *args: Any) -> None:
         """One input to the keeper at ``now``: ``call(now, *args)``, after the
         votes that reached it first, its outputs carried out. While no
         keeper serves (:mod:`sim.failover`) the input is lost."""
         if self.state == DONE or self.failover.down:
             return
         if self.runs:
-            self._cast(now)  # the votes that reached the keeper first
+            self.cast_votes(now)  # the votes that reached the keeper first
         self.tally.counts["keeper_calls"] += 1
         t = _perf()
         out = call(now, *args)
@@ -349,7 +347,7 @@ class Simulation:
         if self.state == DONE or self.failover.down or (
                 not detection and self.keeper.next_round_deadline() is None):
             return  # a round timer outlived its round: the keeper has nothing due
-        self._cast(now)
+        self.cast_votes(now)
         self.tally.counts["keeper_calls"] += 1
         # Every tracked worker but the silent ones beat just now: name the
         # few silent nodes (down, or paused), not the 10^4 live ones.
@@ -370,13 +368,13 @@ class Simulation:
         mostly the killed process's teardown). Whether it evicts the life
         (``exited``) is the keeper's decision.
         """
-        self._kcall(self.env.now, self.keeper.exited, w, incarnation)
+        self.keeper_call(self.env.now, self.keeper.exited, w, incarnation)
 
-    def _alarm(self, t: float, detection: bool = True) -> None:
+    def alarm(self, t: float, detection: bool = True) -> None:
         key = (t, detection)
         if key not in self._alarms:
             self._alarms.add(key)
-            self._at(t, self._ktick, t, detection)
+            self.at(t, self._ktick, t, detection)
 
     def _apply(self, now: float, outputs: list) -> None:
         """Turn the keeper's outputs into simulated effects. A ``Persist``
@@ -391,7 +389,7 @@ class Simulation:
         for out in outputs:
             if isinstance(out, Record):
                 r = out.record
-                self._write(r)
+                self.write(r)
                 f = r["f"]
                 if f == "evict":
                     self.tally.counts["evictions"] += 1
@@ -404,9 +402,9 @@ class Simulation:
             elif isinstance(out, Broadcast):
                 msg = out.message
                 if isinstance(msg, RollCall):
-                    self._at(now + self.lat, self._roll_call, out.to, msg)
+                    self.at(now + self.lat, self._roll_call, out.to, msg)
                 elif isinstance(msg, Membership):
-                    self._at(now + self.lat, self._membership, out.to, msg)
+                    self.at(now + self.lat, self._membership, out.to, msg)
             elif isinstance(out, Send):
                 self._send_agent(now, out.to, out.message)
             elif isinstance(out, RestartJob):
@@ -431,7 +429,7 @@ class Simulation:
         of every healthy worker, whose beats are not simulated."""
         deadline = self.keeper.next_round_deadline()
         if deadline is not None and self.state != DONE:
-            self._alarm(max(deadline, now), detection=False)
+            self.alarm(max(deadline, now), detection=False)
 
     # ------------------------------------------------------------------ agents
 
@@ -442,7 +440,7 @@ class Simulation:
             a = self.agents[w] = self.bulk.take(w, now)
         return a
 
-    def _batch_actions(self, now: float, out: list) -> list:
+    def batch_actions(self, now: float, out: list) -> list:
         """What the batch's agents send the keeper; their records too, on
         runs small enough to keep one per worker (``ledger == "samples"``).
         Fenced agents' processes exit (a life started as one the keeper has
@@ -450,9 +448,9 @@ class Simulation:
         msgs = []
         for g in out:
             msgs += g.messages()
-            if isinstance(g.action, Log) and self.ledger == "samples":
+            if isinstance(g.action, Log) and self.ledger.kind == "samples":
                 for _, act in g.expand():
-                    self._write(act.record)
+                    self.write(act.record)
             elif isinstance(g.action, Stop):
                 for w in g.workers:
                     self.nodes.proc[w] = False
@@ -462,18 +460,18 @@ class Simulation:
     def _send_agent(self, now: float, w: int, msg: Any) -> None:
         a = self.agents.get(w)
         if a is None:
-            self._at(now + self._lat_of(w), self._deliver_bulk, w, msg)
+            self.at(now + self._lat_of(w), self._deliver_bulk, w, msg)
         else:
-            self._at(now + self._lat_of(w), self._deliver, w, a, msg)
+            self.at(now + self._lat_of(w), self._deliver, w, a, msg)
 
     def _deliver_bulk(self, w: int, msg: Any) -> None:
         now = self.env.now
         if w in self.agents:  # taken out of the batch meanwhile (paused)
             self._deliver(w, self.agents[w], msg)
             return
-        msgs = self._batch_actions(now, self.bulk.receive(now, msg, IdRuns.of((w,))))
+        msgs = self.batch_actions(now, self.bulk.receive(now, msg, IdRuns.of((w,))))
         if msgs:
-            self._at(now + self._lat_of(w), self._kreceive_at, msgs)
+            self.at(now + self._lat_of(w), self.keeper_receive_at, msgs)
 
     def _deliver(self, w: int, a: Agent, msg: Any) -> None:
         if self.agents.get(w) is not a or not self.nodes.proc[w]:
@@ -481,15 +479,15 @@ class Simulation:
         if self.nodes.paused[w]:
             self.undelivered.setdefault(w, []).append(msg)
             return
-        self._agent_actions(self.env.now, w, a.receive(self.env.now, msg))
+        self.agent_actions(self.env.now, w, a.receive(self.env.now, msg))
 
-    def _agent_actions(self, now: float, w: int, actions: list) -> None:
+    def agent_actions(self, now: float, w: int, actions: list) -> None:
         msgs = []
         for act in actions:
             if isinstance(act, SendToKeeper):
                 msgs.append(act.message)
             elif isinstance(act, Log):
-                self._write(act.record)
+                self.write(act.record)
             elif isinstance(act, Stop):
                 self.nodes.proc[w] = False
                 self.agents.pop(w, None)
@@ -497,9 +495,9 @@ class Simulation:
             elif isinstance(act, Enter):
                 pass  # the job follows the keeper's Formed output
         if msgs:
-            self._at(now + self._lat_of(w), self._kreceive_at, msgs)
+            self.at(now + self._lat_of(w), self.keeper_receive_at, msgs)
 
-    def _kreceive_at(self, msgs: list) -> None:
+    def keeper_receive_at(self, msgs: list) -> None:
         self._kreceive(self.env.now, msgs)
 
     # ------------------------------------------------------------------ nodes
@@ -551,7 +549,7 @@ class Simulation:
         its peers still reach it (``stall`` false: only the keeper lost it)."""
         t_d = self.detector.detection_time(now, float(self.nodes.started_at[w]), self.lat)
         self.keeper.observe_alive(t_d - self.detector.silence_s(), (w,))
-        self._alarm(t_d)
+        self.alarm(t_d)
         if stall:
             self._member_silent(now, w)
 
@@ -559,7 +557,7 @@ class Simulation:
         if self.nodes.is_member[w]:
             self.silent_members += 1
             if self.silent_members == 1:
-                self._stall(now)
+                self.stall(now)
 
     def _node_down(self, now: float, w: int, kind: str, record: bool = True) -> None:
         """Node ``w`` is lost until ``repair_s``. ``kill``: its process was
@@ -572,7 +570,7 @@ class Simulation:
             return
         self.tally.counts[_NODE_DOWN[kind]] += 1
         if record:
-            self._write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
+            self.write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
         self.nodes.hw[w] = False
         self.nodes.held_down[w] = True
         self.nodes.life[w] += 1
@@ -584,7 +582,7 @@ class Simulation:
         if self.nodes.proc[w]:
             if kind != "crash":
                 self.nodes.exit_seen[w] = self.nodes.life_of(w)
-                self._at(now + self.exit_notice_s, self._exited, w, self.nodes.life_of(w))
+                self.at(now + self.exit_notice_s, self._exited, w, self.nodes.life_of(w))
             self.nodes.proc[w] = False
             if self.nodes.paused[w]:
                 self.nodes.paused[w] = False  # already silent; its verdict is scheduled
@@ -606,31 +604,31 @@ class Simulation:
         hit = self._hitting  # the rest of the fault being carried out: not innocent
 
         def innocents() -> list[int]:
-            return [m for m in self.members if self._alive(m) and m not in hit]
+            return [m for m in self.members if self.alive(m) and m not in hit]
 
         for act in self.shop.down(now, w, innocents):
             if isinstance(act, Repair):
-                self._at(act.back_at_s, self._repaired, act.worker, act)
+                self.at(act.back_at_s, self._repaired, act.worker, act)
             elif isinstance(act, Retire):
                 self.tally.counts["retired"] += 1
-                self._write(act.record(now))
+                self.write(act.record(now))
             elif isinstance(act, Blame):
-                self._write(act.record(now))
+                self.write(act.record(now))
                 self._node_down(now, act.worker, "blame", record=False)
             elif isinstance(act, Warm):
-                self._at(act.at_s, self._warmed, act)
+                self.at(act.at_s, self._warmed, act)
             else:
-                self._at(act.at_s, self._pulled, act)
+                self.at(act.at_s, self._pulled, act)
 
     def _repaired(self, w: int, repair: Repair) -> None:
         if self.state == DONE:
             return
         if self.failover.back_at is not None:  # its new life is the next keeper's to hand out
-            self._at(self.failover.back_at, self._repaired, w, repair)
+            self.at(self.failover.back_at, self._repaired, w, repair)
             return
         now = self.env.now
         self.tally.counts["repairs"] += 1
-        self._write(repair.record(now))
+        self.write(repair.record(now))
         starts = self.shop.up(now, w)  # else it waits idle, without a process (warm_standbys)
         self._arrive(now, w)
         if starts:
@@ -643,12 +641,12 @@ class Simulation:
         if self.state == DONE:
             return
         if warm.back and self.failover.back_at is not None:  # its life is the next keeper's
-            self._at(self.failover.back_at, self._warmed, warm)
+            self.at(self.failover.back_at, self._warmed, warm)
             return
         now, w = self.env.now, warm.worker
         if not self.shop.warmed(now, w):
             return  # the node failed during its selection
-        self._write(warm.record(now))
+        self.write(warm.record(now))
         self.nodes.held_down[w] = False
         self._start(now, [w], [self.keeper.node_up(now, w) if warm.back else 0])
 
@@ -660,7 +658,7 @@ class Simulation:
         self.tally.counts["pulled"] += 1
         self.shop.up(now, w, pulled=True)
         self._arrive(now, w)
-        self._write(pull.record(now))
+        self.write(pull.record(now))
         self._start(now, [w], [0])
 
     def _start(self, now: float, ws: list[int], lives: list[int], fresh: bool = True) -> None:
@@ -672,10 +670,10 @@ class Simulation:
             joins = []
             for w, life in zip(ws, lives):
                 joins += self._launch(now, w, life)
-            self._at(now + self.lat, self._kreceive_at, joins)
+            self.at(now + self.lat, self.keeper_receive_at, joins)
             return
         hw = [int(self.nodes.life[w]) for w in ws]
-        self._at(now + self.launch_s, self._started, ws, lives, hw)
+        self.at(now + self.launch_s, self._started, ws, lives, hw)
 
     def _started(self, ws: list[int], lives: list[int], hw: list[int]) -> None:
         """The processes :meth:`_start` began are up: each whose node did not
@@ -692,21 +690,21 @@ class Simulation:
                 continue
             joins += self._launch(now, w, life)
         if joins:
-            self._at(now + self.lat, self._kreceive_at, joins)
+            self.at(now + self.lat, self.keeper_receive_at, joins)
 
     def _pause(self, now: float, w: int, for_s: float) -> None:
         self.tally.counts["pauses"] += 1
-        self._write(rec(now, "info", "fault", NEMESIS, kind="pause", workers=[w], for_s=for_s))
-        if self._cut_off(now, w):
-            self._at(now + for_s, self._resume, w, int(self.nodes.pause_epoch[w]))
+        self.write(rec(now, "info", "fault", NEMESIS, kind="pause", workers=[w], for_s=for_s))
+        if self.cut_off(now, w):
+            self.at(now + for_s, self.resume, w, int(self.nodes.pause_epoch[w]))
 
-    def _cut_off(self, now: float, w: int, peers: bool = False) -> bool:
+    def cut_off(self, now: float, w: int, peers: bool = False) -> bool:
         """Node ``w``'s process reaches nobody from now on (stopped, or on the
         far side of a partition), or with ``peers`` only its peers and not
         the keeper: it keeps its agent's state, and what it and the keeper
-        send each other waits (TCP holds it) until :meth:`_resume`. False
+        send each other waits (TCP holds it) until :meth:`resume`. False
         when it runs no live process."""
-        if not self._alive(w):
+        if not self.alive(w):
             return False
         self._agent_for(now, w)
         self.nodes.paused[w] = True
@@ -731,31 +729,31 @@ class Simulation:
         """
         peers = f.action == "isolate_keeper"
         hosts = [f.isolate_keeper] if peers else list(f.partition)
-        cut = [w for h in hosts for w in self.sc.host_workers(h) if self._alive(w)]
+        cut = [w for h in hosts for w in self.sc.host_workers(h) if self.alive(w)]
         where = {"host": hosts[0]} if peers else {"hosts": hosts}
         self.net.links.cut(hosts, f.action)
-        self._write(rec(now, "info", "fault", NEMESIS, kind=f.action, **where, workers=cut,
+        self.write(rec(now, "info", "fault", NEMESIS, kind=f.action, **where, workers=cut,
                         for_s=float(f.for_s)))
         held = [(w, int(self.nodes.pause_epoch[w])) for w in cut
-                if self._cut_off(now, w, peers=peers)]
-        self._at(now + float(f.for_s), self._heal, hosts, held)
+                if self.cut_off(now, w, peers=peers)]
+        self.at(now + float(f.for_s), self._heal, hosts, held)
 
     def _heal(self, hosts: list[int], held: list[tuple[int, int]]) -> None:
         if self.state == DONE:
             return
         workers = [w for w, epoch in held if self.nodes.pause_epoch[w] == epoch]
         self.net.links.heal(hosts)
-        self._write(rec(self.env.now, "info", "fault", NEMESIS, kind="heal", hosts=hosts,
+        self.write(rec(self.env.now, "info", "fault", NEMESIS, kind="heal", hosts=hosts,
                         workers=workers))
         for w, epoch in held:
-            self._resume(w, epoch, record=False)
+            self.resume(w, epoch, record=False)
 
-    def _resume(self, w: int, epoch: int, record: bool = True) -> None:
+    def resume(self, w: int, epoch: int, record: bool = True) -> None:
         if self.nodes.pause_epoch[w] != epoch or not self.nodes.paused[w] or self.state == DONE:
             return
         now = self.env.now
         if record:
-            self._write(rec(now, "info", "fault", NEMESIS, kind="resume", workers=[w]))
+            self.write(rec(now, "info", "fault", NEMESIS, kind="resume", workers=[w]))
         self.nodes.paused[w] = False
         stalled_it = w not in self.isolated
         self.isolated.discard(w)
@@ -764,7 +762,7 @@ class Simulation:
         for msg in self.undelivered.pop(w, []):
             actions += a.receive(now, msg)
         actions += a.handle_timer(now)  # the beat that was due while stopped
-        self._agent_actions(now, w, actions)
+        self.agent_actions(now, w, actions)
         if self.agents.get(w) is a:  # beating again: back among the bulk
             del self.agents[w]
             self.bulk.absorb(a)
@@ -804,10 +802,10 @@ class Simulation:
         else:
             self._fault(now, self.sc.failures.schedule[due.index])
 
-    def _pick(self, targets: Any) -> list[int]:
+    def pick(self, targets: Any) -> list[int]:
         if targets != "random":
             return [w for w in targets if w < self.n_nodes]
-        w = self.draws.pick([w for w in self.members if self._alive(w)])
+        w = self.draws.pick([w for w in self.members if self.alive(w)])
         return [] if w is None else [w]
 
     def _domain_down(self, now: float, domain: str, index: Any) -> None:
@@ -822,14 +820,14 @@ class Simulation:
         sc = self.sc
         if index == "random":
             index = self.draws.pick(sorted({sc.domain_of(domain, w) for w in self.members
-                                            if self._alive(w)}))
+                                            if self.alive(w)}))
             if index is None:
                 return
         victims = [w for w in sc.domain_workers(domain, int(index)) if self.nodes.hw[w]]
         if domain == "rack":
             self.tally.counts["rack_kills"] += 1
         kind, how = ("kill_rack", "kill") if domain == "rack" else ("lose_host", "crash")
-        self._write(rec(now, "info", "fault", NEMESIS, kind=kind, **{domain: int(index)},
+        self.write(rec(now, "info", "fault", NEMESIS, kind=kind, **{domain: int(index)},
                         workers=victims))
         self._nodes_down(now, victims, how, record=False)
 
@@ -844,7 +842,7 @@ class Simulation:
     def _fault(self, now: float, f: Any) -> None:
         action = f.action
         if action == "kill":
-            self._nodes_down(now, self._pick(f.targets), "kill", record=True)
+            self._nodes_down(now, self.pick(f.targets), "kill", record=True)
         elif f.domain is not None:
             self._domain_down(now, *f.domain)
         elif action in ("partition", "isolate_keeper"):
@@ -852,7 +850,7 @@ class Simulation:
         elif f.link is not None:
             self.net.start(now, f)  # delay, loss
         elif action == "pause":
-            for w in self._pick(f.targets):
+            for w in self.pick(f.targets):
                 self._pause(now, w, float(f.for_s))
         elif action == "late_heartbeats":
             self.gray.late_heartbeats(now, f)
@@ -861,13 +859,13 @@ class Simulation:
         elif action == "kill_keeper" and f.trigger == "at_step":
             # as on real: once every member holds the step (its votes reached
             # the keeper, their answers came back), not while they are on their way
-            self._at(now + 2 * self.lat, lambda: self.failover.fail(self.env.now, "kill"))
+            self.at(now + 2 * self.lat, lambda: self.failover.fail(self.env.now, "kill"))
         elif action == "kill_keeper":
             self.failover.fail(now, "kill")
         elif action == "partition_keeper":
             self.failover.cut(now, float(f.for_s))
         elif action == "kill_etcd":  # two of three members keep the quorum: nothing happens
-            self._write(rec(now, "info", "fault", NEMESIS, kind="kill_etcd", member=f.kill_etcd))
+            self.write(rec(now, "info", "fault", NEMESIS, kind="kill_etcd", member=f.kill_etcd))
         elif action == "join":
             ws = list(range(self.next_join_id, self.next_join_id + f.join))
             self.next_join_id += f.join
@@ -875,7 +873,7 @@ class Simulation:
                 self.tally.counts["joins"] += 1
                 self.shop.joined(now, w)
                 self._arrive(now, w)
-            self._write(rec(now, "info", "fault", NEMESIS, kind="join", workers=ws))
+            self.write(rec(now, "info", "fault", NEMESIS, kind="join", workers=ws))
             self._start(now, ws, [0] * len(ws), fresh=False)
 
     # ------------------------------------------------------------------ job process
@@ -967,7 +965,8 @@ class Simulation:
             stop = min(stop, fault)
         if self.net.touched or self.gray.touched:  # a link or member degraded once: reprice
             t0 = self.seg_t0
-            stop = self.net.segment(now, stop)
+            base_s = self.gray.step_s(self._plans[len(self.members)][1])  # slow members stretch it
+            stop, self.step_s, self.seg_t0 = self.net.segment(now, stop, base_s, self.step_s, t0)
             head_s += self.seg_t0 - t0  # the step in flight is charged what it cost
         self.seg_stop = stop
         c = self.cursor
@@ -979,6 +978,14 @@ class Simulation:
             run.compute = self.gray.compute(self._plans[len(self.members)][1])
             self._watch_votes()
         self._clock(now)
+
+    def restart_segment(self, now: float) -> None:
+        """A price changed (a link or a member's speed): a running segment is
+        closed where it stands and started again at the new price (the
+        partial step carried over)."""
+        if self.state == RUN and not self.stalled:
+            self._close_segment(now, None, abandon=False)
+            self._start_segment(now)
 
     def _close_segment(self, now: float, k: Optional[int], abandon: bool) -> None:
         """Close the running segment: its steps finished by ``now`` are
@@ -1019,7 +1026,7 @@ class Simulation:
         """Whether a member below ``w`` beats (a paused one resumed, say)."""
         return bool(np.count_nonzero(self.nodes.member_flags[:w] & self.nodes.proc[:w] & ~self.nodes.paused[:w]))
 
-    def _cast(self, t: float, everything: bool = False) -> None:
+    def cast_votes(self, t: float, everything: bool = False) -> None:
         """Cast the commit votes that reached the keeper by ``t`` (see
         :mod:`sim.steps`), or, with ``everything``, all votes of the closed
         runs: a roll call is open, so none that is still on its way can pass."""
@@ -1040,7 +1047,7 @@ class Simulation:
                 if n is None or run.voted != n:
                     return
             runs.popleft()
-            self._write_run(run)
+            self.ledger.run_closed(run)
 
     def _vote(self, t: float, run: StepRun, k: int) -> None:
         """The vote on steps ``voted+1..k`` of ``run``: the keeper's commit rule."""
@@ -1063,7 +1070,7 @@ class Simulation:
                     segs.append([first, last, run.step_s, head_s])
                 self.keeper_complete = self.keeper_complete or verdict.complete
                 if verdict.complete and self.state == WAIT:  # a vote later than the check
-                    self._at(t, self._final_vote)
+                    self.at(t, self._final_vote)
                 if run.compute is not None:
                     self._report_compute(t, run, first, last)
             else:
@@ -1096,7 +1103,7 @@ class Simulation:
         if self.failover.back_at is not None:  # no keeper hears it before a standby takes over
             t = max(t, self.failover.back_at)
         self._vote_wake = t
-        self._at(t, self._on_vote_wake)
+        self.at(t, self._on_vote_wake)
 
     def _on_vote_wake(self) -> None:
         self._vote_wake = None
@@ -1104,57 +1111,6 @@ class Simulation:
             return
         self._ktick(self.env.now)
         self._watch_votes()
-
-    def _write_run(self, run: StepRun) -> None:
-        """The run's ``commit`` record (the steps that passed) and its ledger."""
-        if run.passed:
-            stop = run.sample + run.passed * run.batch
-            self._write(commit(run.vote_at(run.passed, self.lat), run.voter, run.gen, run.first,
-                               run.first + run.passed - 1, run.sample, stop, run.batch, run.t0))
-        if run.n:
-            self._write_ledger(run)
-
-    def _write_ledger(self, run: StepRun) -> None:
-        """What each member trained on in the run's steps, as the real target
-        writes it (``contribute``: one record per member and step, the
-        dataset ids of its shards), or, at scale, the compact form: one
-        record per generation (every member, at its rank, contributed its
-        shards of every step the generation computed), which the checker
-        expands."""
-        if self.ledger == "compact":
-            led = self._gen_ledger
-            if led is not None and led[0] == run.gen:
-                assert run.first == led[2] + 1 and run.batch == led[4], (led, run)
-                led[2] = run.first + run.n - 1
-                led[5] = run.t0 + run.n * run.step_s
-            else:
-                self._flush_gen_ledger()
-                self._gen_ledger = [run.gen, run.first, run.first + run.n - 1, run.sample,
-                                    run.batch, run.t0 + run.n * run.step_s, run.members]
-            return
-        w = self.sc.workload
-        members, mb = run.members, w.micro_batch
-        shards = run.batch // mb
-        ranges = [(m, *rank_range(shards, len(members), r)) for r, m in enumerate(members)]
-        ranges = [(m, a * mb, b * mb) for m, a, b in ranges if b > a]
-        for j in range(run.n):
-            lo = run.sample + j * run.batch
-            ids = sample_ids(self.seed, w.dataset_samples, lo, lo + run.batch)
-            t = run.t0 + (j + 1) * run.step_s
-            for m, a, b in ranges:
-                self._write(rec(t, "ok", "contribute", m, gen=run.gen, step=run.first + j,
-                                samples=ids[a:b]))
-
-    def _flush_gen_ledger(self) -> None:
-        """Write the compact ledger of the generation whose steps it holds."""
-        led, self._gen_ledger = self._gen_ledger, None
-        if led is not None:
-            g, first, last, sample, batch, t, members = led
-            workers = IdRuns.of(members)
-            self._write(rec(t, "ok", "contribute", JOB, gen=g, step=first, last=last,
-                            sample=sample, batch=batch, shards=batch // self.sc.workload.micro_batch,
-                            **members_delta("workers", workers, self._ledger_workers)))
-            self._ledger_workers = workers
 
     def _rollback(self, step: int) -> None:
         segs = self.tally.segments
@@ -1184,7 +1140,7 @@ class Simulation:
         self._set_due(None)
         self._clock(now)
 
-    def _stall(self, now: float) -> None:
+    def stall(self, now: float) -> None:
         if self.state not in (SYNC, RUN, CKPT) or self.stalled:
             return
         if self.state == RUN:
@@ -1212,8 +1168,8 @@ class Simulation:
             return
         if self.state in (SYNC, RUN, CKPT, WAIT):
             self._abandon(now)  # cannot happen without a roll call; be safe
-        self._cast(now, everything=True)  # a new generation: the old one's votes fail
-        self._flush_gen_ledger()
+        self.cast_votes(now, everything=True)  # a new generation: the old one's votes fail
+        self.ledger.flush()
         self._acct(now)
         self.state = IDLE
         self.stalled = False
@@ -1241,7 +1197,7 @@ class Simulation:
             assignment = describe_assignment(SimpleNamespace(members=f.members, n_shards=shards))
             plan = self._plans[n] = (batch, step_s, assignment)
         self.batch, self.step_s, assignment = plan
-        self._write(rec(now, "info", "assign", JOB, gen=f.generation, batch=self.batch,
+        self.write(rec(now, "info", "assign", JOB, gen=f.generation, batch=self.batch,
                         step_s=round(self.step_s, 9), **assignment))
         if f.source is None and f.cursor != Cursor():
             cost = self.sc.strategy.checkpoint_read_s
@@ -1258,7 +1214,7 @@ class Simulation:
             cost += self.sc.workload.warmup_s
         self.stale = IdRuns.of(f.stale)
         self.silent_members = self._count_silent()
-        self._at(now + self.lat, self._enter, f.generation, cost)
+        self.at(now + self.lat, self._enter, f.generation, cost)
 
     def _count_silent(self) -> int:
         """Members of the current generation whose process does not beat (and
@@ -1273,9 +1229,9 @@ class Simulation:
         for w in self.agents:  # only paused processes have an agent of their own
             if w in to:
                 self.undelivered.setdefault(w, []).append(m)
-        msgs = self._batch_actions(now, self.bulk.receive(now, m, to))
+        msgs = self.batch_actions(now, self.bulk.receive(now, m, to))
         if msgs:
-            self._at(now + self.lat, self._kreceive_at, msgs)
+            self.at(now + self.lat, self.keeper_receive_at, msgs)
 
     def _enter(self, gen: int, cost: float) -> None:
         if gen != self.gen or self.state != IDLE or self.answered > gen:
@@ -1294,7 +1250,7 @@ class Simulation:
     def _on_due(self, now: float) -> None:
         st = self.state
         if st == CKPT:
-            self._cast(now)  # the checkpoint is written once its step passed
+            self.cast_votes(now)  # the checkpoint is written once its step passed
         if st == SYNC:
             self._start_segment(now)
         elif st == RUN:
@@ -1311,7 +1267,7 @@ class Simulation:
         if self.policy.complete(step):
             # the keeper decides: its verdict on the last step's vote
             self.state = WAIT
-            self._at(now + self.lat, self._final_vote)
+            self.at(now + self.lat, self._final_vote)
             return
         due = self._step_faults_due()  # out of the plan before the next segment is cut
         if self.policy.checkpoint_due(step):
@@ -1349,7 +1305,7 @@ class Simulation:
         if self.state != WAIT:
             return  # a roll call came first: the step is redone
         now = self.env.now
-        self._cast(now)
+        self.cast_votes(now)
         if self.keeper_complete:
             self._finish(now, True, "steps reached")
 
@@ -1367,15 +1323,15 @@ class Simulation:
             return
         self._acct(now)
         self.tally.counts["checkpoints"] += 1
-        self._write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
+        self.write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
         reporter = self._voter()  # the lowest live member
-        if self._alive(reporter):
+        if self.alive(reporter):
             msg = Checkpointed(reporter, self.nodes.life_of(reporter), self.gen, self.cursor)
             t = now + self.lat
             if t < self.env.peek() and not self.agents:
                 self._kreceive(t, [msg])  # nothing else happens first: deliver it now
             else:
-                self._at(t, self._kreceive_at, [msg])
+                self.at(t, self.keeper_receive_at, [msg])
         self._start_segment(now)
 
     def _roll_call(self, to: IdRuns, call: RollCall) -> None:
@@ -1390,19 +1346,19 @@ class Simulation:
         if call.generation == self.gen + 1:
             # Whatever the reason, a member abandons the step in flight (or the
             # state copy, or the checkpoint write) and joins (rollcall.core.messages.RollCall).
-            self._cast(now)  # the round is open: no vote still on its way can pass
+            self.cast_votes(now)  # the round is open: no vote still on its way can pass
             self.answered = self.gen + 1
             synced = self.state in (RUN, CKPT, WAIT)  # the stale members finished the copy / load
             self._abandon(now)
-            self._cast(now, everything=True)
+            self.cast_votes(now, everything=True)
             # the fact the agents are told: their trainers hold the committed
             # state (a stale member, before its copy or load is done, none)
             holders = to if synced or not self.stale else to - self.stale
             self.bulk.step_committed(now, self.committed, holders)
-        msgs = self._batch_actions(now, self.bulk.receive(now, call, to))
+        msgs = self.batch_actions(now, self.bulk.receive(now, call, to))
         if msgs:  # the members with a state first, then those without
             msgs.sort(key=lambda m: m.cursor is None)
-            self._at(now + self.lat, self._kreceive_at, msgs)
+            self.at(now + self.lat, self.keeper_receive_at, msgs)
 
     def _restart(self, now: float, teardown: IdRuns) -> None:
         """Checkpoint-restart: the process of every worker in ``teardown`` (the
@@ -1414,7 +1370,7 @@ class Simulation:
         self.tally.counts["restarts"] += 1
         if self.state in (SYNC, RUN, CKPT, WAIT):
             self._abandon(now)
-        self._cast(now, everything=True)
+        self.cast_votes(now, everything=True)
         self._acct(now)
         self.stalled = False
         members = _flags_of_ids(teardown, len(self.nodes.proc))
@@ -1456,7 +1412,7 @@ class Simulation:
         number = self.nodes.relaunch_ordered(up, order.incarnations)
         restart_s = self.sc.strategy.restart_s
         if restart_s > 0:
-            self._at(now + restart_s, self._relaunched, order, number)
+            self.at(now + restart_s, self._relaunched, order, number)
         else:
             self._relaunched(order, number)
 
@@ -1481,8 +1437,8 @@ class Simulation:
         # each relaunched agent sends Join(w, new incarnation, no state): one
         # batch of new lives, the keeper's own sparse table, so a relaunch of
         # 10^4 workers is admitted in O(changes)
-        msgs = self._batch_actions(now, self.bulk.start(now, ids, order.incarnations))
-        self._at(now + self.lat, self._kreceive_at, msgs)
+        msgs = self.batch_actions(now, self.bulk.start(now, ids, order.incarnations))
+        self.at(now + self.lat, self.keeper_receive_at, msgs)
 
     def _finish(self, now: float, completed: bool, reason: str) -> None:
         if self.state == DONE:
@@ -1500,15 +1456,15 @@ class Simulation:
             for run in self.runs:  # votes nobody will answer: the steps are lost
                 self.tally.acc["lost"] += (run.n - run.voted) * run.step_s + run.unvoted_head_s()
                 run.voted = run.n
-                self._write_run(run)
+                self.ledger.run_closed(run)
             self.runs.clear()
             self.tally.end_s = self.tally.end_s or now
-        self._flush_gen_ledger()
+        self.ledger.flush()
         self.state = DONE
         self._clock(now)
         self.completed = completed
         self.end_reason = reason
-        self._write(rec(now, "info", "end", DRIVER, completed=completed,
+        self.write(rec(now, "info", "end", DRIVER, completed=completed,
                         cursor=self.committed.to_json(), reason=reason))
         if not self.done.triggered:
             self.done.succeed()
@@ -1516,7 +1472,7 @@ class Simulation:
     def _give_up_due(self) -> None:
         """The keeper's deadline for a job that is not done (KeeperConfig.give_up_at_s)."""
         if self.state != DONE:
-            self._kcall(self.env.now, self.keeper.handle_timer)
+            self.keeper_call(self.env.now, self.keeper.handle_timer)
 
     def _horizon(self) -> None:
         self._finish(self.env.now, False, "horizon: simulated time limit reached")
@@ -1603,11 +1559,11 @@ class Simulation:
             self._arrive(0.0, w)
         running = self.shop.initial  # the others wait idle (warm_standbys)
         self.nodes.proc[:running] = True
-        self._write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
+        self.write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
                         strategy=sc.strategy.kind, workers=self.W, spares=sc.cluster.spares))
         # every agent's first message, Join(w, 0, None): one batch
-        msgs = self._batch_actions(0.0, self.bulk.start(0.0, IdRuns.span(0, running - 1), 0))
-        self._at(self.lat, self._kreceive_at, msgs)
+        msgs = self.batch_actions(0.0, self.bulk.start(0.0, IdRuns.span(0, running - 1), 0))
+        self.at(self.lat, self.keeper_receive_at, msgs)
         self._job_proc = env.process(self._job_process())
         if self.aging is not None:
             self.aging.proc = env.process(self.aging.process())
@@ -1616,8 +1572,8 @@ class Simulation:
             env.process(self.failover.process())
         # the keeper gives up a job not done by horizon_s (woken here); the
         # sim's own bound, twice that, ends a run no keeper serves any more
-        self._at(horizon_s(sc), self._give_up_due)
-        self._at(2 * horizon_s(sc), self._horizon)
+        self.at(horizon_s(sc), self._give_up_due)
+        self.at(2 * horizon_s(sc), self._horizon)
         try:
             self._step_to_end(wall0)
         finally:

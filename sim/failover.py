@@ -28,22 +28,19 @@ This module only carries that out; every decision is the core's.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from rollcall.core import LEASE_MARGIN, NEMESIS, Keeper, KeeperRecord, Persist, last_renewal, rec
 
-if TYPE_CHECKING:
-    from sim.driver import Simulation
-
-DONE = "done"
+from sim.world import DONE, World
 
 
 class KeeperFailover:
     """One sim run's keeper deaths and takeovers."""
 
-    def __init__(self, sim: "Simulation") -> None:
+    def __init__(self, sim: World) -> None:
         k = sim.sc.keeper
         self.sim = sim
         self.mtbf_s = k.mtbf_s
@@ -92,14 +89,14 @@ class KeeperFailover:
         if self.down or sim.state == DONE:
             return
         keeper = sim.keeper
-        sim._write(rec(now, "info", "fault", NEMESIS, kind="partition_keeper",
+        sim.write(rec(now, "info", "fault", NEMESIS, kind="partition_keeper",
                        term=keeper.term, for_s=for_s))
         ttl_s = sim.sc.keeper.lease_ttl_s
         renewed = last_renewal(self.took_over_at, now, ttl_s)
         until = renewed + LEASE_MARGIN * ttl_s
         keeper.hold(renewed, until)
         back = max(now + self.takeover_s, until)
-        sim._at(until, lambda: self._lease_lapsed(keeper, back))
+        sim.at(until, lambda: self._lease_lapsed(keeper, back))
 
     def _lease_lapsed(self, keeper: Keeper, back_at: float) -> None:
         """The cut-off keeper's lease ends: woken, it deposes itself (its
@@ -108,7 +105,7 @@ class KeeperFailover:
         if sim.keeper is not keeper or self.down or sim.state == DONE:
             return
         now = sim.env.now
-        sim._kcall(now, keeper.handle_timer)
+        sim.keeper_call(now, keeper.handle_timer)
         if sim.state != DONE:
             self.fail(now, "partition", back_at=back_at)
 
@@ -120,15 +117,15 @@ class KeeperFailover:
         if self.down or sim.state == DONE:
             return
         if cause != "partition":
-            sim._write(rec(now, "info", "fault", NEMESIS, kind="kill_keeper", cause=cause,
+            sim.write(rec(now, "info", "fault", NEMESIS, kind="kill_keeper", cause=cause,
                            term=sim.keeper.term))
-        sim._cast(now)  # the commit requests that reached it were answered
-        sim._stall(now)  # nobody can commit: the members wait for a keeper
+        sim.cast_votes(now)  # the commit requests that reached it were answered
+        sim.stall(now)  # nobody can commit: the members wait for a keeper
         for run in sim.runs:  # requests still on their way find no keeper
             run.refused = True
         self.count += 1
         self.back_at = now + self.takeover_s if back_at is None else back_at
-        sim._at(self.back_at, self.take_over)
+        sim.at(self.back_at, self.take_over)
 
     def take_over(self) -> None:
         """A standby of the next term rebuilds the keeper from the store."""
@@ -147,16 +144,16 @@ class KeeperFailover:
         # them), the exits their hosts saw
         started = nodes.lives_started() | nodes.lives_starting()
         down = [int(w) for w in np.flatnonzero(nodes.held_down)]
-        sim._kcall(now, k.take_over, started, down, sorted(nodes.lives_exited().items()))
+        sim.keeper_call(now, k.take_over, started, down, sorted(nodes.lives_exited().items()))
         self._reconnect(now)
-        sim._alarm(now + sim.detector.silence_s())  # the verdicts on the silent ones
+        sim.alarm(now + sim.detector.silence_s())  # the verdicts on the silent ones
 
     def _reconnect(self, now: float) -> None:
         """Every agent reaches the new keeper and asks again what went unanswered."""
         sim = self.sim
-        msgs: list[Any] = sim._batch_actions(now, sim.bulk.reconnected(now))
+        msgs: list[Any] = sim.batch_actions(now, sim.bulk.reconnected(now))
         if msgs:
-            sim._at(now + sim.lat, sim._kreceive_at, msgs)
+            sim.at(now + sim.lat, sim.keeper_receive_at, msgs)
         for w, a in list(sim.agents.items()):
             if sim.nodes.proc[w] and not sim.nodes.paused[w]:
-                sim._agent_actions(now, w, a.reconnected(now))
+                sim.agent_actions(now, w, a.reconnected(now))

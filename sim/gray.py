@@ -29,20 +29,18 @@ straggler, the keeper's straggler policy) must tell them from it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rollcall.core import NEMESIS, rank_range, rec
 
 from sim.network import held_beat_gaps
-
-if TYPE_CHECKING:  # pragma: no cover
-    from sim.driver import Simulation
+from sim.world import DONE, World
 
 
 class GrayFaults:
     """The ``late_heartbeats`` (and ``slow``) faults of one simulation."""
 
-    def __init__(self, sim: "Simulation") -> None:
+    def __init__(self, sim: World) -> None:
         self.sim = sim
         self.factor: dict[tuple[int, float], float] = {}  # (worker, its process's start) -> F
         self.touched = False  # a member was ever slowed: segments are priced here too
@@ -51,7 +49,7 @@ class GrayFaults:
 
     def slow(self, now: float, f: Any) -> None:
         """A scripted ``slow`` fault."""
-        for w in self.sim._pick(f.targets):
+        for w in self.sim.pick(f.targets):
             self._slow(now, w, float(f.factor), float(f.for_s))
 
     def random_slow(self, now: float, w: int, factor: float, for_s: float) -> None:
@@ -61,8 +59,8 @@ class GrayFaults:
 
     def _slow(self, now: float, w: int, factor: float, for_s: float, **extra: Any) -> None:
         sim = self.sim
-        alive = sim._alive(w)
-        sim._write(rec(now, "info", "fault", NEMESIS, kind="slow", workers=[w] if alive else [],
+        alive = sim.alive(w)
+        sim.write(rec(now, "info", "fault", NEMESIS, kind="slow", workers=[w] if alive else [],
                        factor=factor, for_s=for_s, **extra))
         if not alive:
             return
@@ -70,18 +68,18 @@ class GrayFaults:
         self.factor[life] = self.factor.get(life, 1.0) * factor
         self.touched = True
         sim.net.reprice(now)
-        sim._at(now + for_s, self._fast_again, life, factor)
+        sim.at(now + for_s, self._fast_again, life, factor)
 
     def _fast_again(self, life: tuple[int, float], factor: float) -> None:
         sim = self.sim
-        if sim.state == "done":
+        if sim.state == DONE:
             return
         left = self.factor.pop(life, 1.0) / factor
         if left > 1.0 + 1e-12:  # another slowdown of it still runs
             self.factor[life] = left
         w = life[0]
-        alive = sim._alive(w) and float(sim.nodes.started_at[w]) == life[1]
-        sim._write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal",
+        alive = sim.alive(w) and float(sim.nodes.started_at[w]) == life[1]
+        sim.write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal",
                        workers=[w] if alive else []))
         sim.net.reprice(sim.env.now)
 
@@ -123,22 +121,22 @@ class GrayFaults:
     def late_heartbeats(self, now: float, f: Any) -> None:
         sim = self.sim
         delay_s, for_s = float(f.delay_s), float(f.for_s)
-        for w in sim._pick(f.targets):
-            if not sim._alive(w):
+        for w in sim.pick(f.targets):
+            if not sim.alive(w):
                 continue
-            sim._write(rec(now, "info", "fault", NEMESIS, kind="late_heartbeats", workers=[w],
+            sim.write(rec(now, "info", "fault", NEMESIS, kind="late_heartbeats", workers=[w],
                            delay_s=delay_s, for_s=for_s))
             phase = float(sim.nodes.started_at[w])
             gaps = held_beat_gaps(phase, sim.detector.heartbeat_s, sim.lat, now, now + for_s,
                                   sim.detector.silence_s(), lambda: sim.lat + delay_s)
             sim.net.silences(w, phase, gaps)
-            sim._at(now + for_s, self._on_time, w, phase)
+            sim.at(now + for_s, self._on_time, w, phase)
 
     def _on_time(self, w: int, phase: float) -> None:
         """The beats W sends from now on leave on time (the backlog drains)."""
         sim = self.sim
-        if sim.state == "done":
+        if sim.state == DONE:
             return
-        alive = sim._alive(w) and float(sim.nodes.started_at[w]) == phase
-        sim._write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal",
+        alive = sim.alive(w) and float(sim.nodes.started_at[w]) == phase
+        sim.write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal",
                        workers=[w] if alive else []))

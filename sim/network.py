@@ -85,12 +85,11 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from rollcall.core import NEMESIS, rec
 
-if TYPE_CHECKING:  # the driver imports this module, not the other way round
-    from sim.driver import Simulation
+from sim.world import DONE, World
 
 __all__ = ["Links", "MSS_BYTES", "NetFaults", "RTO_MAX_S", "RTO_MIN_S", "RETRIES_MAX",
            "uniform"]
@@ -267,10 +266,10 @@ def held_beat_gaps(phase_s: float, heartbeat_s: float, latency_s: float, t0: flo
 
 
 class NetFaults:
-    """The ``delay`` and ``loss`` faults of one :class:`~sim.driver.Simulation`,
+    """The ``delay`` and ``loss`` faults of one simulation (:class:`sim.world.World`),
     and its links: the driver's hooks call these (see the module docstring)."""
 
-    def __init__(self, sim: "Simulation") -> None:
+    def __init__(self, sim: World) -> None:
         self.sim = sim
         self.links = Links(sim.seed, sim.lat)
         # whether a link fault ever started: until then no hook does anything
@@ -289,27 +288,30 @@ class NetFaults:
             return self.links.latency_s
         return self.links.one_way_s(self.sim.sc.host_of(w), f"msg/{w}")
 
-    def segment(self, now: float, stop: int) -> int:
-        """Price the segment about to start at ``now``: the step time with the
-        exchange over the members' links (back to the plan's once no link is
-        degraded); on a lossy member link one step per segment, each with its
-        own draw. A partial step carried in keeps its fraction, not its
+    def segment(self, now: float, stop: int, base_s: float, step_s: float,
+                seg_t0: float) -> tuple[int, float, float]:
+        """Price the segment about to start at ``now`` (its step time without
+        the links ``base_s``, with slow members; the running price
+        ``step_s`` and start ``seg_t0``): the step time with the exchange
+        over the members' links (back to the plan's once no link is
+        degraded); on a lossy member link one step per segment, each with
+        its own draw. A partial step carried in keeps its fraction, not its
         seconds, when the price changed (on a lossy link the fraction of its
-        healthy time: the retransmissions come whole, at the exchange)."""
+        healthy time: the retransmissions come whole, at the exchange).
+        Returns the segment's last step, its step time and its start."""
         sim = self.sim
-        base = sim.gray.step_s(sim._plans[len(sim.members)][1])  # slow members stretch it
         hosts = [h for h in self.links.degraded_hosts()
                  if any(w in sim.members for w in sim.sc.host_workers(h))]
-        old, carry = sim.step_s, now - sim.seg_t0
+        old, carry = step_s, now - seg_t0
         lossy = any(self.links.loss_rate(h) > 0 for h in hosts)
-        sim.step_s = base + self.links.exchange_extra_s(hosts, now, self.segments)
-        if carry > 0 and old > 0 and sim.step_s != old:
+        step_s = base_s + self.links.exchange_extra_s(hosts, now, self.segments)
+        if carry > 0 and old > 0 and step_s != old:
             # the step in flight keeps the fraction it has done; a loss's wait
             # comes whole at its exchange, after the compute (only the rest scales)
-            sim.seg_t0 = now - carry / old * (base if lossy else sim.step_s)
+            seg_t0 = now - carry / old * (base_s if lossy else step_s)
         if lossy:
-            return min(stop, sim.cursor.step + 1)
-        return stop
+            stop = min(stop, sim.cursor.step + 1)
+        return stop, step_s, seg_t0
 
     def start(self, now: float, f: Any) -> None:
         """A ``delay`` or ``loss`` fault fires: degrade the link for ``for_s``."""
@@ -318,17 +320,17 @@ class NetFaults:
         if host is None:
             return
         extra, rate = (float(f.latency_s), 0.0) if f.action == "delay" else (0.0, float(f.rate))
-        workers = [w for w in sim.sc.host_workers(host) if sim._alive(w)]
+        workers = [w for w in sim.sc.host_workers(host) if sim.alive(w)]
         param = {"latency_s": extra} if f.action == "delay" else {"rate": rate}
         for_s = float(f.for_s)
-        sim._write(rec(now, "info", "fault", NEMESIS, kind=f.action, host=host, workers=workers,
+        sim.write(rec(now, "info", "fault", NEMESIS, kind=f.action, host=host, workers=workers,
                        for_s=for_s, **param))
         self.touched = True
         self.links.degrade(host, extra, rate, now + for_s)
         for w in workers:
             self._price_beats(w, host, now, now + for_s)
         self._relink(now)
-        sim._at(now + for_s, self._end, host, extra, rate, workers)
+        sim.at(now + for_s, self._end, host, extra, rate, workers)
 
     def _host(self, link: Any) -> Optional[int]:
         """The fault's host; ``"random"`` as for ``lose_host``: a draw of the run's
@@ -336,7 +338,7 @@ class NetFaults:
         sim = self.sim
         if link != "random":
             return int(link)
-        return sim.draws.pick(sorted({sim.sc.host_of(w) for w in sim.members if sim._alive(w)}))
+        return sim.draws.pick(sorted({sim.sc.host_of(w) for w in sim.members if sim.alive(w)}))
 
     def _price_beats(self, w: int, host: int, t0: float, t1: float) -> None:
         """Schedule the silences the link's beats from ``t0`` to ``t1`` leave at the keeper."""
@@ -350,7 +352,7 @@ class NetFaults:
         from each gap's last beat to the next one's arrival (its peers still
         reach it): a degraded link's, or late heartbeats' (:mod:`sim.gray`)."""
         for last, arrival in gaps:
-            self.sim._at(last, self._silent, w, phase, last, arrival)
+            self.sim.at(last, self._silent, w, phase, last, arrival)
 
     # -- effects -------------------------------------------------------------
 
@@ -359,27 +361,27 @@ class NetFaults:
         silent to the keeper (its peers still reach it) until ``arrival``."""
         sim = self.sim
         now = sim.env.now
-        if sim.state == "done" or float(sim.nodes.started_at[w]) != phase:
+        if sim.state == DONE or float(sim.nodes.started_at[w]) != phase:
             return  # the run ended, or another process runs there now (its own beats)
-        if not sim._cut_off(now, w, peers=True):
+        if not sim.cut_off(now, w, peers=True):
             return  # no live process (or already silent: its own verdict runs)
         sim.keeper.observe_alive(last, (w,))  # the keeper's clock: when it saw the beat
-        sim._alarm(sim.detector.expiry(last))
+        sim.alarm(sim.detector.expiry(last))
         epoch = int(sim.nodes.pause_epoch[w])
-        sim._at(arrival - self.links.latency_s, self._release, w, epoch)
+        sim.at(arrival - self.links.latency_s, self._release, w, epoch)
 
     def _release(self, w: int, epoch: int) -> None:
         """The late beat leaves (priced already: it reaches the keeper at its arrival)."""
         self._pinned.add(w)
-        self.sim._resume(w, epoch, record=False)
+        self.sim.resume(w, epoch, record=False)
         self._pinned.discard(w)
 
     def _end(self, host: int, extra: float, rate: float, workers: list[int]) -> None:
         sim = self.sim
-        if sim.state == "done":
+        if sim.state == DONE:
             return
         self.links.restore(host, extra, rate)
-        sim._write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal", hosts=[host],
+        sim.write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal", hosts=[host],
                        workers=workers))
         if extra > 0:  # a shorter latency from now on: the running step is repriced
             self._relink(sim.env.now)
@@ -394,7 +396,4 @@ class NetFaults:
     def _relink(self, now: float) -> None:
         """The links changed: a running segment is closed where it stands and
         started again at the new price (the partial step carried over)."""
-        sim = self.sim
-        if sim.state == "run" and not sim.stalled:
-            sim._close_segment(now, None, abandon=False)
-            sim._start_segment(now)
+        self.sim.restart_segment(now)

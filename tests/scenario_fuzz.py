@@ -939,7 +939,7 @@ def _history_problems(sim: Simulation, summary: dict) -> list[tuple[str, str]]:
         if not kinds:
             out.append(("no ledger", f"{summary['steps_committed']} steps committed, "
                                      "no contribute record"))
-        elif sim.ledger == "samples" and True not in kinds:
+        elif sim.ledger.kind == "samples" and True not in kinds:
             out.append(("no per-sample ledger", "the per-sample ledger was not written"))
     return out
 

@@ -268,9 +268,9 @@ def test_a_sim_spinning_at_one_instant_raises_and_keeps_its_history(
         sim = driver.Simulation(load_scenario(QUICKSTART), out)
 
         def again() -> None:
-            sim._at(sim.env.now, again)
+            sim.at(sim.env.now, again)
 
-        sim._at(1.0, again)
+        sim.at(1.0, again)
         with pytest.raises(driver.SimulationStuck, match=r"at simulated t=1\.0 s"):
             sim.run(stop=stop)
         records = [json.loads(line) for line in (out / "history.jsonl").open()]

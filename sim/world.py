@@ -1,0 +1,146 @@
+"""What the sim's fault carriers may touch of the running simulation.
+
+The keeper's failover (:mod:`sim.failover`), the links (:mod:`sim.network`)
+and the gray failures (:mod:`sim.gray`) carry out their faults on the
+simulation through :class:`World`, one named surface, and not through the
+:class:`sim.driver.Simulation` class: they depend on this module, the
+driver depends on them, and no import goes the other way. Whatever is not
+listed here is the driver's own.
+
+The job's states are named here once, for the driver and the carriers alike.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Final, Iterable, Protocol
+
+import simpy
+
+from rollcall.core import Agent, AgentBatch, Cursor, Detector, Draws, IdRuns, Keeper
+from rollcall.scenario import Scenario
+
+from sim.state import Nodes
+from sim.steps import StepRun
+
+# What the job is doing (``World.state``): idle between generations, copying
+# state into a new one, running steps, writing a checkpoint, waiting for the
+# last step's vote, done.
+IDLE: Final = "idle"
+SYNC: Final = "sync"
+RUN: Final = "run"
+CKPT: Final = "ckpt"
+WAIT: Final = "wait"
+DONE: Final = "done"
+
+
+class Pricing(Protocol):
+    """The links' part a gray failure uses (:class:`sim.network.NetFaults`)."""
+
+    def reprice(self, now: float) -> None: ...
+
+    def silences(self, w: int, phase: float, gaps: Iterable[tuple[float, float]]) -> None: ...
+
+
+class World(Protocol):
+    """The simulation as its fault carriers see it."""
+
+    # -- what they read; the keeper is replaced at a takeover ---------------
+    keeper: Keeper
+
+    @property
+    def env(self) -> simpy.Environment: ...
+
+    @property
+    def sc(self) -> Scenario: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def lat(self) -> float:
+        """One message between the keeper and a worker, seconds."""
+
+    @property
+    def detector(self) -> Detector: ...
+
+    @property
+    def draws(self) -> Draws: ...
+
+    @property
+    def nodes(self) -> Nodes: ...
+
+    @property
+    def members(self) -> IdRuns: ...
+
+    @property
+    def batch(self) -> int: ...
+
+    @property
+    def cursor(self) -> Cursor: ...
+
+    @property
+    def state(self) -> str:
+        """What the job does: ``IDLE``, ``SYNC``, ``RUN``, ``CKPT``, ``WAIT`` or ``DONE``."""
+
+    @property
+    def runs(self) -> deque[StepRun]:
+        """The computed steps whose votes are not all cast, oldest first."""
+
+    @property
+    def bulk(self) -> AgentBatch: ...
+
+    @property
+    def agents(self) -> dict[int, Agent]: ...
+
+    @property
+    def net(self) -> Pricing: ...
+
+    # -- the clock and the history -------------------------------------------
+    def at(self, t: float, fn: Callable[..., Any], *args: Any) -> None:
+        """Call ``fn(*args)`` at simulated time ``t``."""
+
+    def write(self, record: dict) -> None:
+        """Append a history record."""
+
+    # -- the cluster -----------------------------------------------------------
+    def alive(self, w: int) -> bool:
+        """Whether node ``w`` runs a live process."""
+
+    def pick(self, targets: Any) -> list[int]:
+        """A fault's targets: the listed nodes, or a draw among live members."""
+
+    def cut_off(self, now: float, w: int, peers: bool = False) -> bool:
+        """Node ``w`` reaches nobody (``peers``: only the keeper) from now on."""
+
+    def resume(self, w: int, epoch: int, record: bool = True) -> None:
+        """Node ``w``, cut off in pause epoch ``epoch``, reaches everyone again."""
+
+    # -- the keeper and the agents ---------------------------------------------
+    def keeper_call(self, now: float, fn: Callable[..., list], *args: Any) -> None:
+        """Call the keeper and carry out what it decides."""
+
+    def keeper_receive_at(self, msgs: list) -> None:
+        """Messages reach the keeper now."""
+
+    def alarm(self, t: float, detection: bool = True) -> None:
+        """Wake the keeper at ``t``."""
+
+    def batch_actions(self, now: float, actions: list) -> list:
+        """Carry out the agent batch's actions; returns its messages to the keeper."""
+
+    def agent_actions(self, now: float, w: int, actions: list) -> None:
+        """Carry out the actions of node ``w``'s own agent."""
+
+    # -- the job ---------------------------------------------------------------
+    def cast_votes(self, t: float, everything: bool = False) -> None:
+        """Cast the commit votes that reached the keeper by ``t``."""
+
+    def stall(self, now: float) -> None:
+        """Nobody can commit from now on: the members wait."""
+
+    def restart_segment(self, now: float) -> None:
+        """A price changed: the running segment goes on at the new price."""
+
+
+__all__ = ["CKPT", "DONE", "IDLE", "Pricing", "RUN", "SYNC", "WAIT", "World"]

@@ -1,0 +1,134 @@
+"""The narrow surfaces inside the drivers are real, not comments.
+
+* The sim's fault carriers (keeper failover, links, gray failures) reach the
+  simulation only through :class:`sim.world.World`.
+* The launcher's side of a keeper in its own processes
+  (:class:`real.keeper_link.RemoteKeeper`) reaches the launcher only through
+  :class:`real.keeper_port.Supervisor`.
+
+Each user is scanned for the members it touches through its handle; the
+class behind the protocol is scanned for the members it defines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+from real.keeper_port import Supervisor
+from sim.world import World
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Surface(NamedTuple):
+    protocol: type
+    users: list[str]  # files that hold the handle
+    handle: str  # the handle's name, as a variable or as ``self.<handle>``
+    assignable: set[str]  # members a user may set
+    owner: tuple[str, str]  # (file, class) that offers the protocol
+
+
+SURFACES = {
+    "sim-world": Surface(World, ["sim/failover.py", "sim/gray.py", "sim/network.py"], "sim",
+                         {"keeper"}, ("sim/driver.py", "Simulation")),
+    "real-supervisor": Surface(Supervisor, ["real/keeper_link.py"], "supervisor", set(),
+                               ("real/launcher.py", "Launcher")),
+}
+
+
+def members(protocol: type) -> set[str]:
+    """The names a protocol declares (its own and its bases'): attributes,
+    properties and methods."""
+    names: set[str] = set()
+    for cls in protocol.__mro__:
+        if cls is object or not getattr(cls, "_is_protocol", False):
+            continue
+        names |= set(getattr(cls, "__annotations__", {}))
+        names |= {n for n in vars(cls) if not n.startswith("_")}
+    return names
+
+
+def _is_handle(node: ast.expr, handle: str) -> bool:
+    if isinstance(node, ast.Name):
+        return node.id == handle
+    return (isinstance(node, ast.Attribute) and node.attr == handle
+            and isinstance(node.value, ast.Name) and node.value.id == "self")
+
+
+def touches(source: str, handle: str) -> list[tuple[str, bool, int]]:
+    """Each use of the handle in ``source``: (member, whether it is set, line)."""
+    out = [(node.attr, isinstance(node.ctx, ast.Store), node.lineno)
+           for node in ast.walk(ast.parse(source))
+           if isinstance(node, ast.Attribute) and _is_handle(node.value, handle)]
+    return sorted(out, key=lambda use: use[2])
+
+
+def offences(source: str, surface: Surface) -> list[str]:
+    allowed = members(surface.protocol)
+    return [f"line {line}: {'sets' if stored else 'uses'} {surface.handle}.{name}"
+            for name, stored, line in touches(source, surface.handle)
+            if name not in allowed or (stored and name not in surface.assignable)]
+
+
+def defined(path: Path, class_name: str) -> set[str]:
+    """What a class offers: its methods and properties, and every ``self.X`` it sets."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    names = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for node in ast.walk(cls):
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign))
+                   else [])
+        names |= {t.attr for t in targets if isinstance(t, ast.Attribute)
+                  and isinstance(t.value, ast.Name) and t.value.id == "self"}
+    return names
+
+
+@pytest.mark.parametrize("name", SURFACES)
+def test_the_users_touch_only_the_protocol(name: str) -> None:
+    surface = SURFACES[name]
+    found = {path: offences((ROOT / path).read_text(encoding="utf-8"), surface)
+             for path in surface.users}
+    assert not any(found.values()), found
+
+
+@pytest.mark.parametrize("name", SURFACES)
+def test_the_owner_offers_every_member(name: str) -> None:
+    surface = SURFACES[name]
+    path, class_name = surface.owner
+    missing = sorted(members(surface.protocol) - defined(ROOT / path, class_name))
+    assert not missing, f"{class_name} lacks {missing}"
+
+
+def test_the_scans_find_what_they_look_for() -> None:
+    surface = SURFACES["sim-world"]
+    source = ("class A:\n"
+              "    def f(self, sim):\n"
+              "        sim._close_segment(0.0)\n"
+              "        self.sim.step_s = 1.0\n"
+              "        sim.keeper = None\n"
+              "        sim.at(1.0, print)\n"
+              "        self.ready = True\n")
+    assert offences(source, surface) == ["line 3: uses sim._close_segment",
+                                         "line 4: sets sim.step_s"]
+    assert {"at", "write", "keeper", "env"} <= members(World)
+    assert {"effects", "life_given", "now"} <= members(Supervisor)  # a base's members count
+
+
+def test_the_owner_scan_reads_methods_and_attributes(tmp_path: Path) -> None:
+    path = tmp_path / "owner.py"
+    path.write_text("class A:\n"
+                    "    x: int = 0\n"
+                    "    def __init__(self):\n"
+                    "        self.a = 1\n"
+                    "        self.b: int = 2\n"
+                    "    def m(self):\n"
+                    "        self.c += 1\n"
+                    "    @property\n"
+                    "    def p(self):\n"
+                    "        return 1\n", encoding="utf-8")
+    assert defined(path, "A") == {"__init__", "a", "b", "c", "m", "p"}
