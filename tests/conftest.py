@@ -30,11 +30,12 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 import fcntl  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
-from typing import Iterator  # noqa: E402
+from typing import Callable, Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
 from real_processes import shared_tmp_root  # noqa: E402
+from shipped_runs import Pair, pair_of  # noqa: E402
 
 REAL_GROUP = "real-processes"
 
@@ -64,3 +65,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         return (yield)
     with _real_lock(item.config):
         return (yield)
+
+
+@pytest.fixture(scope="session")
+def shipped_runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pair]:
+    """``shipped_runs(name, *overrides)``: that scenario's pair of runs, sim
+    and real, made once per test run (tests/shipped_runs.py)."""
+    def get(name: str, *overrides: str) -> Pair:
+        return pair_of(tmp_path_factory, name, *overrides)
+
+    return get

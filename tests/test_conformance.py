@@ -125,17 +125,16 @@ first ~0.15 s of training on both targets), and a lifetime's end is the
 machine's on both: fault kind ``crash``, evicted by the detector (no host is
 left to report the exit).
 
-Each scenario runs once per module on each target (a cache shared by the
-tests); a real run takes 4-11 s on an idle 2-core machine. Nothing waits on
+Each scenario runs once per test run on each target, shared with the other
+modules that check the same runs (tests/shipped_runs.py); a real run takes
+4-11 s on an idle 2-core machine. Nothing waits on
 time: each driver returns when its run is over.
 """
 
 from __future__ import annotations
 
-import hashlib
-import shutil
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import pytest
 
@@ -143,14 +142,12 @@ from rollcall.config import data_spec
 from rollcall.core import FailureTally, check
 from rollcall.core.history import members_of
 from rollcall.decisions import Decision, decisions, drop, first_difference, kills, mask
-from rollcall.results import read_history
 from rollcall.scenario import Scenario, load_scenario
-from real.netns import netns_available
-from real_processes import REAL_PROCESSES, shared_tmp_root
+from real_processes import REAL_PROCESSES
+from shipped_runs import Pair, scenario_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
-REGRESSIONS = ROOT / "tests" / "data" / "scenarios"  # regression scenarios, not shipped
 
 pytestmark = REAL_PROCESSES
 
@@ -165,58 +162,11 @@ ELASTIC_KILLS = ["real-below-min", "real-kill-one", "real-kill-two", "real-roll-
                  "real-spare-pool"]
 
 
-def scenario_path(name: str) -> Path:
-    """A shipped scenario's file, or a regression scenario's of the tests' own."""
-    path = SCENARIOS / f"{name}.yaml"
-    return path if path.exists() else REGRESSIONS / f"{name}.yaml"
-
-
-class Pair(NamedTuple):
-    scenario: Scenario
-    sim: list[dict]
-    real: list[dict]
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Pair]:
-    """``runs(name, *overrides)``: the scenario's history on each target, run
-    once per module whichever test asks first."""
-    from real import driver as real_driver
-    from sim import driver as sim_driver
-    from real.etcd import etcd_binary
-
-    cache: dict[tuple[str, ...], Pair] = {}
-
-    def get(name: str, *overrides: str) -> Pair:
-        key = (name, *overrides)
-        if key not in cache:
-            sc = load_scenario(scenario_path(name), list(overrides))
-            if sc.cluster.workers_per_host is not None and (why := netns_available()) is not None:
-                pytest.skip(f"{name} runs its hosts as network namespaces on real: {why}")
-            if sc.keeper.store == "etcd" and etcd_binary() is None:
-                pytest.skip(f"{name} keeps its record in etcd on real: no etcd binary "
-                            f"(Debian's etcd-server)")
-            out = _pair_dir(tmp_path_factory, key)
-            if not (out / "done").exists():
-                # the caller holds the run's real-process lock (tests/conftest.py),
-                # so no other xdist worker writes this pair meanwhile
-                shutil.rmtree(out, ignore_errors=True)  # an earlier attempt's, cut short
-                out.mkdir(parents=True)
-                sim_driver.run(sc, out / "sim")
-                real_driver.run(sc, out / "real")
-                (out / "done").touch()
-            cache[key] = Pair(sc, list(read_history(out / "sim")), list(read_history(out / "real")))
-        return cache[key]
-
-    return get
-
-
-def _pair_dir(factory: pytest.TempPathFactory, key: tuple[str, ...]) -> Path:
-    """Where one scenario's pair of runs is kept for the whole test run: in the
-    temporary root every xdist worker shares, so tests of one module that
-    land on different workers run each pair once, not once per worker."""
-    digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
-    return shared_tmp_root(factory) / "conformance-pairs" / f"{key[0]}-{digest}"
+def runs(shipped_runs: Callable[..., Pair]) -> Callable[..., Pair]:
+    """``runs(name, *overrides)``: the scenario's history on each target, made
+    once per test run whichever test (of this module or another) asks first."""
+    return shipped_runs
 
 
 def comparable(sc: Scenario, ds: list[Decision], dead: set[int]) -> list[Decision]:
@@ -257,7 +207,7 @@ def test_sim_and_real_make_the_same_decisions(runs: Callable[..., Pair], name: s
 
 def assert_same_decisions(pair: Pair) -> None:
     """The same kills, and the same decisions under the module's rules."""
-    sc, sim, real = pair
+    sc, sim, real, _ = pair
     assert kills(sim) == kills(real), (kills(sim), kills(real))
     dead = set(kills(sim))
     ours, theirs = comparable(sc, decisions(sim), dead), comparable(sc, decisions(real), dead)
@@ -270,7 +220,7 @@ def assert_same_decisions(pair: Pair) -> None:
 @pytest.mark.parametrize("name", ELASTIC_KILLS)
 def test_killed_worker_eviction_reason(runs: Callable[..., Pair], name: str) -> None:
     """Rule 1: a killed worker is evicted on its exit notice, on both targets."""
-    _, sim, real = runs(name)
+    _, sim, real, _ = runs(name)
     dead = set(kills(sim))
     assert dead, "the scenario kills nobody"
 
@@ -287,7 +237,7 @@ def test_killed_worker_eviction_reason(runs: Callable[..., Pair], name: str) -> 
                          ids=["kill-random", "worker-mtbf"])
 def test_first_random_kill_hits_the_same_worker(runs: Callable[..., Pair],
                                                 case: tuple[str, ...]) -> None:
-    _, sim, real = runs(*case)
+    _, sim, real, _ = runs(*case)
     assert kills(sim) and kills(real), (kills(sim), kills(real))
     assert kills(sim)[0] == kills(real)[0]
 
@@ -298,7 +248,7 @@ def test_random_lifetime_end_is_one_fault_kind(runs: Callable[..., Pair]) -> Non
     exit is reported for it: the detector evicts the life (the real
     launcher's SIGKILL closes the process's sockets, so a survivor's failed
     step may open the round first, but the eviction stays the detector's)."""
-    _, sim, real = runs(*MTBF)
+    _, sim, real, _ = runs(*MTBF)
 
     def first(history: list[dict]) -> dict:
         return next(r for r in history if r["f"] == "fault" and r["kind"] != "join")
@@ -317,7 +267,7 @@ def test_failures_mean_the_same_on_both_targets(runs: Callable[..., Pair], name:
     """The summary's ``failures`` (one definition, read from the history):
     a scripted scenario's count is the same on sim and real; a pause counts
     only where the keeper evicted the paused worker (real-pause-one: yes)."""
-    _, sim, real = runs(name)
+    _, sim, real, _ = runs(name)
     assert FailureTally.of(sim) == FailureTally.of(real), (name, kills(sim), kills(real))
     if name == "real-pause-one":
         assert FailureTally.of(sim) == 1
@@ -327,7 +277,7 @@ def test_failures_mean_the_same_on_both_targets(runs: Callable[..., Pair], name:
 def test_a_lost_host_is_left_to_the_detector_on_both_targets(runs: Callable[..., Pair]) -> None:
     """``lose_host``: every process of the machine at once, no exit reported:
     the keeper evicts each for its silence (``timeout``), never ``exited``."""
-    _, sim, real = runs("real-lose-host")
+    _, sim, real, _ = runs("real-lose-host")
     for history in (sim, real):
         (lost,) = [r for r in history if r["f"] == "fault" and r["kind"] == "lose_host"]
         assert lost["host"] == 1 and lost["workers"] == [2, 3], lost
@@ -343,7 +293,7 @@ def test_a_cold_spare_is_pulled_on_both_targets(runs: Callable[..., Pair]) -> No
     (``retire_after: 1``), which leaves three nodes in service, so the one
     spare of the pool (the first id after the workers) is pulled
     ``preempt_s`` after it on both targets, and joins."""
-    sc, sim, real = runs("real-spare-pool")
+    sc, sim, real, _ = runs("real-spare-pool")
     for history in (sim, real):
         faults = [r for r in history if r["f"] == "fault"]
         assert [(r["kind"], r["workers"]) for r in faults] == \
@@ -361,7 +311,7 @@ def test_an_idle_spare_is_made_a_warm_standby_on_both_targets(runs: Callable[...
     the warm standby (worker 3) is admitted at the roll call, and the idle
     spare (worker 4) is made the next standby ``select_s`` after the kill,
     on both targets."""
-    sc, sim, real = runs("real-warm-standby")
+    sc, sim, real, _ = runs("real-warm-standby")
     for history in (sim, real):
         faults = [r for r in history if r["f"] == "fault"]
         assert [(r["kind"], r["workers"]) for r in faults] == \
@@ -379,7 +329,7 @@ def test_a_restart_budget_gives_up_at_the_same_decision_on_both_targets(
     """``strategy.max_restarts`` is the core keeper's decision: with a budget
     of 0 the first kill ends the job, at the same generation and step, with
     the same reason, on sim and real."""
-    sc, sim, real = runs("real-checkpoint-restart", "strategy.max_restarts=0")
+    sc, sim, real, _ = runs("real-checkpoint-restart", "strategy.max_restarts=0")
     dead = set(kills(sim))
     ours, theirs = comparable(sc, decisions(sim), dead), comparable(sc, decisions(real), dead)
     assert [d for d in ours if d["kind"] == "give-up"], ours
@@ -395,7 +345,7 @@ def test_a_wrong_blame_takes_the_same_innocent_out_on_both_targets(
     healthy member for the killed one on both targets; its process is stopped
     and its host reports the exit, it is repaired and rejoins, then the
     rebooted culprit does; every sample is trained exactly once."""
-    sc, sim, real = runs("real-wrong-blame")
+    sc, sim, real, _ = runs("real-wrong-blame")
     blamed = []
     for history in (sim, real):
         (blame,) = [r for r in history if r["f"] == "fault" and r["kind"] == "blame"]

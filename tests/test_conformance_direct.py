@@ -18,10 +18,9 @@ from typing import Callable
 import pytest
 
 from rollcall.scenario import LINK_ACTIONS, load_scenario
-from test_conformance import (  # noqa: F401 (runs: the fixture)
-    SHIPPED, Pair, assert_same_decisions, runs, scenario_path,
-)
+from test_conformance import SHIPPED, assert_same_decisions
 from real_processes import REAL_PROCESSES
+from shipped_runs import Pair, scenario_path
 
 pytestmark = [*REAL_PROCESSES, pytest.mark.slow]
 
@@ -43,5 +42,6 @@ def test_the_sweep_covers_every_scenario_it_can() -> None:
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("name", CASES)
-def test_direct_links_make_the_sims_decisions(runs: Callable[..., Pair], name: str) -> None:
-    assert_same_decisions(runs(name, *DIRECT))
+def test_direct_links_make_the_sims_decisions(shipped_runs: Callable[..., Pair],
+                                              name: str) -> None:
+    assert_same_decisions(shipped_runs(name, *DIRECT))

@@ -22,14 +22,15 @@ they skip with netns_available()'s reason.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
 from real.netns import netns_available
 from rollcall.results import read_history
-from rollcall.scenario import Scenario, load_scenario
+from rollcall.scenario import load_scenario
 from real_processes import REAL_PROCESSES
+from shipped_runs import Pair
 from test_real_hosts import assert_nothing_left, member_ids
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,16 +38,6 @@ SCENARIOS = ROOT / "scenarios"
 REASON = netns_available()
 needs_netns = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 pytestmark = [*REAL_PROCESSES, needs_netns]
-
-
-def both(sc: Scenario, tmp_path: Path) -> tuple[dict[str, Any], list[dict], list[dict]]:
-    """The scenario run on real (its summary and history) and on the sim (history)."""
-    from real import driver as real_driver
-    from sim import driver as sim_driver
-
-    sim_driver.run(sc, tmp_path / "sim")
-    summary = real_driver.run(sc, tmp_path / "real")
-    return summary, list(read_history(tmp_path / "sim")), list(read_history(tmp_path / "real"))
 
 
 def generations(history: list[dict]) -> list[tuple[int, list[int], str]]:
@@ -83,9 +74,9 @@ def assert_cut_side_commits_nothing(history: list[dict], cut: list[int], at_step
 
 
 @pytest.mark.timeout(300)
-def test_a_partitioned_host_is_fenced_and_comes_back_as_newcomers(tmp_path: Path) -> None:
-    sc = load_scenario(SCENARIOS / "real-partition.yaml", [])
-    summary, sim, real = both(sc, tmp_path)
+def test_a_partitioned_host_is_fenced_and_comes_back_as_newcomers(shipped_runs: Callable[..., Pair]) -> None:
+    pair = shipped_runs("real-partition")  # the conformance test's runs too
+    sc, sim, real, summary = pair.scenario, pair.sim, pair.real, pair.real_summary()
     assert_valid(summary, sc.workload.steps)
     for history in (sim, real):
         cut = the(history, "partition")
@@ -102,16 +93,16 @@ def test_a_partitioned_host_is_fenced_and_comes_back_as_newcomers(tmp_path: Path
     # the partition cut the survivors' step in flight on both targets at the same place
     gen2 = [next(r["cursor"] for r in h if r["f"] == "generation" and r["gen"] == 2) for h in (sim, real)]
     assert gen2[0] == gen2[1], gen2
-    assert_nothing_left(tmp_path / "real", summary)
+    assert_nothing_left(pair.directory / "real", summary)
 
 
 @pytest.mark.timeout(300)
-def test_a_host_isolated_from_the_keeper_is_evicted_though_its_peers_reach_it(tmp_path: Path) -> None:
+def test_a_host_isolated_from_the_keeper_is_evicted_though_its_peers_reach_it(shipped_runs: Callable[..., Pair]) -> None:
     """The gray failure: host 1's heartbeats stop (the keeper's address is cut
     off) while gloo between the hosts still works; the detector evicts both its
     workers and they come back as newcomers after the heal."""
-    sc = load_scenario(SCENARIOS / "real-isolate-keeper.yaml", [])
-    summary, sim, real = both(sc, tmp_path)
+    pair = shipped_runs("real-isolate-keeper")  # the conformance test's runs too
+    sc, sim, real, summary = pair.scenario, pair.sim, pair.real, pair.real_summary()
     assert_valid(summary, sc.workload.steps)
     for history in (sim, real):
         cut = the(history, "isolate_keeper")
@@ -123,7 +114,7 @@ def test_a_host_isolated_from_the_keeper_is_evicted_though_its_peers_reach_it(tm
     assert the(real, "heal")["dropped_packets"] > 0  # the rules did cut
     assert generations(sim) == generations(real) == [
         (1, [0, 1, 2, 3], "start"), (2, [0, 1], "failure"), (3, [0, 1, 2, 3], "growth")]
-    assert_nothing_left(tmp_path / "real", summary)
+    assert_nothing_left(pair.directory / "real", summary)
 
 
 def assert_cut_side_commits_nothing_isolated(history: list[dict], cut: list[int]) -> None:
@@ -138,14 +129,14 @@ def assert_cut_side_commits_nothing_isolated(history: list[dict], cut: list[int]
 
 
 @pytest.mark.timeout(300)
-def test_a_lossy_link_slows_its_host_and_the_run_stays_valid(tmp_path: Path) -> None:
+def test_a_lossy_link_slows_its_host_and_the_run_stays_valid(shipped_runs: Callable[..., Pair]) -> None:
     """``loss``: a fraction of host 1's packets dropped (both directions) for
     ``for_s``; every transport is TCP, so a drop is a retransmission, never a
     lost message: the run completes valid with the fault and heal records as
     the sim writes them, and no generation changes on either target (the
     scenario's timeout is above the longest silence a 1 s loss can cause)."""
-    sc = load_scenario(SCENARIOS / "real-loss-host.yaml", [])
-    summary, sim, real = both(sc, tmp_path)
+    pair = shipped_runs("real-loss-host")  # the conformance test's runs too
+    sc, sim, real, summary = pair.scenario, pair.sim, pair.real, pair.real_summary()
     assert_valid(summary, sc.workload.steps)
     for history in (sim, real):
         cut = the(history, "loss")
@@ -157,11 +148,11 @@ def test_a_lossy_link_slows_its_host_and_the_run_stays_valid(tmp_path: Path) -> 
     assert the(real, "heal")["dropped_packets"] > 0
     assert generations(sim) == generations(real) == [(1, [0, 1, 2, 3], "start")]
     assert not [r for r in real if r["f"] == "evict"]
-    assert_nothing_left(tmp_path / "real", summary)
+    assert_nothing_left(pair.directory / "real", summary)
 
 
 @pytest.mark.timeout(300)
-def test_a_delayed_keeper_link_evicts_its_host_and_it_comes_back(tmp_path: Path) -> None:
+def test_a_delayed_keeper_link_evicts_its_host_and_it_comes_back(shipped_runs: Callable[..., Pair]) -> None:
     """``delay``: host 1's keeper link (its agent's relay, real/relay.py: this
     kernel has no netem) holds every chunk back 2.5 s for 2 s, past the 1 s
     detector timeout: the keeper evicts both its workers for their silence,
@@ -169,8 +160,8 @@ def test_a_delayed_keeper_link_evicts_its_host_and_it_comes_back(tmp_path: Path)
     evicted and come back as newcomers, on both targets. The gloo exchange
     is not delayed on real (the sim's is), so the survivors' generation may
     resume a step later on real: the members agree, not the cursor."""
-    sc = load_scenario(SCENARIOS / "real-delay-host.yaml", [])
-    summary, sim, real = both(sc, tmp_path)
+    pair = shipped_runs("real-delay-host")  # the conformance test's runs too
+    sc, sim, real, summary = pair.scenario, pair.sim, pair.real, pair.real_summary()
     assert_valid(summary, sc.workload.steps)
     for history in (sim, real):
         cut = the(history, "delay")
@@ -183,7 +174,7 @@ def test_a_delayed_keeper_link_evicts_its_host_and_it_comes_back(tmp_path: Path)
         assert all(r["t"] - cut["t"] >= sc.detector.timeout_s - 0.1 for r in evicted), evicted
     assert generations(sim) == generations(real) == [
         (1, [0, 1, 2, 3], "start"), (2, [0, 1], "failure"), (3, [0, 1, 2, 3], "growth")]
-    assert_nothing_left(tmp_path / "real", summary)
+    assert_nothing_left(pair.directory / "real", summary)
 
 
 @pytest.mark.timeout(300)

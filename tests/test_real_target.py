@@ -16,7 +16,7 @@ import re
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import psutil
 import pytest
@@ -24,6 +24,7 @@ import pytest
 from rollcall.results import SUMMARY_KEYS, read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import Scenario, load_scenario
 from real_processes import REAL_PROCESSES
+from shipped_runs import Pair
 from polling import pid_running, signal_when, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,14 +120,14 @@ def worker_pid(worker: int, incarnation: int = 0, root: int | None = None) -> in
 
 
 @pytest.mark.timeout(150)
-def test_kill_one_of_four(tmp_path: Path) -> None:
-    sc = load("real-kill-one")
-    s = run_real(sc, tmp_path)
+def test_kill_one_of_four(shipped_runs: Callable[..., Pair]) -> None:
+    pair = shipped_runs("real-kill-one")  # the conformance test's run too
+    sc, s, recs = pair.scenario, pair.real_summary(), pair.real
     assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     assert_survivors_kept_pids(s, faulted={1})
     assert_no_process_left(s)
-    gens = generations(records(tmp_path))
+    gens = generations(recs)
     assert members(gens[0]) == [0, 1, 2, 3]
     assert members(gens[-1]) == [0, 2, 3]
     assert s["global_batch_min"] == s["global_batch_max"] == sc.workload.global_batch
@@ -134,7 +135,7 @@ def test_kill_one_of_four(tmp_path: Path) -> None:
     assert rec["kind"] == "kill" and rec["kill_to_resume_s"] is not None
     # A crashed worker is known from its exit, not from the detector timeout.
     assert rec["kill_to_resume_s"] < sc.detector.timeout_s
-    evict = [r for r in records(tmp_path) if r["f"] == "evict"]
+    evict = [r for r in recs if r["f"] == "evict"]
     assert [(r["worker"], r["reason"]) for r in evict] == [(1, "exited")]
     assert s["final_weights_sha256"] and s["final_weights_agree"]
 
@@ -166,14 +167,14 @@ def test_a_kill_of_a_node_whose_process_is_still_starting_takes_it_down(tmp_path
 
 
 @pytest.mark.timeout(150)
-def test_kill_two_at_once(tmp_path: Path) -> None:
-    sc = load("real-kill-two")
-    s = run_real(sc, tmp_path)
+def test_kill_two_at_once(shipped_runs: Callable[..., Pair]) -> None:
+    pair = shipped_runs("real-kill-two")  # the conformance test's run too
+    sc, s, recs = pair.scenario, pair.real_summary(), pair.real
     assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     assert_survivors_kept_pids(s, faulted={1, 2})
     assert_no_process_left(s)
-    gens = generations(records(tmp_path))
+    gens = generations(recs)
     assert members(gens[-1]) == [0, 3]
     assert all(r["kill_to_resume_s"] is not None for r in s["recoveries"])
 
@@ -210,14 +211,14 @@ def test_pause_past_timeout_is_evicted_fenced_and_rejoins(tmp_path: Path) -> Non
 
 
 @pytest.mark.timeout(150)
-def test_join_one(tmp_path: Path) -> None:
-    sc = load("real-join-one")
-    s = run_real(sc, tmp_path)
+def test_join_one(shipped_runs: Callable[..., Pair]) -> None:
+    pair = shipped_runs("real-join-one")  # the conformance test's run too
+    sc, s, recs = pair.scenario, pair.real_summary(), pair.real
     assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     assert_survivors_kept_pids(s, faulted=set())
     assert_no_process_left(s)
-    gens = generations(records(tmp_path))
+    gens = generations(recs)
     assert members(gens[0]) == [0, 1, 2]
     grown = [g for g in gens if members(g) == [0, 1, 2, 3]]
     assert grown, [(g["gen"], members(g)) for g in gens]
@@ -323,9 +324,9 @@ def test_a_job_not_expected_to_finish_says_so_on_both_targets(tmp_path: Path) ->
 
 
 @pytest.mark.timeout(200)
-def test_checkpoint_restart_with_a_kill(tmp_path: Path) -> None:
-    sc = load("real-checkpoint-restart")
-    s = run_real(sc, tmp_path)
+def test_checkpoint_restart_with_a_kill(shipped_runs: Callable[..., Pair]) -> None:
+    pair = shipped_runs("real-checkpoint-restart")  # the conformance test's run too
+    sc, s, recs = pair.scenario, pair.real_summary(), pair.real
     assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
     assert s["restarts"] == 1
@@ -340,26 +341,24 @@ def test_checkpoint_restart_with_a_kill(tmp_path: Path) -> None:
     # whichever of its exit or a survivor's failed allreduce comes first.
     assert by_worker[0] == by_worker[2] == [0, 1] and by_worker[1] == [0]
     relaunched = [0, 2]
-    recs = records(tmp_path)
     t_restart = next(r["t"] for r in recs if r["f"] == "restart")
     after = [g for g in generations(recs) if g["t"] > t_restart]
     assert after[0]["cursor"] == [10, 10 * sc.workload.global_batch]
     assert after[0]["source"] is None  # loaded from the checkpoint on disk
     assert [members(g) for g in after] == [relaunched]  # one generation: the round expected them
-    assert (tmp_path / "checkpoints").is_dir()
+    assert (pair.directory / "real" / "checkpoints").is_dir()
     assert s["final_weights_agree"]
 
 
 @pytest.mark.timeout(200)
-def test_chaos_kill_join_kill_under_checkpoint_restart(tmp_path: Path) -> None:
+def test_chaos_kill_join_kill_under_checkpoint_restart(shipped_runs: Callable[..., Pair]) -> None:
     """Regression: random kills, a join, checkpoint-restart. It once
     failed 1 run in 24, relaunching nobody or the killed worker depending on
     which report the launcher heard first."""
-    sc = load("chaos-cr-kill-join-kill")
-    s = run_real(sc, tmp_path)
+    pair = shipped_runs("chaos-cr-kill-join-kill")  # the conformance test's run too
+    sc, s, recs = pair.scenario, pair.real_summary(), pair.real
     assert s["completed"] is True, s["end_reason"]
     assert_exactly_once(s, sc.workload.steps)
-    recs = records(tmp_path)
     killed = [(r["t"], w) for r in recs if r["f"] == "fault" and r["kind"] == "kill"
               for w in r["workers"]]
     assert len(killed) == 2
