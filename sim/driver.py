@@ -145,6 +145,7 @@ from rollcall.scenario import Scenario
 from sim.aging import ComputeAging
 from sim.failover import KeeperFailover
 from sim.gray import GrayFaults
+from sim.nemesis import Nemesis
 from sim.network import NetFaults
 from sim.sharded import copy_time, replicated_copy_time
 from sim.ledger import Ledger
@@ -257,11 +258,10 @@ class Simulation:
         self._job_proc: Optional[simpy.Process] = None
         self._job_waiting = False
         self._job_wait: Optional[float] = None
-        self._fault_proc: Optional[simpy.Process] = None
-        self._fault_wait: Optional[float] = None  # when the fault process wakes (inf: never)
         self.failover = KeeperFailover(self)  # the keeper's deaths and takeovers (sim.failover)
         self.net = NetFaults(self)  # per-host links: delay, loss (sim.network)
         self.gray = GrayFaults(self)  # slow workers, late heartbeats (sim.gray)
+        self.nemesis = Nemesis(self)  # carries out each fault the plan hands out (sim.nemesis)
         # strategy.stragglers: evict: the members' compute goes with each vote,
         # and while one is slow each step's vote is cast as it arrives
         self.watch_compute = config.stragglers is not None and config.strategy == "elastic"
@@ -301,11 +301,14 @@ class Simulation:
         self.answered = 0  # the latest round the members answered
         self.state_bytes = w.model_params * w.bytes_per_param
         self.transfer_s = self.state_bytes / sc.network.bandwidth_Bps + self.lat  # one receiver's
-        self.next_join_id = self.W + sc.cluster.spares
         self._hitting: frozenset[int] = frozenset()  # the nodes the fault in progress takes
         self.launch_s = sc.cluster.launch_s  # a process started outside a restart: its start-up
 
     # ------------------------------------------------------------------ plumbing
+
+    def count(self, name: str) -> None:
+        """One more of ``name`` (a kill, a join, ...) for the summary."""
+        self.tally.counts[name] += 1
 
     def write(self, record: dict) -> None:
         self.recorder.write(record)
@@ -516,7 +519,7 @@ class Simulation:
         self.bulk.absorb(a)
         return msgs
 
-    def _arrive(self, now: float, w: int) -> None:
+    def arrive(self, now: float, w: int) -> None:
         """Hardware of node ``w`` comes up (start, repair, newcomer): the
         core's fault plan draws when it crashes and slows down (under
         ``failures.age: computing`` its life is spent in compute seconds,
@@ -529,19 +532,7 @@ class Simulation:
             if lifetime is not None:
                 self.aging.arrive(w, lifetime)
         self.plan.node_up(w, now)
-        self._wake_faults()
-
-    def _wake_faults(self) -> None:
-        """A fault the plan now has due sooner than the fault process waits for:
-        wake it (the plan is asked only while the process waits: not at
-        start-up, when every node arrives before the process runs)."""
-        proc = self._fault_proc
-        if self._fault_wait is None or proc is None or self.env.active_process is proc:
-            return
-        t = self.plan.next_time()
-        if t is not None and t < self._fault_wait:
-            self._fault_wait = None
-            proc.interrupt()
+        self.nemesis.wake()
 
     def _go_silent(self, now: float, w: int, stall: bool = True) -> None:
         """Node ``w`` stops beating now: tell the keeper its last beat, schedule
@@ -630,10 +621,10 @@ class Simulation:
         self.tally.counts["repairs"] += 1
         self.write(repair.record(now))
         starts = self.shop.up(now, w)  # else it waits idle, without a process (warm_standbys)
-        self._arrive(now, w)
+        self.arrive(now, w)
         if starts:
             self.nodes.held_down[w] = False
-            self._start(now, [w], [self.keeper.node_up(now, w)])
+            self.start(now, [w], [self.keeper.node_up(now, w)])
 
     def _warmed(self, warm: Warm) -> None:
         """An idle node's host selection ended: its process starts and joins,
@@ -648,7 +639,7 @@ class Simulation:
             return  # the node failed during its selection
         self.write(warm.record(now))
         self.nodes.held_down[w] = False
-        self._start(now, [w], [self.keeper.node_up(now, w) if warm.back else 0])
+        self.start(now, [w], [self.keeper.node_up(now, w) if warm.back else 0])
 
     def _pulled(self, pull: Pull) -> None:
         """A spare pulled from the cold pool arrives (after its preemption) and joins."""
@@ -657,11 +648,11 @@ class Simulation:
         now, w = self.env.now, pull.worker
         self.tally.counts["pulled"] += 1
         self.shop.up(now, w, pulled=True)
-        self._arrive(now, w)
+        self.arrive(now, w)
         self.write(pull.record(now))
-        self._start(now, [w], [0])
+        self.start(now, [w], [0])
 
-    def _start(self, now: float, ws: list[int], lives: list[int], fresh: bool = True) -> None:
+    def start(self, now: float, ws: list[int], lives: list[int], fresh: bool = True) -> None:
         """A process starts on each node of ``ws`` (as ``lives``) outside a
         restart; a ``fresh`` one (a repaired node's, a pulled spare's) asks to
         join once it is up, ``cluster.launch_s`` later, a scripted newcomer's
@@ -692,12 +683,6 @@ class Simulation:
         if joins:
             self.at(now + self.lat, self.keeper_receive_at, joins)
 
-    def _pause(self, now: float, w: int, for_s: float) -> None:
-        self.tally.counts["pauses"] += 1
-        self.write(rec(now, "info", "fault", NEMESIS, kind="pause", workers=[w], for_s=for_s))
-        if self.cut_off(now, w):
-            self.at(now + for_s, self.resume, w, int(self.nodes.pause_epoch[w]))
-
     def cut_off(self, now: float, w: int, peers: bool = False) -> bool:
         """Node ``w``'s process reaches nobody from now on (stopped, or on the
         far side of a partition), or with ``peers`` only its peers and not
@@ -713,40 +698,6 @@ class Simulation:
             self.isolated.add(w)
         self._go_silent(now, w, stall=not peers)
         return True
-
-    def _cut_hosts(self, now: float, f: Any) -> None:
-        """A ``partition`` or an ``isolate_keeper``, for ``for_s``.
-
-        ``partition``: the hosts are cut off from everyone else (the keeper
-        stays with the rest): to the keeper and to the other members their
-        processes are as silent as stopped ones (a collective with them
-        hangs). ``isolate_keeper``, the gray failure: the host loses the
-        keeper but not its peers: its heartbeats and requests stop reaching
-        the keeper while the job's collectives with it still work, so nothing
-        stalls until the detector evicts it. Either way what they send is
-        held until the heal; then they learn they were evicted and come back
-        as newcomers.
-        """
-        peers = f.action == "isolate_keeper"
-        hosts = [f.isolate_keeper] if peers else list(f.partition)
-        cut = [w for h in hosts for w in self.sc.host_workers(h) if self.alive(w)]
-        where = {"host": hosts[0]} if peers else {"hosts": hosts}
-        self.net.links.cut(hosts, f.action)
-        self.write(rec(now, "info", "fault", NEMESIS, kind=f.action, **where, workers=cut,
-                        for_s=float(f.for_s)))
-        held = [(w, int(self.nodes.pause_epoch[w])) for w in cut
-                if self.cut_off(now, w, peers=peers)]
-        self.at(now + float(f.for_s), self._heal, hosts, held)
-
-    def _heal(self, hosts: list[int], held: list[tuple[int, int]]) -> None:
-        if self.state == DONE:
-            return
-        workers = [w for w, epoch in held if self.nodes.pause_epoch[w] == epoch]
-        self.net.links.heal(hosts)
-        self.write(rec(self.env.now, "info", "fault", NEMESIS, kind="heal", hosts=hosts,
-                        workers=workers))
-        for w, epoch in held:
-            self.resume(w, epoch, record=False)
 
     def resume(self, w: int, epoch: int, record: bool = True) -> None:
         if self.nodes.pause_epoch[w] != epoch or not self.nodes.paused[w] or self.state == DONE:
@@ -773,108 +724,19 @@ class Simulation:
 
     # ------------------------------------------------------------------ failure process
 
-    def _fault_process(self):
-        """Every fault the core's plan says is due by simulated time: the
-        scripted ``at_s`` faults, the nodes' crashes and random slowdowns."""
-        plan, env = self.plan, self.env
-        while True:
-            t = plan.next_time()
-            if t is None or t > env.now:
-                self._fault_wait = float("inf") if t is None else t
-                try:
-                    yield env.event() if t is None else env.timeout(t - env.now)
-                except simpy.Interrupt:
-                    continue
-            self._fault_wait = None
-            for due in plan.due_by_time(env.now):
-                if self.state == DONE:
-                    return
-                self._carry_out(env.now, due)
-
-    def _carry_out(self, now: float, due: Due) -> None:
-        """One fault the plan handed out: a crash is the machine's end, a
-        random slowdown the node's; a scripted one is the schedule's."""
-        if due.kind == "crash":
-            self._node_down(now, due.targets[0], "crash")
-        elif due.origin == "mtbf":
-            assert due.kind == "slow" and due.rate is not None and due.for_s is not None
-            self.gray.random_slow(now, due.targets[0], due.rate, due.for_s)
-        else:
-            self._fault(now, self.sc.failures.schedule[due.index])
-
     def pick(self, targets: Any) -> list[int]:
         if targets != "random":
             return [w for w in targets if w < self.n_nodes]
         w = self.draws.pick([w for w in self.members if self.alive(w)])
         return [] if w is None else [w]
 
-    def _domain_down(self, now: float, domain: str, index: Any) -> None:
-        """A correlated failure: every node of a rack (``kill_rack``: each
-        process killed, its host reports the exit) or of a host
-        (``lose_host``: the machine dies with the agent that would report, a
-        ``crash`` the detector decides) whose hardware is up, at once.
-
-        ``"random"`` draws among the racks or hosts holding a live member (as
-        a random kill draws among live members), from the ``schedule`` stream.
-        """
-        sc = self.sc
-        if index == "random":
-            index = self.draws.pick(sorted({sc.domain_of(domain, w) for w in self.members
-                                            if self.alive(w)}))
-            if index is None:
-                return
-        victims = [w for w in sc.domain_workers(domain, int(index)) if self.nodes.hw[w]]
-        if domain == "rack":
-            self.tally.counts["rack_kills"] += 1
-        kind, how = ("kill_rack", "kill") if domain == "rack" else ("lose_host", "crash")
-        self.write(rec(now, "info", "fault", NEMESIS, kind=kind, **{domain: int(index)},
-                        workers=victims))
-        self._nodes_down(now, victims, how, record=False)
-
-    def _nodes_down(self, now: float, victims: list[int], kind: str, record: bool) -> None:
+    def nodes_down(self, now: float, victims: list[int], kind: str, record: bool) -> None:
         """One fault takes ``victims`` down (see :meth:`_node_down`); none of
         them is an innocent a wrong diagnosis may blame for another."""
         self._hitting = frozenset(victims)
         for w in victims:
             self._node_down(now, w, kind, record)
         self._hitting = frozenset()
-
-    def _fault(self, now: float, f: Any) -> None:
-        action = f.action
-        if action == "kill":
-            self._nodes_down(now, self.pick(f.targets), "kill", record=True)
-        elif f.domain is not None:
-            self._domain_down(now, *f.domain)
-        elif action in ("partition", "isolate_keeper"):
-            self._cut_hosts(now, f)
-        elif f.link is not None:
-            self.net.start(now, f)  # delay, loss
-        elif action == "pause":
-            for w in self.pick(f.targets):
-                self._pause(now, w, float(f.for_s))
-        elif action == "late_heartbeats":
-            self.gray.late_heartbeats(now, f)
-        elif action == "slow":
-            self.gray.slow(now, f)
-        elif action == "kill_keeper" and f.trigger == "at_step":
-            # as on real: once every member holds the step (its votes reached
-            # the keeper, their answers came back), not while they are on their way
-            self.at(now + 2 * self.lat, lambda: self.failover.fail(self.env.now, "kill"))
-        elif action == "kill_keeper":
-            self.failover.fail(now, "kill")
-        elif action == "partition_keeper":
-            self.failover.cut(now, float(f.for_s))
-        elif action == "kill_etcd":  # two of three members keep the quorum: nothing happens
-            self.write(rec(now, "info", "fault", NEMESIS, kind="kill_etcd", member=f.kill_etcd))
-        elif action == "join":
-            ws = list(range(self.next_join_id, self.next_join_id + f.join))
-            self.next_join_id += f.join
-            for w in ws:
-                self.tally.counts["joins"] += 1
-                self.shop.joined(now, w)
-                self._arrive(now, w)
-            self.write(rec(now, "info", "fault", NEMESIS, kind="join", workers=ws))
-            self._start(now, ws, [0] * len(ws), fresh=False)
 
     # ------------------------------------------------------------------ job process
 
@@ -1278,7 +1140,7 @@ class Simulation:
             self._start_segment(now)
         schedule = self.sc.failures.schedule
         for fault in due:
-            self._fault(now, schedule[fault.index])
+            self.nemesis.scripted(now, schedule[fault.index])
 
     def _no_step_faults(self) -> bool:
         return not self.held_faults and self.plan.next_step() is None
@@ -1556,7 +1418,7 @@ class Simulation:
         env = self.env
         n0 = self.W + sc.cluster.spares
         for w in range(n0):
-            self._arrive(0.0, w)
+            self.arrive(0.0, w)
         running = self.shop.initial  # the others wait idle (warm_standbys)
         self.nodes.proc[:running] = True
         self.write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
@@ -1567,7 +1429,7 @@ class Simulation:
         self._job_proc = env.process(self._job_process())
         if self.aging is not None:
             self.aging.proc = env.process(self.aging.process())
-        self._fault_proc = env.process(self._fault_process())
+        self.nemesis.proc = env.process(self.nemesis.process())
         if self.failover.mtbf_s is not None:
             env.process(self.failover.process())
         # the keeper gives up a job not done by horizon_s (woken here); the

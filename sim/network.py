@@ -29,7 +29,7 @@ A degraded link changes every message that crosses it:
   and the sim stops drawing there (the message arrives after the 15th).
 * ``partition`` and ``isolate_keeper`` cut the host off (:meth:`Links.cut`:
   from everyone, or from the keeper only); what that does to the workers is
-  the driver's ``_cut_hosts``, which records it here.
+  :meth:`sim.nemesis.Nemesis._cut_hosts`, which records it here.
 
 Randomness: the k-th transmission on a connection is dropped when
 ``uniform(seed, "network/<connection>", k) <= P`` (SHA-256 of the seed, the

@@ -1,7 +1,8 @@
 """What the sim's fault carriers may touch of the running simulation.
 
-The keeper's failover (:mod:`sim.failover`), the links (:mod:`sim.network`)
-and the gray failures (:mod:`sim.gray`) carry out their faults on the
+The nemesis (:mod:`sim.nemesis`), the keeper's failover
+(:mod:`sim.failover`), the links (:mod:`sim.network`) and the gray failures
+(:mod:`sim.gray`) carry out their faults on the
 simulation through :class:`World`, one named surface, and not through the
 :class:`sim.driver.Simulation` class: they depend on this module, the
 driver depends on them, and no import goes the other way. Whatever is not
@@ -13,11 +14,13 @@ The job's states are named here once, for the driver and the carriers alike.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Final, Iterable, Protocol
+from typing import Any, Callable, Final, Iterable, Optional, Protocol
 
 import simpy
 
-from rollcall.core import Agent, AgentBatch, Cursor, Detector, Draws, IdRuns, Keeper
+from rollcall.core import (
+    Agent, AgentBatch, Cursor, Detector, Draws, FaultPlan, IdRuns, Keeper, RepairShop,
+)
 from rollcall.scenario import Scenario
 
 from sim.state import Nodes
@@ -34,12 +37,44 @@ WAIT: Final = "wait"
 DONE: Final = "done"
 
 
-class Pricing(Protocol):
-    """The links' part a gray failure uses (:class:`sim.network.NetFaults`)."""
+class HostLinks(Protocol):
+    """Which hosts are cut off (:class:`sim.network.Links`)."""
+
+    def cut(self, hosts: Iterable[int], kind: str) -> None: ...
+
+    def heal(self, hosts: Iterable[int]) -> None: ...
+
+
+class LinkFaults(Protocol):
+    """The links' faults and prices (:class:`sim.network.NetFaults`)."""
+
+    @property
+    def links(self) -> HostLinks: ...
+
+    def start(self, now: float, f: Any) -> None:
+        """A ``delay`` or ``loss`` fault fires."""
 
     def reprice(self, now: float) -> None: ...
 
     def silences(self, w: int, phase: float, gaps: Iterable[tuple[float, float]]) -> None: ...
+
+
+class GrayFailures(Protocol):
+    """Slow members and late heartbeats (:class:`sim.gray.GrayFaults`)."""
+
+    def slow(self, now: float, f: Any) -> None: ...
+
+    def random_slow(self, now: float, w: int, factor: float, for_s: float) -> None: ...
+
+    def late_heartbeats(self, now: float, f: Any) -> None: ...
+
+
+class KeeperFaults(Protocol):
+    """The keeper's death and its cut from etcd (:class:`sim.failover.KeeperFailover`)."""
+
+    def fail(self, now: float, cause: str, back_at: Optional[float] = None) -> None: ...
+
+    def cut(self, now: float, for_s: float) -> None: ...
 
 
 class World(Protocol):
@@ -94,7 +129,20 @@ class World(Protocol):
     def agents(self) -> dict[int, Agent]: ...
 
     @property
-    def net(self) -> Pricing: ...
+    def plan(self) -> FaultPlan:
+        """Which fault is due when (the core's)."""
+
+    @property
+    def shop(self) -> RepairShop: ...
+
+    @property
+    def net(self) -> LinkFaults: ...
+
+    @property
+    def gray(self) -> GrayFailures: ...
+
+    @property
+    def failover(self) -> KeeperFaults: ...
 
     # -- the clock and the history -------------------------------------------
     def at(self, t: float, fn: Callable[..., Any], *args: Any) -> None:
@@ -115,6 +163,18 @@ class World(Protocol):
 
     def resume(self, w: int, epoch: int, record: bool = True) -> None:
         """Node ``w``, cut off in pause epoch ``epoch``, reaches everyone again."""
+
+    def nodes_down(self, now: float, victims: list[int], kind: str, record: bool) -> None:
+        """One fault takes ``victims`` down: ``kill``, ``crash`` (see the driver)."""
+
+    def arrive(self, now: float, w: int) -> None:
+        """Node ``w``'s hardware comes up."""
+
+    def start(self, now: float, ws: list[int], lives: list[int], fresh: bool = True) -> None:
+        """A process starts on each node of ``ws`` as ``lives``, and joins."""
+
+    def count(self, name: str) -> None:
+        """One more of ``name`` for the summary."""
 
     # -- the keeper and the agents ---------------------------------------------
     def keeper_call(self, now: float, fn: Callable[..., list], *args: Any) -> None:
@@ -143,4 +203,5 @@ class World(Protocol):
         """A price changed: the running segment goes on at the new price."""
 
 
-__all__ = ["CKPT", "DONE", "IDLE", "Pricing", "RUN", "SYNC", "WAIT", "World"]
+__all__ = ["CKPT", "DONE", "GrayFailures", "HostLinks", "IDLE", "KeeperFaults", "LinkFaults",
+           "RUN", "SYNC", "WAIT", "World"]

@@ -33,7 +33,8 @@ class Surface(NamedTuple):
 
 
 SURFACES = {
-    "sim-world": Surface(World, ["sim/failover.py", "sim/gray.py", "sim/network.py"], "sim",
+    "sim-world": Surface(World, ["sim/failover.py", "sim/gray.py", "sim/nemesis.py",
+                                 "sim/network.py"], "sim",
                          {"keeper"}, ("sim/driver.py", "Simulation")),
     "real-supervisor": Surface(Supervisor, ["real/keeper_link.py"], "supervisor", set(),
                                ("real/launcher.py", "Launcher")),
