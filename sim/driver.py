@@ -155,6 +155,11 @@ from sim.world import CKPT, DONE, IDLE, RUN, SYNC, WAIT
 
 __all__ = ["run", "Simulation", "SimulationStuck"]
 
+# Where the job's time goes while it is in a state (running steps: see
+# Simulation._close_segment; WAIT: the last step's vote was refused and a roll
+# call comes, so the wait is lost work).
+_SPENT_ON = {CKPT: "checkpoint", IDLE: "recovery", SYNC: "recovery", WAIT: "lost"}
+
 
 @contextmanager
 def _few_collections(young: int = 100_000):
@@ -797,17 +802,7 @@ class Simulation:
         Running time is attributed by :meth:`_close_segment` (committed steps
         are productive until a rollback, a step abandoned mid-flight is lost).
         """
-        dt = now - self.tally.mark
-        if dt > 0:
-            if self.stalled:
-                self.tally.acc["stall"] += dt
-            elif self.state == CKPT:
-                self.tally.acc["checkpoint"] += dt
-            elif self.state in (IDLE, SYNC):
-                self.tally.acc["recovery"] += dt
-            elif self.state == WAIT:  # the last step's vote was refused: a roll call comes
-                self.tally.acc["lost"] += dt
-        self.tally.mark = now
+        self.tally.spend(now, "stall" if self.stalled else _SPENT_ON.get(self.state))
 
     def _clock(self, now: float) -> None:
         """Tell the compute clock (``failures.age: computing``) whether the job computes."""
@@ -866,10 +861,10 @@ class Simulation:
         self.cursor = Cursor(c0.step + k, c0.sample + k * self.batch)
         partial = max(0.0, now - (t0 + k * s))
         if abandon:
-            self.tally.acc["lost"] += partial + head_s
+            self.tally.lose(partial + head_s)
         else:
             self.carry, self.carry_head_s = partial, head_s
-        self.tally.mark = now
+        self.tally.spend(now, None)
 
     # ------------------------------------------------------------------ commit votes
 
@@ -923,13 +918,8 @@ class Simulation:
                 run.passed = k
                 run.voter = w if run.voter is None else run.voter
                 self.committed = run.cursor_after(k)
-                self.tally.elapsed_s = run.t0 + k * run.step_s
-                segs = self.tally.segments  # productive: extend the last segment, or a new one
                 head_s = run.head_s if first == run.first else 0.0
-                if segs and segs[-1][1] == first - 1 and segs[-1][2] == run.step_s and not head_s:
-                    segs[-1][1] = last
-                else:
-                    segs.append([first, last, run.step_s, head_s])
+                self.tally.passed(first, last, run.step_s, head_s, run.t0 + k * run.step_s)
                 self.keeper_complete = self.keeper_complete or verdict.complete
                 if verdict.complete and self.state == WAIT:  # a vote later than the check
                     self.at(t, self._final_vote)
@@ -938,7 +928,7 @@ class Simulation:
             else:
                 run.refused = True  # final: the generation is over for commits
         if run.refused:
-            self.tally.acc["lost"] += (k - run.voted) * run.step_s + run.unvoted_head_s()
+            self.tally.lose((k - run.voted) * run.step_s + run.unvoted_head_s())
         run.voted = k
 
     def _report_compute(self, t: float, run: StepRun, first: int, last: int) -> None:
@@ -974,24 +964,12 @@ class Simulation:
         self._ktick(self.env.now)
         self._watch_votes()
 
-    def _rollback(self, step: int) -> None:
-        segs = self.tally.segments
-        while segs and segs[-1][1] >= step:
-            first, last, s, head_s = segs[-1]
-            keep_last = step - 1
-            if first <= keep_last:
-                self.tally.acc["lost"] += (last - keep_last) * s
-                segs[-1][1] = keep_last
-            else:
-                self.tally.acc["lost"] += (last - first + 1) * s + head_s
-                segs.pop()
-
     def _abandon(self, now: float) -> None:
         """The step in flight (or sync / checkpoint write) is given up."""
         if self.state == RUN:
             if self.stalled:
                 self._acct(now)
-                self.tally.acc["lost"] += self.carry + self.carry_head_s
+                self.tally.lose(self.carry + self.carry_head_s)
                 self.carry = self.carry_head_s = 0.0
             else:
                 self._close_segment(now, None, abandon=True)
@@ -1038,7 +1016,7 @@ class Simulation:
         self._clock(now)
         self.carry = self.carry_head_s = 0.0
         if f.cursor < self.committed:
-            self._rollback(f.cursor.step)
+            self.tally.rollback(f.cursor.step)
         self.cursor = self.committed = f.cursor
         self.gen = f.generation
         self.members = IdRuns.of(f.members)
@@ -1309,14 +1287,14 @@ class Simulation:
             self._close_segment(now, None, abandon=True)
         if completed:
             assert not self.runs, "the keeper completed the job with votes outstanding"
-            self.tally.mark = now  # the job's time ended with its last step (elapsed_s)
+            self.tally.spend(now, None)  # the job's time ended with its last step (elapsed_s)
             self.tally.end_s = self.tally.end_s or self.tally.elapsed_s
         else:
             self._acct(now)
             if self.state == RUN:
-                self.tally.acc["lost"] += self.carry + self.carry_head_s
+                self.tally.lose(self.carry + self.carry_head_s)
             for run in self.runs:  # votes nobody will answer: the steps are lost
-                self.tally.acc["lost"] += (run.n - run.voted) * run.step_s + run.unvoted_head_s()
+                self.tally.lose((run.n - run.voted) * run.step_s + run.unvoted_head_s())
                 run.voted = run.n
                 self.ledger.run_closed(run)
             self.runs.clear()

@@ -156,6 +156,42 @@ class Tally:
     def productive_s(self) -> float:
         return sum((last - first + 1) * s + head for first, last, s, head in self.segments)
 
+    def spend(self, now: float, category: Optional[str]) -> None:
+        """Attribute ``[mark, now)`` to ``category`` (None: to none, the time
+        of running steps, which :meth:`passed` and :meth:`lose` account)."""
+        dt = now - self.mark
+        if dt > 0 and category is not None:
+            self.acc[category] += dt
+        self.mark = now
+
+    def lose(self, seconds: float) -> None:
+        """Work thrown away: steps abandoned, refused or rolled back."""
+        self.acc["lost"] += seconds
+
+    def passed(self, first: int, last: int, step_s: float, head_s: float, end_s: float) -> None:
+        """Steps ``first..last`` were committed (``head_s``: the first one's
+        seconds beyond ``step_s``), the last ending at ``end_s``: productive,
+        until a rollback."""
+        self.elapsed_s = end_s
+        segs = self.segments  # extend the last segment, or a new one
+        if segs and segs[-1][1] == first - 1 and segs[-1][2] == step_s and not head_s:
+            segs[-1][1] = last
+        else:
+            segs.append([first, last, step_s, head_s])
+
+    def rollback(self, step: int) -> None:
+        """The job goes back to ``step``: the committed steps from it on are lost."""
+        segs = self.segments
+        while segs and segs[-1][1] >= step:
+            first, last, s, head_s = segs[-1]
+            keep_last = step - 1
+            if first <= keep_last:
+                self.lose((last - keep_last) * s)
+                segs[-1][1] = keep_last
+            else:
+                self.lose((last - first + 1) * s + head_s)
+                segs.pop()
+
 
 class Recorder:
     """The history: in memory (``records``) and, with a run directory, on disk
