@@ -15,12 +15,11 @@ start, shared with the workers on this host):
   random lifetime's end (fault kind ``crash``) is the machine's: the process
   is SIGKILLed but no exit is reported (its host agent died with it), so the
   detector decides, as on the sim;
-- the *fault injector* kills, pauses and adds workers on schedule and, in
-  hosts mode, cuts hosts' links (``partition``, ``isolate_keeper``,
-  ``loss``: nftables rules in their namespaces, see
-  :meth:`Launcher.cut_links`) and heals them after ``for_s``; what is due
-  when is the core's :class:`rollcall.core.FaultPlan`
-  (``rollcall.config.fault_plan``).
+- the *fault injector* (:class:`real.nemesis.Nemesis`) kills, pauses and
+  adds workers on schedule and, in hosts mode, cuts hosts' links
+  (``partition``, ``isolate_keeper``, ``loss``: nftables rules in their
+  namespaces) and heals them after ``for_s``; what is due when is the
+  core's :class:`rollcall.core.FaultPlan` (``rollcall.config.fault_plan``).
 
 Every process it starts is killed and reaped on the way out, whatever the way
 out is (done, failed, exception, SIGINT/SIGTERM, interpreter exit). Signals
@@ -52,7 +51,7 @@ from typing import Any, Callable, Optional
 from rollcall import interrupts
 from rollcall.config import fault_plan, keeper_config, repair_shop
 from rollcall.core import (
-    DRIVER, EMPTY, NEMESIS, Blame, Broadcast, CommitVerdict, Due, Formed, IdRuns, JobFailed, Join,
+    DRIVER, EMPTY, Blame, Broadcast, CommitVerdict, Due, Formed, IdRuns, JobFailed, Join,
     Keeper, Record, Relaunch, Pull, Repair, RestartJob, Retire, Send, Warm, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
@@ -60,7 +59,8 @@ from rollcall.scenario import LINK_ACTIONS, Scenario
 
 from real import wire
 from real.keeper_port import CommitAsk, LocalKeeper, link_for
-from real.procs import REPO_ROOT, die_with_parent, python_env, release
+from real.nemesis import Nemesis
+from real.procs import REPO_ROOT, Proc, die_with_parent, python_env, release
 from real.fleet import Fleet, host_signal
 from real.netns import Network
 
@@ -80,36 +80,6 @@ _LIVE: set["Launcher"] = set()
 def _cleanup_all() -> None:
     for launcher in list(_LIVE):
         launcher.kill_all()
-
-
-@dataclass
-class Proc:
-    worker: int
-    incarnation: int
-    popen: Optional[subprocess.Popen]  # None in hosts mode: the host agent holds it
-    pidfd: Optional[int]
-    spare: bool
-    started_t: float
-    log: Any
-    activated: bool = False
-    ready: bool = False             # torch imported, model built: may join now
-    want: bool = False              # should join as soon as it is ready
-    batch: Optional[int] = None     # started together: join together
-    exited_t: Optional[float] = None
-    returncode: Optional[int] = None
-    fault: Optional[str] = None     # what we did to it: kill | crash | pause | restart
-    paused: bool = False
-    join_sent: bool = False         # its first Join reached the launcher
-    host: Optional[int] = None      # hosts mode: the host whose agent runs it
-    remote_pid: Optional[int] = None  # hosts mode: its pid, as its agent reported
-
-    @property
-    def pid(self) -> Optional[int]:
-        return self.popen.pid if self.popen is not None else self.remote_pid
-
-    @property
-    def alive(self) -> bool:
-        return self.exited_t is None
 
 
 # a connection has this long to answer the challenge, and at most this many
@@ -201,21 +171,13 @@ class Launcher:
         self.done_at: Optional[float] = None
         self.result: Optional[str] = None        # completed | failed | interrupted | error
         self.reason = ""
-        self.sigconts: list[tuple[float, Proc]] = []
         self.repairs: list[tuple[float, int, Repair]] = []
-        self.answers: list[Retire | Blame] = []  # the shop's, for the fault being carried out
-        self.hitting: set[int] = set()  # the nodes the fault being carried out takes
         self.pulls: list[Pull] = []  # spares from the cold pool, due at their at_s
         self.warms: list[Warm] = []  # idle nodes made warm standbys, due at their at_s
-        # link faults in force: (heal at, the Network's fault, hosts, cut-off lives)
-        self.heals: list[tuple[float, Any, list[int], list[tuple[int, int]]]] = []
-        self.delays: list[tuple[float, float]] = []  # each delay ordered: (heal at, latency_s)
-        self.slowed: dict[tuple[int, int], float] = {}  # a slow life -> its factor (compounded)
         # the nodes whose hardware is up (the sim's Nodes.hw): arrived (a
         # worker, a spare, a join that fired) and not lost since, or repaired
         self.nodes_up: set[int] = set()
         self.nodes_down: set[int] = set()  # lost and not repaired yet (a new keeper hears of them)
-        self.faults_log: list[dict] = []
         self.formed: list[tuple[float, int, tuple[int, ...]]] = []
         self.survivor_restarts = 0
         self.end_t: Optional[float] = None
@@ -224,6 +186,7 @@ class Launcher:
         self.batch_seq = 0
         self.batch_deadline: dict[int, float] = {}
         self.startup_timeout_s = 180.0
+        self.nemesis = Nemesis(self)  # carries out the faults the plan hands out
 
     # --- clock and history ------------------------------------------------------
 
@@ -414,6 +377,26 @@ class Launcher:
         if conn is not None:
             self.queue(conn, ("msg", message))
 
+    def tell(self, life: tuple[int, int], frame: tuple) -> bool:
+        """Send ``frame`` to that life's process, if its link is open."""
+        conn = self.conn_of.get(life)
+        if conn is None or conn.sock not in self.conns:
+            return False
+        self.queue(conn, frame)
+        return True
+
+    def reachable(self, w: int) -> bool:
+        """Whether worker ``w``'s latest process has a link to the launcher."""
+        return self.latest_conn.get(w) is not None
+
+    def tell_latest(self, w: int, frame: tuple) -> bool:
+        """Send ``frame`` to worker ``w``'s latest process, if it has a link."""
+        conn = self.latest_conn.get(w)
+        if conn is None:
+            return False
+        self.queue(conn, frame)
+        return True
+
     def queue(self, conn: Conn, obj: Any) -> None:
         data = wire.encode(obj)
         if conn.out:
@@ -493,7 +476,7 @@ class Launcher:
             self.signal(p, signal.SIGKILL)
         for p in doomed:
             self.reap(p)
-        self.sigconts = [(t, p) for t, p in self.sigconts if p.alive]
+        self.nemesis.forget_dead()
 
     def relaunch(self, out: Relaunch) -> None:
         """Start exactly the lives the keeper names, as one batch that joins
@@ -643,7 +626,7 @@ class Launcher:
                 p.fault = p.fault or "crash"
                 p.paused = False
                 p.exited_t = self.now()
-        self.sigconts = [(t, p) for t, p in self.sigconts if p.alive]
+        self.nemesis.forget_dead()
 
     def hello(self, conn: Conn, frame: tuple) -> None:
         """An authenticated process says who it is: its replies go to this connection."""
@@ -725,7 +708,7 @@ class Launcher:
         # (seen once: real-warm-standby's kill at step 10 resumed at 11).
         before = (*LINK_ACTIONS, "lose_host", "slow", "kill", "kill_rack", "crash")
         for d in [d for d in due if d.kind in before]:
-            self.inject(d)
+            self.nemesis.inject(d)
         after = [d for d in due if d.kind not in before]
         if conn is None:
             if due:
@@ -737,7 +720,7 @@ class Launcher:
         elif conn.sock in self.conns:
             self.queue(conn, ("ack", gen, step, ok))
         for d in after:
-            self.inject(d)
+            self.nemesis.inject(d)
 
     def gate_released(self, frozen: bool = True) -> None:
         """Direct links: the ack held at a gate went and the keeper hears no
@@ -745,7 +728,7 @@ class Launcher:
         after it go in, then it hears them again."""
         after, self.after_gate = self.after_gate, []
         for d in after:
-            self.inject(d)
+            self.nemesis.inject(d)
         if frozen and self.keeper.up:
             self.keeper.resume()
 
@@ -769,218 +752,7 @@ class Launcher:
         """The pool a wrong diagnosis draws from: live members not taken by
         the fault in progress, as on the sim (the shop leaves out the nodes
         it holds out of service, those it blamed included)."""
-        return [w for w in self.candidates() if w not in self.hitting]
-
-    def inject(self, due: Due) -> None:
-        """Carry out one fault and write its ``fault`` record (one per fault,
-        listing the workers it hit)."""
-        now = self.now()
-        fields: dict[str, Any] = {"gen": self.generation, "origin": due.origin}
-        if due.kind == "join":
-            hit = self.join(int(due.targets))
-        elif due.kind == "pause":
-            hit = []
-            for w in self.targets(due, fields):
-                p = self.live_proc(w)
-                if p is not None and p.activated:
-                    hit.append(w)
-                    p.fault = p.fault or "pause"
-                    p.paused = True
-                    self.signal(p, signal.SIGSTOP)
-                    self.sigconts.append((now + due.for_s, p))
-            fields["for_s"] = due.for_s
-        elif due.kind == "late_heartbeats":
-            hit = self.late_beats(now, due, fields)
-        elif due.kind == "slow":
-            hit = self.slow(now, due, fields)
-        elif due.kind in LINK_ACTIONS:
-            hit = self.cut_links(now, due, fields)
-        elif due.kind == "kill_keeper":  # the active keeper process: a standby takes over
-            hit, fields["term"] = [], self.keeper.kill_active()
-        elif due.kind == "partition_keeper":  # cut from etcd, not from us: it must depose itself
-            hit, fields["term"], fields["for_s"] = [], self.keeper.cut_active(), due.for_s
-            self.heals.append((now + float(due.for_s), ("keeper_cut",), [], []))
-        elif due.kind == "kill_etcd":  # one member of three: the quorum holds
-            hit, fields["member"] = [], int(due.targets)
-            self.keeper.kill_etcd(int(due.targets))
-        else:
-            assert due.kind in ("kill", "kill_rack", "lose_host", "crash"), due
-            # a machine's end (a lifetime's, a lost host's) reports no exit
-            how = "crash" if due.kind in ("crash", "lose_host") else "kill"
-            hit = []
-            targets = self.targets(due, fields)
-            if due.kind == "lose_host" and self.fleet is not None and fields["host"] is not None:
-                if any(w in self.nodes_up for w in targets):
-                    self.take_down_host(fields["host"])
-            self.hitting = set(targets)
-            for w in targets:
-                if w in self.nodes_up:  # a node already down is not lost again
-                    hit.append(w)
-                    self.node_lost(now, w, how)
-            self.hitting = set()
-        rec_ = rec(now, "info", "fault", NEMESIS, kind=due.kind, workers=hit, **fields)
-        self.write(rec_)
-        self.faults_log.append(rec_)
-        self.shop_answers(now)
-
-    def shop_answers(self, now: float) -> None:
-        """Carry out what the repair shop answered for the faults just
-        carried out, after their records (as on the sim): a retirement's
-        record, and a wrong diagnosis's innocent taken down."""
-        answers, self.answers = self.answers, []
-        for act in answers:
-            self.write(act.record(now))
-            if isinstance(act, Blame) and act.worker in self.nodes_up:
-                self.node_lost(now, act.worker, "blame")
-
-    def slow(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
-        """A ``slow`` fault: the worker is told to compute ``factor`` times
-        slower for ``for_s`` (it stretches each step's compute: see
-        ``Worker.stretch``); its heartbeats stay on time. Only the effect is
-        here: whether to wait for it or evict it is the keeper's."""
-        hit = []
-        factor = float(due.rate)
-        for w in self.targets(due, fields):
-            p, conn = self.live_proc(w), self.latest_conn.get(w)
-            if p is not None and p.activated and conn is not None:
-                hit.append(w)
-                self.order_slow((w, p.incarnation), factor, due.from_step)
-                self.heals.append((now + float(due.for_s), ("slow", w, p.incarnation, factor),
-                                   [], [(w, p.incarnation)]))
-        fields.update(factor=factor, for_s=due.for_s)
-        return hit
-
-    def order_slow(self, life: tuple[int, int], factor: float,
-                   from_step: Optional[int] = None) -> None:
-        """One slowdown of ``life`` starts (``factor`` > 1) or ends (``1 / factor``):
-        the worker hears the compounded factor of those still on."""
-        total = self.slowed.get(life, 1.0) * factor
-        if total <= 1.0 + 1e-9:
-            self.slowed.pop(life, None)
-            total = 1.0
-        else:
-            self.slowed[life] = total
-        conn = self.conn_of.get(life)
-        if conn is not None and conn.sock in self.conns:
-            # from the sim's first slow step: a scripted at_step's (ordered a
-            # step early, FaultPlan.due_by_step), or the step in flight
-            start = self.committed if from_step is None else from_step
-            self.queue(conn, ("slow", min(total, 1000.0), start))
-
-    def late_beats(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
-        """A ``late_heartbeats`` fault: the worker is told to hold each heartbeat
-        ``delay_s`` before it sends it (its control thread busy, its link to
-        the keeper loaded), in order, and after ``for_s`` to send them on
-        time again; everything else it sends goes at once. Only the effect is
-        here: whether the silence is death is the keeper's detector's call."""
-        hit = []
-        for w in self.targets(due, fields):
-            p, conn = self.live_proc(w), self.latest_conn.get(w)
-            if p is not None and p.activated and conn is not None:
-                hit.append(w)
-                self.queue(conn, ("late_beats", float(due.latency_s)))
-                self.heals.append((now + float(due.for_s), ("late_beats", w, p.incarnation),
-                                   [], [(w, p.incarnation)]))
-        fields.update(delay_s=due.latency_s, for_s=due.for_s)
-        return hit
-
-    def cut_links(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
-        """Hosts mode: a ``partition`` (the hosts cut off from every other address
-        on the bridge, the keeper's included), an ``isolate_keeper`` (the host
-        cut off from the keeper's address only: the service and the TCPStore,
-        not its peers) or a ``loss`` (a fraction of the host's packets dropped)
-        as nftables rules in the hosts' namespaces, undone after ``for_s``; a
-        ``delay`` as an order to the host's agent, whose relay holds its
-        workers' keeper link back (real/relay.py), and one to stop after ``for_s``.
-        Only the effect is here: who is evicted, fenced and readmitted is the
-        keeper's, from the heartbeats that do or do not arrive. Returns the
-        workers with a live process on those hosts (the sim's ``workers``)."""
-        assert self.fleet is not None, "refused before the run: link faults need hosts"
-        assert self.fleet.network is not None or due.kind == "delay", \
-            "refused before the run: nftables faults need the run's own namespaces"
-        net = self.fleet.network
-        if due.kind == "partition":
-            hosts = list(due.targets)
-            fields["hosts"] = hosts
-        else:
-            host = due.targets
-            if host == "random":  # as the sim: among the hosts holding a live member
-                host = self.faults.pick(sorted({self.sc.host_of(w) for w in self.candidates()}))
-            fields["host"] = host
-            hosts = [] if host is None else [int(host)]
-        fields["for_s"] = due.for_s
-        if due.kind == "loss":
-            fields["rate"] = due.rate
-        if due.kind == "delay":
-            fields["latency_s"] = due.latency_s
-        lives = [(w, p.incarnation) for h in hosts for w in self.sc.host_workers(h)
-                 if (p := self.live_proc(w)) is not None]
-        if hosts and due.kind == "delay":
-            self.fleet.order(hosts[0], ("delay", float(due.latency_s)))
-            self.heals.append((now + float(due.for_s), ("delay", hosts[0]), hosts, lives))
-            self.delays.append((now + float(due.for_s), float(due.latency_s)))
-        elif hosts:
-            assert net is not None
-            if due.kind == "partition":
-                fault = net.partition(hosts)
-            elif due.kind == "isolate_keeper":
-                fault = net.isolate(hosts[0])  # default: the keeper's (the bridge's) address
-            else:
-                fault = net.loss(hosts[0], float(due.rate))
-            self.heals.append((now + float(due.for_s), fault, hosts, lives))
-            if due.kind != "loss":
-                self.start_retransmit_clocks(lives)
-        return [w for w, _ in lives]
-
-    def start_retransmit_clocks(self, lives: list[tuple[int, int]]) -> None:
-        """Send each cut-off life a frame it already holds (the store's port:
-        idempotent) the moment the rules are in. Why: after the heal a TCP
-        connection is heard again at its next retransmission, and the backoff
-        (0.2, 0.4, 0.8 ... s) counts from its first lost segment; a connection
-        the keeper happened to write to only later (a roll call a second on)
-        would come back a second or more after one written to at the cut,
-        and its worker would rejoin in a generation of its own. Started
-        together, the cut-off workers come back together, as on the sim,
-        where what was held is delivered at the heal."""
-        if self.store_port is None:
-            return
-        for w, inc in lives:
-            conn = self.conn_of.get((w, inc))
-            if conn is not None and conn.sock in self.conns:
-                self.queue(conn, ("welcome", self.store_port))
-
-    def heal_due(self, now: float) -> None:
-        """Undo the link faults, slowdowns and late heartbeats whose ``for_s`` is
-        over; a ``heal`` record names the hosts (link faults) and the lives
-        still running (as the sim's), and, a physical fact the sim has not, how
-        many packets the rules dropped."""
-        for item in [x for x in self.heals if now >= x[0]]:
-            self.heals.remove(item)
-            _, fault, hosts, lives = item
-            extra: dict[str, Any] = {}
-            if isinstance(fault, tuple) and fault[0] == "keeper_cut":  # the keeper reaches etcd again
-                dropped = self.keeper.heal_cut()
-                if dropped is not None:  # an nftables cut (hosts mode): what it stopped
-                    extra["dropped_packets"] = dropped
-            elif isinstance(fault, tuple) and fault[0] == "slow":  # one slowdown ends
-                self.order_slow(fault[1:3], 1.0 / fault[3])
-            elif isinstance(fault, tuple) and fault[0] == "late_beats":  # on time from now
-                conn = self.conn_of.get(fault[1:])
-                if conn is not None and conn.sock in self.conns:
-                    self.queue(conn, ("late_beats", 0.0))
-            elif isinstance(fault, tuple):  # a delay: the relay sends on at once from now
-                assert self.fleet is not None
-                self.fleet.order(fault[1], ("delay", 0.0))
-            else:
-                assert self.fleet is not None
-                assert self.fleet.network is not None
-                extra["dropped_packets"] = self.fleet.network.dropped(fault)
-                self.fleet.network.heal(fault)
-            alive = [w for w, inc in lives if (p := self.live_proc(w)) is not None
-                     and p.incarnation == inc]
-            if hosts:  # (late heartbeats are a worker's, not a host's)
-                extra["hosts"] = hosts
-            self.write(rec(now, "info", "fault", NEMESIS, kind="heal", workers=alive, **extra))
+        return [w for w in self.candidates() if w not in self.nemesis.hitting]
 
     def join(self, n: int) -> list[int]:
         """``n`` new workers arrive: idle prewarmed processes first (the lowest
@@ -1001,23 +773,6 @@ class Launcher:
                 self.spawn(w, 0)
                 joined.append(w)
         return joined
-
-    def targets(self, due: Due, fields: dict[str, Any]) -> tuple[int, ...]:
-        """The workers a kill, rack kill, lost host, crash or pause names: its
-        ids, a seeded pick among the live members (``random``), or a rack's
-        or host's ids (``fields`` gets the rack or host)."""
-        targets = due.targets
-        if due.kind in ("kill_rack", "lose_host"):  # every worker of it whose node is up
-            domain, index = ("rack" if due.kind == "kill_rack" else "host"), targets
-            if index == "random":
-                index = self.faults.pick(sorted({self.sc.domain_of(domain, w)
-                                                 for w in self.candidates()}))
-            fields[domain] = index
-            return () if index is None else self.sc.domain_workers(domain, index)
-        if targets == "random":
-            w = self.faults.pick(self.candidates())
-            return () if w is None else (w,)
-        return tuple(targets)
 
     def node_lost(self, now: float, w: int, kind: str) -> None:
         """Node ``w`` is lost until ``repair_s``, with its process if it runs
@@ -1046,7 +801,7 @@ class Launcher:
             if isinstance(act, Repair):
                 self.repairs.append((act.back_at_s, act.worker, act))
             elif isinstance(act, (Retire, Blame)):
-                self.answers.append(act)  # carried out once the fault's record is written
+                self.nemesis.shop_answered(act)  # once the fault's record is written
             elif isinstance(act, Warm):
                 self.warms.append(act)
             else:
@@ -1069,9 +824,11 @@ class Launcher:
             ft = self.faults.next_time()
             if ft is not None:
                 times.append(self.train_start + ft)
-        times += [t for t, _ in self.sigconts] + [t for t, _, _ in self.repairs]
+        nt = self.nemesis.get_timer()
+        if nt is not None:
+            times.append(nt)  # a pause or another timed fault ends
+        times += [t for t, _, _ in self.repairs]
         times += [p.at_s for p in self.pulls] + [w.at_s for w in self.warms]
-        times += [x[0] for x in self.heals]
         if self.done_at is not None:
             times.append(self.done_at)
         if any(p.alive and p.want and not p.activated for p in self.procs):
@@ -1086,16 +843,8 @@ class Launcher:
         self.keeper.handle_timer(now)
         if self.train_start is not None:
             for due in self.faults.due_by_time(now - self.train_start):
-                self.inject(due)
-        for t, p in list(self.sigconts):
-            if now >= t:
-                self.sigconts.remove((t, p))
-                if p.alive:
-                    self.signal(p, signal.SIGCONT)
-                    p.paused = False
-                    self.write(rec(now, "info", "fault", NEMESIS, kind="resume",
-                                   workers=[p.worker]))
-        self.heal_due(now)
+                self.nemesis.inject(due)
+        self.nemesis.handle_timer(now)
         for entry in list(self.repairs):
             t, w, repair = entry
             if now >= t:
@@ -1148,7 +897,7 @@ class Launcher:
     def on_exit(self, p: Proc) -> None:
         """A process ended (its pidfd, or its host agent's ``exited``)."""
         self.reap(p)
-        self.slowed.pop((p.worker, p.incarnation), None)
+        self.nemesis.exited((p.worker, p.incarnation))
         self.maybe_activate()
         self.release_joins()
         now = self.now()
@@ -1280,7 +1029,7 @@ class Launcher:
         twice the longest delay still held (the ends go through it both ways).
         Only records and final reports are taken: the keeper has decided."""
         now = self.now()
-        held_s = max((x for heal, x in self.delays if heal + x > now), default=0.0)
+        held_s = self.nemesis.held_delay_s(now)
         deadline = now + DRAIN_S + 2 * held_s
         sel = selectors.DefaultSelector()
         # the links of live processes only: a lost machine's never end (no FIN

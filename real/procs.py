@@ -1,7 +1,8 @@
 """What every process the real target starts needs: where the project is,
 the environment that finds it, dying with its starter, and letting go of
 an ended one. Used by the launcher, the host agents, the keeper link and
-the etcd members."""
+the etcd members. :class:`Proc` is the launcher's record of one worker
+process."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import ctypes
 import os
 import selectors
 import signal
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -48,3 +51,35 @@ def release(sel: selectors.BaseSelector, pidfd: int, log: Any) -> None:
         pass
     if not log.closed:
         log.close()
+
+
+@dataclass
+class Proc:
+    """One worker process the launcher started, and what it knows of it."""
+
+    worker: int
+    incarnation: int
+    popen: Optional[subprocess.Popen]  # None in hosts mode: the host agent holds it
+    pidfd: Optional[int]
+    spare: bool
+    started_t: float
+    log: Any
+    activated: bool = False
+    ready: bool = False             # torch imported, model built: may join now
+    want: bool = False              # should join as soon as it is ready
+    batch: Optional[int] = None     # started together: join together
+    exited_t: Optional[float] = None
+    returncode: Optional[int] = None
+    fault: Optional[str] = None     # what we did to it: kill | crash | pause | restart
+    paused: bool = False
+    join_sent: bool = False         # its first Join reached the launcher
+    host: Optional[int] = None      # hosts mode: the host whose agent runs it
+    remote_pid: Optional[int] = None  # hosts mode: its pid, as its agent reported
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.popen.pid if self.popen is not None else self.remote_pid
+
+    @property
+    def alive(self) -> bool:
+        return self.exited_t is None

@@ -4,7 +4,8 @@
   simulation only through :class:`sim.world.World`.
 * The launcher's side of a keeper in its own processes
   (:class:`real.keeper_link.RemoteKeeper`) reaches the launcher only through
-  :class:`real.keeper_port.Supervisor`.
+  :class:`real.keeper_port.Supervisor`, and the real nemesis
+  (:class:`real.nemesis.Nemesis`) only through :class:`real.nemesis.Cluster`.
 
 Each user is scanned for the members it touches through its handle; the
 class behind the protocol is scanned for the members it defines.
@@ -19,6 +20,7 @@ from typing import NamedTuple
 import pytest
 
 from real.keeper_port import Supervisor
+from real.nemesis import Cluster
 from sim.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +40,8 @@ SURFACES = {
                          {"keeper"}, ("sim/driver.py", "Simulation")),
     "real-supervisor": Surface(Supervisor, ["real/keeper_link.py"], "supervisor", set(),
                                ("real/launcher.py", "Launcher")),
+    "real-cluster": Surface(Cluster, ["real/nemesis.py"], "cluster", set(),
+                            ("real/launcher.py", "Launcher")),
 }
 
 
