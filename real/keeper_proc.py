@@ -350,7 +350,7 @@ class KeeperProcess:
                     self.first(key.fileobj)
                 elif key.data[0] == "worker":
                     self.workers.event(key.fileobj, key.data[1], mask)
-            if self.workers.batches:
+            if self.workers.next_due() is not None:  # a batch of Joins is open
                 self.workers.release_joins()
             if self.now() >= self.renew_at:
                 self.renew()

@@ -17,9 +17,9 @@ decides nothing:
   by the launcher) the last member's ack is held until the launcher has put
   the fault in (``release``), as the launcher did when it relayed;
 - the Joins of a batch of lives started together (named by the launcher)
-  are handed to the keeper as one arrival in id order, once all of them
-  have sent theirs, one has exited, or the batch's time is up
-  (:meth:`Launcher.hold_join`'s rule);
+  are handed to the keeper as one arrival in id order, once every one still
+  alive has sent its Join or the batch's time is up (the core's
+  :class:`rollcall.core.JoinBatches`, the launcher's rule too);
 - until the launcher's report has been taken over (:meth:`serve`), nothing a
   worker sends reaches the keeper: a commit is refused, a message dropped.
   Once it serves, each link is told the term (``("keeper", term)``) and the
@@ -33,7 +33,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from rollcall.core import Join, Keeper
+from rollcall.core import Join, JoinBatches, Keeper
 
 from real import wire
 from real.keeper_port import link_for
@@ -47,16 +47,6 @@ class WorkerLink:
     worker: int
     life: int
     out: bytearray = field(default_factory=bytearray)
-
-
-@dataclass
-class Batch:
-    """Lives started together: their Joins reach the keeper as one arrival."""
-
-    lives: set[tuple[int, int]]
-    until: float
-    held: list[tuple[int, Any]] = field(default_factory=list)
-    sent: set[tuple[int, int]] = field(default_factory=set)
 
 
 class WorkerLinks:
@@ -74,7 +64,7 @@ class WorkerLinks:
         self.oks: dict[tuple[int, int], set[int]] = {}
         self.gate = 0  # the next step a scripted fault waits for (0: none)
         self.held: dict[tuple[int, int, int, int], WorkerLink] = {}
-        self.batches: list[Batch] = []
+        self.joins = JoinBatches()
         # after a released gate whose other faults are still to come: the
         # workers' frames wait here, in order, until the launcher says resume
         self.frozen: Optional[list[tuple[WorkerLink, tuple]]] = None
@@ -229,35 +219,26 @@ class WorkerLinks:
     # --- batches of Joins --------------------------------------------------------------------
 
     def batch(self, lives: list[tuple[int, int]], until: float) -> None:
-        self.batches.append(Batch(set(lives), until))
+        self.joins.open([(int(w), int(life)) for w, life in lives], until)
 
     def hold_join(self, link: WorkerLink, message: Any) -> bool:
-        life = (link.worker, link.life)
         if not isinstance(message, Join):
             return False
-        b = next((b for b in self.batches if life in b.lives and life not in b.sent), None)
-        if b is None:
+        if not self.joins.hold(self.now(), (link.worker, link.life), message):
             return False
-        b.sent.add(life)
-        b.held.append((link.worker, message))
         self.release_joins()
         return True
 
     def exited(self, worker: int, life: int) -> None:
-        for b in self.batches:
-            b.lives.discard((worker, life))
+        self.joins.exited((worker, life))
         self.release_joins()
 
     def release_joins(self) -> None:
         """Hand over each batch that is complete, lost a member, or is late."""
         now = self.now()
-        for b in list(self.batches):
-            if now < b.until and not b.lives <= b.sent:
-                continue
-            self.batches.remove(b)
-            if b.held and self.keeper is not None:
-                self.emit(self.keeper.receive_many(now, [m for _, m in
-                                                         sorted(b.held, key=lambda x: x[0])]))
+        for joins in self.joins.release(now):
+            if self.keeper is not None:
+                self.emit(self.keeper.receive_many(now, joins))
 
     def next_due(self) -> Optional[float]:
-        return min((b.until for b in self.batches), default=None)
+        return self.joins.get_timer()

@@ -52,7 +52,7 @@ from rollcall import interrupts
 from rollcall.config import fault_plan, keeper_config, repair_shop
 from rollcall.core import (
     DRIVER, EMPTY, Blame, Broadcast, CommitVerdict, Due, Formed, IdRuns, JobFailed, Join,
-    Keeper, Record, Relaunch, Pull, Repair, RestartJob, Retire, Send, Warm, rec,
+    JoinBatches, Keeper, Record, Relaunch, Pull, Repair, RestartJob, Retire, Send, Warm, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import LINK_ACTIONS, Scenario
@@ -159,7 +159,7 @@ class Launcher:
         self.conn_of: dict[tuple[int, int], Conn] = {}
         self.latest_conn: dict[int, Conn] = {}
         self.next_id = scenario.cluster.workers + scenario.cluster.spares
-        self.held_joins: dict[int, list[tuple[int, Join]]] = {}  # batch -> its first Joins
+        self.joins = JoinBatches()  # each batch's Joins, held until it joins as one
         self.store = None
         self.store_port: Optional[int] = None
         self.train_start: Optional[float] = None
@@ -183,8 +183,7 @@ class Launcher:
         self.end_t: Optional[float] = None
         self.listener: Optional[socket.socket] = None
         self.stop = interrupts.Stop()  # run() takes its caller's, or one of its own
-        self.batch_seq = 0
-        self.batch_deadline: dict[int, float] = {}
+        self.batch_deadline: dict[int, float] = {}  # a batch's processes activate together till then
         self.startup_timeout_s = 180.0
         self.nemesis = Nemesis(self)  # carries out the faults the plan hands out
 
@@ -260,10 +259,16 @@ class Launcher:
             assert p.host is not None
             self.fleet.order(p.host, ("signal", p.worker, p.incarnation, host_signal(sig)))
 
-    def new_batch(self) -> int:
-        self.batch_seq += 1
-        self.batch_deadline[self.batch_seq] = self.now() + self.startup_timeout_s
-        return self.batch_seq
+    def new_batch(self, lives: list[tuple[int, int]]) -> int:
+        """The processes about to start as ``lives`` are one batch: they
+        activate together, and their Joins reach the keeper as one arrival
+        (the core's :class:`JoinBatches`; with direct links the keeper holds
+        them). Returns the batch's number."""
+        until = self.now() + self.startup_timeout_s
+        batch = self.joins.open(lives, until)
+        self.batch_deadline[batch] = until
+        self.keeper.batch(lives, until)
+        return batch
 
     def maybe_activate(self) -> None:
         """Let wanted processes join once ready; a batch started together (the
@@ -280,29 +285,22 @@ class Launcher:
             self.activate(p)
 
     def hold_join(self, conn: Conn, msg: object) -> bool:
-        """Hold the first Join of a batch's process until the whole batch has
-        sent theirs, then hand them to the keeper as one arrival in id order
-        (the sim's JoinBatch): which of them the keeper keeps as standbys
-        beyond max_workers is then the lowest ids, not whoever was quickest."""
+        """Whether a process's Join waits for the rest of its batch (see
+        :meth:`new_batch`); the batches it completes go to the keeper."""
         p = self.proc_of(conn)
-        if not isinstance(msg, Join) or p is None or p.join_sent or p.batch is None:
+        if not isinstance(msg, Join) or p is None:
             return False
-        p.join_sent = True
-        if self.now() >= self.batch_deadline[p.batch]:
+        if not self.joins.hold(self.now(), (p.worker, p.incarnation), msg):
             return False
-        self.held_joins.setdefault(p.batch, []).append((p.worker, msg))
         self.release_joins()
         return True
 
     def release_joins(self) -> None:
-        """Hand over each held batch that is complete, lost a member, or is late."""
+        """Hand over each batch that is complete, lost a member, or is late."""
         now = self.now()
-        for batch, held in list(self.held_joins.items()):
-            group = [q for q in self.procs if q.batch == batch and q.alive]
-            if now < self.batch_deadline[batch] and not all(q.join_sent for q in group):
-                continue
-            del self.held_joins[batch]
-            self.keeper.receive(now, [m for _, m in sorted(held, key=lambda x: x[0])])
+        gone = {(p.worker, p.incarnation) for p in self.procs if not p.alive}
+        for joins in self.joins.release(now, gone):
+            self.keeper.receive(now, joins)
 
     def proc_of(self, conn: Conn) -> Optional[Proc]:
         for p in reversed(self.procs):
@@ -481,15 +479,10 @@ class Launcher:
     def relaunch(self, out: Relaunch) -> None:
         """Start exactly the lives the keeper names, as one batch that joins
         together once every one has imported torch."""
-        batch = self.new_batch()
-        for w, inc in out.lives().items():
+        lives = list(out.lives().items())
+        batch = self.new_batch(lives)
+        for w, inc in lives:
             self.spawn(w, inc, batch=batch)
-        self.tell_batch(batch)
-
-    def tell_batch(self, batch: int) -> None:
-        """Direct links: the keeper holds this batch's Joins, as :meth:`hold_join` would."""
-        lives = [(p.worker, p.incarnation) for p in self.procs if p.batch == batch]
-        self.keeper.batch(lives, self.batch_deadline[batch])
 
     # --- service I/O ------------------------------------------------------------------
 
@@ -833,7 +826,9 @@ class Launcher:
             times.append(self.done_at)
         if any(p.alive and p.want and not p.activated for p in self.procs):
             times += [t for t in self.batch_deadline.values() if t > self.now()]
-        times += [self.batch_deadline[b] for b in self.held_joins]
+        jt = self.joins.get_timer()
+        if jt is not None:
+            times.append(jt)  # a batch's Joins go at its deadline at the latest
         times += [c.opened_t + AUTH_TIMEOUT_S for c in self.conns.values() if not c.authed]
         return min(times) if times else None
 
@@ -966,15 +961,14 @@ class Launcher:
 
     def start_workers(self) -> None:
         c = self.sc.cluster
-        batch = self.new_batch()
-        for w in range(c.workers):
-            self.spawn(w, 0, batch=batch)
         # Spares are workers like the rest: they join at the start and the
         # keeper keeps those beyond max_workers as standbys, admitted at
-        # the first roll call with room (as on the sim).
-        for w in range(c.workers, self.shop.initial):  # the others wait idle
-            self.spawn(w, 0, batch=batch)
-        self.tell_batch(batch)
+        # the first roll call with room (as on the sim). The others wait idle.
+        first = [(w, 0) for w in range(c.workers)] + [
+            (w, 0) for w in range(c.workers, self.shop.initial)]
+        batch = self.new_batch(first)
+        for w, life in first:
+            self.spawn(w, life, batch=batch)
         # A scripted join is a new worker arriving; its process is started
         # now and kept idle (torch imported) until the join fires, so the
         # arrival is the schedule's and not the seconds of a cold start.

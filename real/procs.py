@@ -72,7 +72,6 @@ class Proc:
     returncode: Optional[int] = None
     fault: Optional[str] = None     # what we did to it: kill | crash | pause | restart
     paused: bool = False
-    join_sent: bool = False         # its first Join reached the launcher
     host: Optional[int] = None      # hosts mode: the host whose agent runs it
     remote_pid: Optional[int] = None  # hosts mode: its pid, as its agent reported
 

@@ -17,6 +17,7 @@ only the names below; the submodules' other names are internals.
 - :mod:`~rollcall.core.reshard`: data order, virtual shards, batch policy.
 - :mod:`~rollcall.core.placement`, :mod:`~rollcall.core.sharding`: sharded state.
 - :mod:`~rollcall.core.job`: checkpoint policy and completion rule.
+- :mod:`~rollcall.core.joins`: lives started together join together.
 - :mod:`~rollcall.core.progress`: when a job is not expected to finish
   (failures faster than it recovers, or no progress over many recoveries).
 - :mod:`~rollcall.core.failures`: random lifetimes and choices, by (seed, name, k).
@@ -49,6 +50,7 @@ from rollcall.core.history import (
 )
 from rollcall.core.idset import EMPTY, IdRuns
 from rollcall.core.job import JobPolicy
+from rollcall.core.joins import JoinBatches
 from rollcall.core.keeper import (
     LEASE_MARGIN, RENEW_SHARE, Broadcast, CommitVerdict, Deposed, Formed, JobFailed, Keeper,
     KeeperConfig, Output, Persist, Record, Relaunch, RestartJob, Send, last_renewal,
@@ -74,7 +76,7 @@ __all__ = [
     "Checkpointed", "CodecError", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec", "Deposed",
     "Draws", "Due", "EMPTY", "Enter", "FAILED_ATTEMPTS_LIMIT", "FailureModel", "FailureTally", "FaultPlan",
     "Formed", "GroupAction",
-    "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "KEEPER",
+    "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "JoinBatches", "KEEPER",
     "Keeper", "KeeperConfig", "KeeperRecord", "LEASE_MARGIN", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
     "NOT_EXPECTED",
     "Output", "Persist", "Phase", "Pull", "RECOVERY_WINDOW", "RENEW_SHARE", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload",
