@@ -116,7 +116,7 @@ def _install(phase: str, send: Callable[[], None]) -> None:
     elif phase == "workers-started":
         from real.launcher import Launcher
 
-        _wrap(Launcher, "tell_batch", after=lambda *_: send())  # right after the first spawns
+        _wrap(Launcher, "start_workers", after=lambda *_: send())  # right after the first spawns
     elif phase == "cleanup":
         from real.launcher import Launcher
 
