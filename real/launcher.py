@@ -297,6 +297,8 @@ class Launcher:
 
     def release_joins(self) -> None:
         """Hand over each batch that is complete, lost a member, or is late."""
+        if self.joins.get_timer() is None:
+            return  # no batch open: the loop's every tick need not scan the processes
         now = self.now()
         gone = {(p.worker, p.incarnation) for p in self.procs if not p.alive}
         for joins in self.joins.release(now, gone):
