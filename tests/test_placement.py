@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from fractions import Fraction
 from dataclasses import dataclass
 
 import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from rollcall.core.placement import Copy, Placement, RecoveryPlan, Reload, initial_placement, replan
+from rollcall.core.placement import (Copy, Placement, RecoveryPlan, Reload, _Greedy, initial_placement,
+                                     replan)
 
 
 # --------------------------------------------------------------------------
@@ -330,3 +332,43 @@ def test_bad_inputs() -> None:
         initial_placement(4, range(3), 2, {0: "a", 1: "b"})
     with pytest.raises(ValueError):
         Placement(((0, 0),))
+
+
+def _rule_pick(loads: Counter, domains: dict[int, str], holders: list[int]) -> int:
+    """The greedy rule as the module states it, by brute force: among members
+    not holding the shard, the fewest replicas of it in the domain, then the
+    domain's replicas per member, then the worker's replicas, then the id."""
+    size = Counter(domains.values())
+    domain_load: Counter = Counter()
+    for w, d in domains.items():
+        domain_load[d] += loads[w]
+    uses = Counter(domains[h] for h in holders)
+    free = [w for w in domains if w not in holders]
+    return min(free, key=lambda w: (uses[domains[w]], Fraction(domain_load[domains[w]], size[domains[w]]),
+                                    loads[w], w))
+
+
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=40),
+       st.lists(st.integers(0, 3), max_size=40),
+       st.lists(st.tuples(st.lists(st.integers(0, 39), max_size=3), st.integers(1, 4)),
+                min_size=1, max_size=30),
+       st.booleans())
+def test_greedy_picks_as_the_rule_says(racks: list[int], start_loads: list[int],
+                                       fills: list[tuple[list[int], int]], no_domains: bool) -> None:
+    """The heap-kept picker chooses exactly what the rule, computed in full, chooses."""
+    members = list(range(len(racks)))
+    domains = None if no_domains else {w: f"rack{racks[w]}" for w in members}
+    seen = {w: (domains[w] if domains else "") for w in members}
+    loads = Counter({w: start_loads[w] for w in members if w < len(start_loads)})
+    reference = Counter(loads)
+    greedy = _Greedy(members, loads, domains)
+    for wanted, extra in fills:
+        holders = list(dict.fromkeys(w % len(members) for w in wanted))
+        theirs = list(holders)
+        want = min(len(holders) + extra, len(members))
+        added = greedy.fill(holders, want)
+        while len(theirs) < want:
+            w = _rule_pick(reference, seen, theirs)
+            theirs.append(w)
+            reference[w] += 1
+        assert holders == theirs, (added, theirs)

@@ -49,6 +49,7 @@ holding the fewest replicas overall, then the lowest id. What follows (and what
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
@@ -199,11 +200,19 @@ def _check(members: Iterable[WorkerId], r: int, domains: Mapping[WorkerId, str] 
 
 
 class _Greedy:
-    """The greedy rule, with per-domain totals kept up to date so a pick is cheap.
+    """The greedy rule, kept in heaps so that a pick costs ``O(log m)``.
 
     Key: replicas of this shard already in the domain, then the domain's replicas
     per member, then the worker's replicas, then the lowest id. The second term
     balances domains first, so with equal-sized domains the workers balance too.
+
+    Each domain has a heap of ``(replicas, worker)`` and one current entry
+    ``(replicas per member, replicas, worker, domain)`` in a heap of domains,
+    naming its least loaded worker. A pick for a shard whose holders leave some
+    domain unused is the top current entry of a domain it does not use; when
+    the holders use every domain (fewer domains than replicas) the few domains
+    are ranked in full. Entries made stale by :meth:`add` stay in the heaps and
+    are dropped when they surface.
     """
 
     def __init__(self, members: Sequence[WorkerId], loads: Counter[WorkerId],
@@ -215,21 +224,71 @@ class _Greedy:
         for w in members:
             self.groups.setdefault(self.dom[w], []).append(w)
             self.dload[self.dom[w]] += loads[w]
+        # a sorted list is a heap
+        self.workers = {d: sorted((loads[w], w) for w in ws) for d, ws in self.groups.items()}
+        self.current: dict[str, tuple[Fraction, int, WorkerId, str]] = {}
+        for d in self.groups:
+            self.current[d] = self._entry(d)
+        self.ranked = list(self.current.values())
+        heapq.heapify(self.ranked)
+
+    def _least_loaded(self, d: str, taken: set[WorkerId]) -> tuple[int, WorkerId] | None:
+        """Domain ``d``'s ``(replicas, worker)`` least, among workers not ``taken``."""
+        heap, aside = self.workers[d], []
+        while heap and (heap[0][0] != self.loads[heap[0][1]] or heap[0][1] in taken):
+            entry = heapq.heappop(heap)
+            if entry[0] == self.loads[entry[1]]:  # taken, not stale: it stays
+                aside.append(entry)
+        best = heap[0] if heap else None
+        for entry in aside:
+            heapq.heappush(heap, entry)
+        return best
+
+    def _entry(self, d: str) -> tuple[Fraction, int, WorkerId, str]:
+        least = self._least_loaded(d, set())
+        assert least is not None, f"domain {d!r} has no worker"
+        return (Fraction(self.dload[d], len(self.groups[d])), least[0], least[1], d)
 
     def add(self, w: WorkerId) -> None:
+        d = self.dom[w]
         self.loads[w] += 1
-        self.dload[self.dom[w]] += 1
+        self.dload[d] += 1
+        heapq.heappush(self.workers[d], (self.loads[w], w))
+        self.current[d] = self._entry(d)
+        heapq.heappush(self.ranked, self.current[d])
 
     def pick(self, holders: Sequence[WorkerId]) -> WorkerId:
+        used = {self.dom[h] for h in holders}
+        if len(used) < len(self.groups):
+            return self._pick_unused(used)
+        return self._pick_among(holders)
+
+    def _pick_unused(self, used: set[str]) -> WorkerId:
+        """The least loaded worker of the domains ``used`` leaves out (no holder there)."""
+        aside = []
+        while True:
+            entry = self.ranked[0]
+            if entry is not self.current[entry[3]]:
+                heapq.heappop(self.ranked)
+            elif entry[3] in used:
+                aside.append(heapq.heappop(self.ranked))
+            else:
+                break
+        for each in aside:
+            heapq.heappush(self.ranked, each)
+        return entry[2]
+
+    def _pick_among(self, holders: Sequence[WorkerId]) -> WorkerId:
+        """The rule in full, when the holders use every domain (so there are few)."""
         taken = set(holders)
         uses = Counter(self.dom[h] for h in holders)
-        open_ = [d for d, ws in self.groups.items() if any(w not in taken for w in ws)]
-        rank = {d: (uses[d], Fraction(self.dload[d], len(self.groups[d]))) for d in open_}
-        best = min(rank.values())
-        return min(
-            (w for d in open_ if rank[d] == best for w in self.groups[d] if w not in taken),
-            key=lambda w: (self.loads[w], w),
-        )
+        keys = []
+        for d in self.groups:
+            least = self._least_loaded(d, taken)
+            if least is not None:
+                keys.append((uses[d], Fraction(self.dload[d], len(self.groups[d])), least))
+        assert keys, "every member already holds the shard"
+        return min(keys)[2][1]
 
     def fill(self, holders: list[WorkerId], want: int) -> list[WorkerId]:
         """Add holders until there are ``want``; returns the added ones."""
