@@ -15,6 +15,21 @@ settings.register_profile("dev", max_examples=100)
 settings.register_profile("ci", max_examples=500, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
+# The scenario fuzz searches from one seed per test run, chosen here before
+# any xdist worker starts (they inherit the environment), and shown in the
+# run's header: a run stopped from outside (a CI time limit) still names it.
+FUZZ_SEED_ENV = "ROLLCALL_FUZZ_SEED"
+
+
+def pytest_configure(config) -> None:
+    if not os.environ.get(FUZZ_SEED_ENV):
+        import random
+        os.environ[FUZZ_SEED_ENV] = str(random.SystemRandom().randrange(2**32))
+
+
+def pytest_report_header(config) -> str:
+    return f"scenario fuzz seed: {FUZZ_SEED_ENV}={os.environ[FUZZ_SEED_ENV]}"
+
 
 # -- one real run at a time ----------------------------------------------------------
 #

@@ -28,7 +28,8 @@ from sim.driver import Simulation
 fuzz.import_project_modules()  # the same constants pool alone as in the whole suite
 
 SEED_ENV = "ROLLCALL_FUZZ_SEED"
-# One seed per session, so that a failure can be replayed from it.
+# One seed per test run (tests/conftest.py chooses it and prints it in the
+# run's header), so that a failure can be replayed from it.
 SEED = int(os.environ.get(SEED_ENV) or random.SystemRandom().randrange(2**32))
 # Runs of the fast profile: 500 (10 to 15 s here, quiet), twice the
 # profile's examples where that is more (the `ci` profile: 1000).
