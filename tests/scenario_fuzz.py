@@ -76,8 +76,8 @@ POLL_EVENTS = 1024
 SAME_INSTANT_EVENTS = 100_000
 TOTAL_EVENTS = 10_000_000
 #: Wall seconds after which the sim ends a run "wall limit": only ever a
-#: report of a hang, far above any run drawn here (the slowest of 10^4 take
-#: a few seconds), and below the tests' own time limit (pyproject.toml), so
+#: report of a hang, far above any run drawn here (the slowest of 4,000 by
+#: ``benchmarks/fuzz_sim.py`` took 7 s), and below the tests' own time limit (pyproject.toml), so
 #: that such a run fails as a finding with its scenario saved: a test time
 #: limit would be read by hypothesis as a failure to shrink, run after run.
 WALL_REPORT_S = 120.0
