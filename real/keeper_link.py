@@ -45,6 +45,7 @@ from real.relay import Relay
 from real.keeper_store import KeeperStore, StoreUnavailable, read_password
 from real.keeper_finder import write_keeper_json
 from real.keeper_wire import TO_SUPERVISOR, supervisor_mac
+from real.keeper_proc import DEPOSED_EXIT
 from real.procs import die_with_parent, python_env, release
 
 
@@ -52,6 +53,22 @@ POLL_S = 0.05  # while no keeper serves: how often etcd is asked who leads
 START_TIMEOUT_S = 60.0  # the first keeper, from the processes' start to its answer
 LOST = CommitVerdict(False, "keeper-lost")
 MAX_BACKLOG = 8 << 20  # bytes queued for a keeper that does not read: then its link is given up
+# Keeper processes that end on their own (not deposed, not killed by a
+# fault, not at the run's end) between two takeovers before the run ends in
+# error: such an exit is a crash (a traceback, an unreadable run file), and
+# one that repeats would have the launcher start keepers without end.
+KEEPER_CRASHES_MAX = 5
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of a log (a crash's exception), or what kept it unread."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            lines = fh.read().decode(errors="replace").strip().splitlines()
+    except OSError as exc:
+        return f"(log unreadable: {exc.strerror})"
+    return lines[-1][:300] if lines else "(empty log)"
 
 
 @dataclass
@@ -193,6 +210,7 @@ class RemoteKeeper:
         self.next_ask = 0
         self.pending_lives: list[int] = []  # repaired nodes waiting for a keeper
         self.poll_at: Optional[float] = 0.0
+        self.crashes = 0  # keeper processes that crashed since a keeper last took over
 
     @property
     def up(self) -> bool:
@@ -271,6 +289,10 @@ class RemoteKeeper:
                 raise RuntimeError(f"no keeper answered within {START_TIMEOUT_S:g} s "
                                    f"(see {self.supervisor.real_dir / 'logs'})")
             self.poll()
+            for kp in [kp for kp in self.procs if kp.popen.poll() is not None]:
+                self.on_proc_exit(kp)  # the launcher's selector is not read yet
+            if self.supervisor.result is not None:
+                return
             if not self.up:
                 time.sleep(POLL_S)  # a bounded wait for a process's start, not a sync
 
@@ -408,6 +430,14 @@ class RemoteKeeper:
                          returncode=kp.popen.returncode))
         if f"keeper-{kp.candidate}" == self.leader:
             self.lost("exited")
+        code = kp.popen.returncode
+        if code is not None and code > 0 and code != DEPOSED_EXIT:
+            self.crashes += 1
+            if self.crashes >= KEEPER_CRASHES_MAX:
+                log = self.supervisor.real_dir / "logs" / f"keeper-{kp.candidate}.log"
+                self.supervisor.finish("error", f"{self.crashes} keeper processes crashed since a "
+                                                f"keeper last took over, the last with exit code "
+                                                f"{code}: {_last_line(log)} (see {log})")
         if self.supervisor.result is None:
             self.spawn()
 
@@ -553,6 +583,7 @@ class RemoteKeeper:
         if term != self.term:
             raise wire.WireError(f"the keeper says term {term}, etcd said {self.term}")
         first, self.served = not self.served, True
+        self.crashes = 0
         if self.direct:  # the workers find it in etcd; it holds the acks of the next gate
             self._send("gate", self.supervisor.next_gate())
         elif not first:

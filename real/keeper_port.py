@@ -111,6 +111,9 @@ class Supervisor(Sink, Protocol):
 
     def now(self) -> float: ...
 
+    def finish(self, result: str, reason: str) -> None:
+        """End the run with ``result`` (``error``: the launcher could not go on) and why."""
+
     def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict,
                         held: bool = False) -> None:
         """As a :class:`Sink`'s; ``held``: the keeper holds the ack at a fault's gate."""

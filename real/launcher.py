@@ -949,13 +949,13 @@ class Launcher:
 
     def start_up(self) -> bool:
         """The service, the keeper, the processes, the store; False when a
-        signal came meanwhile (nothing more is started then)."""
+        signal came or the run ended meanwhile (nothing more is started then)."""
         steps = [self.listen, self.start_keeper, self.start_workers, self.start_store]
         for step in steps:
-            if self.stop.signum is not None:
+            if self.stop.signum is not None or self.result is not None:
                 return False
             step()
-        return self.stop.signum is None
+        return self.stop.signum is None and self.result is None
 
     def start_keeper(self) -> None:
         if not isinstance(self.keeper, LocalKeeper):

@@ -93,6 +93,30 @@ def test_the_active_keeper_killed_twice_and_a_worker_once(tmp_path: Path) -> Non
 
 
 @skip_no_etcd
+def test_keepers_that_crash_end_the_run_in_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A keeper process that crashes at every start (here: the run's scenario
+    file it reads was damaged when the active keeper was killed) is not
+    started without end: after ``KEEPER_CRASHES_MAX`` crashes since the last
+    takeover the run ends in error, naming the exit code and the log's last
+    line, and leaves nothing behind."""
+    from real import keeper_link
+
+    kill_active = keeper_link.RemoteKeeper.kill_active
+
+    def damage_then_kill(self: Any) -> Any:
+        (self.supervisor.real_dir / "scenario.json").write_text("not json")
+        return kill_active(self)
+
+    monkeypatch.setattr(keeper_link.RemoteKeeper, "kill_active", damage_then_kill)
+    s, recs = _run(_scenario("{at_step: 5, kill_keeper: active}", steps=5000), tmp_path)
+    assert s["result"] == "error" and not s["completed"], (s["result"], s["end_reason"])
+    assert "keeper processes crashed" in s["end_reason"], s["end_reason"]
+    assert "exit code 2: real.keeper_proc: Expecting value" in s["end_reason"], s["end_reason"]
+    crashed = [r for r in recs if r["f"] == "keeper_exit" and r["returncode"] == 2]
+    assert keeper_link.KEEPER_CRASHES_MAX <= len(crashed) < 4 * keeper_link.KEEPER_CRASHES_MAX, crashed
+
+
+@skip_no_etcd
 def test_one_etcd_member_lost_changes_nothing(tmp_path: Path) -> None:
     # the default lease (2 s) outlasts the election a lost etcd leader costs
     # (about half a second on loopback: real/etcd.py's raft timing)
