@@ -124,10 +124,9 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
     ideal = statistics.median(full) if full else (
         statistics.median([c["t"] - c["t0"] for c in lineage]) if lineage else None)
     recs = recoveries(records)
-    shas = {sha for _, sha in launcher.finals.values()}
-    final_sha = None
-    if launcher.finals:
-        final_sha = sorted(launcher.finals.items())[0][1][1]
+    finals = launcher.completion.finals
+    shas = {final.digest for final in finals.values()}
+    final_sha = finals[min(finals)].digest if finals else None
     summary: dict[str, Any] = {
         "scenario": scenario.name,
         "target": "real",

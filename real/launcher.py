@@ -51,8 +51,8 @@ from typing import Any, Callable, Optional
 from rollcall import interrupts
 from rollcall.config import fault_plan, keeper_config, repair_shop
 from rollcall.core import (
-    DRIVER, EMPTY, Blame, Broadcast, CommitVerdict, Due, Formed, IdRuns, JobFailed, Join,
-    JoinBatches, Keeper, Record, Relaunch, Pull, Repair, RestartJob, Retire, Send, Warm, rec,
+    DRIVER, EMPTY, Blame, Broadcast, CommitVerdict, Completion, Due, Final, Formed, IdRuns,
+    JobFailed, Join, JoinBatches, Keeper, Record, Relaunch, Pull, Repair, RestartJob, Retire, Send, Warm, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import LINK_ACTIONS, Scenario
@@ -151,7 +151,7 @@ class Launcher:
             self.keeper = LocalKeeper(Keeper(keeper_config(scenario)), self)
         self.generation = 0
         self.members: IdRuns = EMPTY
-        self.completed = False  # a commit vote said the job has all its steps
+        self.completion = Completion()  # the vote's verdict and the members' final reports
         self.faults = fault_plan(scenario)
         self.shop = repair_shop(scenario, self.faults.draws)  # repairs, retirements, pulls
         self.procs: list[Proc] = []
@@ -167,8 +167,6 @@ class Launcher:
         self.committed_cursor = [0, 0]
         self.acked: dict[tuple[int, int], set[int]] = {}  # members told a step committed
         self.after_gate: list[Due] = []  # direct links: a gate's faults that follow its ack
-        self.finals: dict[int, tuple[list, str]] = {}
-        self.done_at: Optional[float] = None
         self.result: Optional[str] = None        # completed | failed | interrupted | error
         self.reason = ""
         self.repairs: list[tuple[float, int, Repair]] = []
@@ -653,9 +651,7 @@ class Launcher:
             self.finish("failed", f"worker {w}: {reason}")
         elif kind == "final":
             _, w, inc, cursor, sha = frame
-            self.finals[w] = (cursor, sha)
-            if self.completed and self.done_at is None:
-                self.done_at = now + 2.0  # let the other members report their hash
+            self.completion.final(w, Final(cursor, sha))
 
     def commit_request(self, conn: Conn, now: float, w: int, inc: int, gen: int, step: int,
                        record: dict, compute_s: float, load: int) -> None:
@@ -669,7 +665,8 @@ class Launcher:
         until the faults are in: it is released here."""
         now, conn, w, gen, step, record = (self.now(), ask.conn, ask.worker, ask.gen, ask.step,
                                            ask.record)
-        self.completed = self.completed or verdict.complete
+        if verdict.complete:
+            self.completion.job_complete(now)
         ok = verdict.ok and self.result is None
         if ok and verdict.first:
             r = dict(record)
@@ -824,8 +821,9 @@ class Launcher:
             times.append(nt)  # a pause or another timed fault ends
         times += [t for t, _, _ in self.repairs]
         times += [p.at_s for p in self.pulls] + [w.at_s for w in self.warms]
-        if self.done_at is not None:
-            times.append(self.done_at)
+        done_t = self.completion.get_timer()
+        if done_t is not None:
+            times.append(done_t)  # the members' final reports stop being waited for
         if any(p.alive and p.want and not p.activated for p in self.procs):
             times += [t for t in self.batch_deadline.values() if t > self.now()]
         jt = self.joins.get_timer()
@@ -861,8 +859,7 @@ class Launcher:
         self.warm_due(now)
         self.maybe_activate()
         self.release_joins()
-        if self.done_at is not None and now >= self.done_at:
-            self.finish("completed", "all steps committed")
+        self.check_done()
 
     def warm_due(self, now: float) -> None:
         """Idle nodes whose host selection ended start their process, as warm
@@ -883,12 +880,11 @@ class Launcher:
         self.spawn(worker, life)
 
     def check_done(self) -> None:
-        if not self.completed or self.result is not None:
+        """End the run once the core's rule says the job is over."""
+        if self.result is not None or self.completion.get_timer() is None:
             return
-        if not self.finals:
-            return
-        members = [w for w in self.members if self.live_proc(w) is not None]
-        if all(w in self.finals for w in members):
+        live = (w for w in self.members if self.live_proc(w) is not None)
+        if self.completion.done(self.now(), live):
             self.finish("completed", "all steps committed")
 
     def on_exit(self, p: Proc) -> None:
@@ -1071,7 +1067,7 @@ class Launcher:
         if frame[0] == "rec":
             self.write(frame[1])
         elif frame[0] == "final":
-            self.finals[frame[1]] = (frame[3], frame[4])
+            self.completion.final(frame[1], Final(frame[3], frame[4]))
 
     def listen(self) -> None:
         """Open the keeper service: on loopback, on the bridge of the run's own
@@ -1115,9 +1111,8 @@ class Launcher:
         now = self.now()
         if self.end_t is None:
             self.end_t = now
-        final = next(iter(self.finals.values()), None)
         self.write(rec(now, "info", "end", DRIVER, completed=self.result == "completed",
-                       cursor=list(self.committed_cursor) if final is None else final[0],
+                       cursor=self.completion.end_cursor(list(self.committed_cursor)),
                        reason=self.reason))
         for conn in list(self.conns.values()):
             self.drop(conn)

@@ -131,8 +131,8 @@ from rollcall.config import (
     data_spec, draws, horizon_s, job_policy, keeper_config, repair_shop, scheduled_faults,
 )
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Blame, Broadcast, Checkpointed, Cursor, Deposed,
-    Due, Enter, FailureTally, FaultPlan, Formed, IdRuns, Persist,
+    DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Blame, Broadcast, Checkpointed, Completion,
+    Cursor, Deposed, Due, Enter, FailureTally, FaultPlan, Final, Formed, IdRuns, Persist,
     JobFailed, Keeper, Log, Membership, Pull, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
     Warm,
     Send, SendToKeeper, Stop, check, describe_assignment,
@@ -281,7 +281,7 @@ class Simulation:
         self.cursor = Cursor()     # what the members computed
         self.committed = Cursor()  # what the keeper committed (the trainers applied)
         self.runs: deque[StepRun] = deque()  # computed steps whose votes are not all cast
-        self.keeper_complete = False  # a vote's verdict: the job has all its steps
+        self.completion = Completion()  # the vote's verdict and the members' final reports
         self._last_voter: Optional[int] = None
         self._first_member: Optional[int] = None
         # the per-sample ledger (True), the compact one (False), or by size
@@ -920,7 +920,8 @@ class Simulation:
                 self.committed = run.cursor_after(k)
                 head_s = run.head_s if first == run.first else 0.0
                 self.tally.passed(first, last, run.step_s, head_s, run.t0 + k * run.step_s)
-                self.keeper_complete = self.keeper_complete or verdict.complete
+                if verdict.complete:
+                    self.completion.job_complete(t)
                 if verdict.complete and self.state == WAIT:  # a vote later than the check
                     self.at(t, self._final_vote)
                 if run.compute is not None:
@@ -1146,7 +1147,14 @@ class Simulation:
             return  # a roll call came first: the step is redone
         now = self.env.now
         self.cast_votes(now)
-        if self.keeper_complete:
+        if not self.completion.complete:
+            return
+        # each member with a process reports its end at once (no transit is modelled)
+        reporting = [m for m in self.members if self.nodes.proc[m]]
+        report = Final(self.committed.to_json(), None)
+        for m in reporting:
+            self.completion.final(m, report)
+        if self.completion.done(now, reporting):
             self._finish(now, True, "steps reached")
 
     def _checkpoint_done(self, now: float) -> None:
@@ -1305,7 +1313,8 @@ class Simulation:
         self.completed = completed
         self.end_reason = reason
         self.write(rec(now, "info", "end", DRIVER, completed=completed,
-                        cursor=self.committed.to_json(), reason=reason))
+                        cursor=self.completion.end_cursor(self.committed.to_json()),
+                        reason=reason))
         if not self.done.triggered:
             self.done.succeed()
 

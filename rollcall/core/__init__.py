@@ -18,6 +18,7 @@ only the names below; the submodules' other names are internals.
 - :mod:`~rollcall.core.placement`, :mod:`~rollcall.core.sharding`: sharded state.
 - :mod:`~rollcall.core.job`: checkpoint policy and completion rule.
 - :mod:`~rollcall.core.joins`: lives started together join together.
+- :mod:`~rollcall.core.completion`: when a job that has all its steps is over.
 - :mod:`~rollcall.core.progress`: when a job is not expected to finish
   (failures faster than it recovers, or no progress over many recoveries).
 - :mod:`~rollcall.core.failures`: random lifetimes and choices, by (seed, name, k).
@@ -42,6 +43,7 @@ from rollcall.core.codec import (
 )
 from rollcall.core.checkers import CheckReport, DataSpec, check, summarize_report
 from rollcall.core.detector import Detector, PhiDetector, TimeoutDetector, make_detector
+from rollcall.core.completion import FINAL_GRACE_S, Completion, Final
 from rollcall.core.failures import Draws, FailureModel, SlowdownModel
 from rollcall.core.faults import Due, FaultPlan, ScheduledFault
 from rollcall.core.history import (
@@ -73,9 +75,9 @@ from rollcall.core.types import Cursor, WorkerId, from_ranges
 
 __all__ = [
     "Abort", "Action", "Agent", "AgentBatch", "AgentState", "Blame", "Broadcast", "CheckReport",
-    "Checkpointed", "CodecError", "CommitVerdict", "Copy", "Cursor", "DRIVER", "DataSpec", "Deposed",
-    "Draws", "Due", "EMPTY", "Enter", "FAILED_ATTEMPTS_LIMIT", "FailureModel", "FailureTally", "FaultPlan",
-    "Formed", "GroupAction",
+    "Checkpointed", "CodecError", "CommitVerdict", "Completion", "Copy", "Cursor", "DRIVER", "DataSpec", "Deposed",
+    "Draws", "Due", "EMPTY", "Enter", "FAILED_ATTEMPTS_LIMIT", "FINAL_GRACE_S", "FailureModel", "FailureTally", "FaultPlan",
+    "Final", "Formed", "GroupAction",
     "Heartbeat", "IdRuns", "JOB", "JobFailed", "JobPolicy", "Join", "JoinBatch", "JoinBatches", "KEEPER",
     "Keeper", "KeeperConfig", "KeeperRecord", "LEASE_MARGIN", "Leave", "LifeSource", "Lives", "Log", "Membership", "NEMESIS",
     "NOT_EXPECTED",
