@@ -27,6 +27,8 @@ import threading
 from pathlib import Path
 from typing import Optional
 
+from rollcall.results import atomic_write_text
+
 from real import wire
 from real.keeper_store import KeeperStore, StoreUnavailable, read_password
 
@@ -40,11 +42,12 @@ KEEPER_JSON = "keeper.json"  # under the run's real/ directory, written by the l
 def write_keeper_json(real_dir: Path, endpoints: list[str], prefix: str, auth: str,
                       user: str, password_file: Optional[str]) -> None:
     """What a worker needs to find the keeper (never a password: ``auth`` is
-    ``secret`` (the run's, from the worker's own secret file), ``file`` or ``none``)."""
+    ``secret`` (the run's, from the worker's own secret file), ``file`` or
+    ``none``), written whole or not at all: a reader never sees half of it."""
     assert auth in ("secret", "file", "none"), auth
     doc = {"endpoints": endpoints, "prefix": prefix, "auth": auth, "user": user,
            "password_file": password_file}
-    (real_dir / KEEPER_JSON).write_text(json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(real_dir / KEEPER_JSON, json.dumps(doc, indent=1) + "\n")
 
 
 def open_store(real_dir: Path, secret: bytes, ttl_s: float) -> KeeperStore:

@@ -262,9 +262,9 @@ def finished_summary(run_dir: str | Path, sha256: str) -> dict[str, Any] | None:
     return summary
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    # Write beside the target and rename: a reader (or a crash) sees either
-    # the old file or the whole new one, never half a file.
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write beside the target and rename: a reader (or a crash) sees either
+    the old file or the whole new one, never half a file."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -284,7 +284,7 @@ def prepare_out_dir(path: str | Path, scenario: Scenario) -> Path:
     """Create the run directory (and parents) and write the resolved ``scenario.yaml``."""
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(out / SCENARIO_FILE, scenario.to_yaml())
+    atomic_write_text(out / SCENARIO_FILE, scenario.to_yaml())
     return out
 
 
@@ -342,7 +342,7 @@ def store_run(run_dir: str | Path, result: Any, extra: dict[str, str] | None = N
 def write_summary(out_dir: str | Path, summary: dict[str, Any]) -> Path:
     """Write ``summary.json`` atomically (sorted keys, indent 2); returns its path."""
     path = Path(out_dir) / SUMMARY_FILE
-    _atomic_write_text(path, json.dumps(summary, sort_keys=True, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(summary, sort_keys=True, indent=2) + "\n")
     return path
 
 
