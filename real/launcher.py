@@ -44,7 +44,6 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -58,9 +57,10 @@ from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import LINK_ACTIONS, Scenario
 
 from real import wire
-from real.keeper_port import CommitAsk, LocalKeeper, link_for
+from real.keeper_port import CommitAsk, LocalKeeper
 from real.nemesis import Nemesis
 from real.procs import REPO_ROOT, Proc, die_with_parent, python_env, release
+from real.service import Conn, Service
 from real.fleet import Fleet, host_signal
 from real.netns import Network
 
@@ -80,27 +80,6 @@ _LIVE: set["Launcher"] = set()
 def _cleanup_all() -> None:
     for launcher in list(_LIVE):
         launcher.kill_all()
-
-
-# a connection has this long to answer the challenge, and at most this many
-# wait at once (the oldest is dropped): a stranger cannot hold the service
-AUTH_TIMEOUT_S = 10.0
-MAX_UNAUTHENTICATED = 32
-MAX_REJECT_RECORDS = 100  # the history records the first ones; the count is kept
-
-
-@dataclass
-class Conn:
-    sock: socket.socket
-    opened_t: float
-    nonce: str = field(default_factory=wire.new_nonce)
-    authed: bool = False
-    reader: wire.FrameReader = field(default_factory=lambda: wire.FrameReader(wire.TO_LAUNCHER))
-    worker: Optional[int] = None
-    incarnation: Optional[int] = None
-    spare: bool = False
-    host: Optional[int] = None      # a host agent's connection: its host
-    out: bytearray = field(default_factory=bytearray)
 
 
 class Launcher:
@@ -133,7 +112,6 @@ class Launcher:
         self.secret_path.unlink(missing_ok=True)
         self.secret = wire.write_secret(self.secret_path)
         self.run_id = wire.new_nonce()
-        self.rejected = 0  # connections dropped for a bad or unauthenticated frame
         hist = self.out / HISTORY_FILE
         if hist.exists():
             hist.unlink()
@@ -143,6 +121,8 @@ class Launcher:
         # life_given (real.keeper_port); what the launcher knows of its record
         # is what its outputs said: the latest generation and its members
         self.sel = selectors.DefaultSelector()
+        self.service = Service(self.sel, self.secret, self.run_id, self.now, self.write)
+        self.service.handler = self
         if scenario.keeper.store == "etcd":  # keeper processes, one active, found through etcd
             from real.keeper_link import RemoteKeeper
 
@@ -155,13 +135,9 @@ class Launcher:
         self.faults = fault_plan(scenario)
         self.shop = repair_shop(scenario, self.faults.draws)  # repairs, retirements, pulls
         self.procs: list[Proc] = []
-        self.conns: dict[socket.socket, Conn] = {}
-        self.conn_of: dict[tuple[int, int], Conn] = {}
-        self.latest_conn: dict[int, Conn] = {}
         self.next_id = scenario.cluster.workers + scenario.cluster.spares
         self.joins = JoinBatches()  # each batch's Joins, held until it joins as one
         self.store = None
-        self.store_port: Optional[int] = None
         self.train_start: Optional[float] = None
         self.committed = 0                       # highest committed cursor step
         self.committed_cursor = [0, 0]
@@ -179,7 +155,6 @@ class Launcher:
         self.formed: list[tuple[float, int, tuple[int, ...]]] = []
         self.survivor_restarts = 0
         self.end_t: Optional[float] = None
-        self.listener: Optional[socket.socket] = None
         self.stop = interrupts.Stop()  # run() takes its caller's, or one of its own
         self.batch_deadline: dict[int, float] = {}  # a batch's processes activate together till then
         self.startup_timeout_s = 180.0
@@ -370,53 +345,26 @@ class Launcher:
 
     # --- keeper outputs -------------------------------------------------------------
 
-    def route(self, worker: int, message: Any) -> None:
-        conn = link_for(worker, message, self.conn_of, self.latest_conn)
-        if conn is not None:
-            self.queue(conn, ("msg", message))
-
     def tell(self, life: tuple[int, int], frame: tuple) -> bool:
-        """Send ``frame`` to that life's process, if its link is open."""
-        conn = self.conn_of.get(life)
-        if conn is None or conn.sock not in self.conns:
-            return False
-        self.queue(conn, frame)
-        return True
+        return self.service.tell(life, frame)
 
     def reachable(self, w: int) -> bool:
-        """Whether worker ``w``'s latest process has a link to the launcher."""
-        return self.latest_conn.get(w) is not None
+        return self.service.reachable(w)
 
     def tell_latest(self, w: int, frame: tuple) -> bool:
-        """Send ``frame`` to worker ``w``'s latest process, if it has a link."""
-        conn = self.latest_conn.get(w)
-        if conn is None:
-            return False
-        self.queue(conn, frame)
-        return True
+        return self.service.tell_latest(w, frame)
 
-    def queue(self, conn: Conn, obj: Any) -> None:
-        data = wire.encode(obj)
-        if conn.out:
-            conn.out += data
-            return
-        try:
-            n = conn.sock.send(data)
-        except BlockingIOError:
-            n = 0
-        except OSError:
-            return
-        if n < len(data):
-            conn.out += data[n:]
-            self.sel.modify(conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, ("conn", conn))
+    @property
+    def store_port(self) -> Optional[int]:
+        return self.service.store_port
 
     def effects(self, outputs: list) -> None:
         for out in outputs:
             if isinstance(out, Send):
-                self.route(out.to, out.message)
+                self.service.route(out.to, out.message)
             elif isinstance(out, Broadcast):
                 for w in out.to:
-                    self.route(w, out.message)
+                    self.service.route(w, out.message)
             elif isinstance(out, Record):
                 self.write(out.record)
             elif isinstance(out, Formed):
@@ -453,15 +401,10 @@ class Launcher:
         return started, sorted(self.nodes_down), exited
 
     def tell_workers(self, frame: tuple) -> None:
-        for conn in list(self.conns.values()):
-            if conn.authed and conn.worker is not None:
-                self.queue(conn, frame)
+        self.service.tell_workers(frame)
 
     def write_reject(self, reason: str) -> None:
-        self.rejected += 1
-        if self.rejected <= MAX_REJECT_RECORDS:
-            self.write(rec(self.now(), "info", "reject", DRIVER, reason=reason[:200],
-                           worker=None, authenticated=True))
+        self.service.write_reject(reason)
 
     def restart_job(self, out: RestartJob) -> None:
         """Checkpoint-restart: SIGKILL the process of every worker the keeper
@@ -486,91 +429,6 @@ class Launcher:
 
     # --- service I/O ------------------------------------------------------------------
 
-    def accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except BlockingIOError:
-                return
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            waiting = [c for c in self.conns.values() if not c.authed]
-            if len(waiting) >= MAX_UNAUTHENTICATED:
-                self.reject(min(waiting, key=lambda c: c.opened_t), "too many unauthenticated")
-            conn = Conn(sock, self.now())
-            self.conns[sock] = conn
-            self.sel.register(sock, selectors.EVENT_READ, ("conn", conn))
-            self.queue(conn, ("challenge", conn.nonce, self.run_id))
-
-    def reject(self, conn: Conn, reason: str) -> None:
-        """Drop one connection for what it sent (or did not): the run goes on."""
-        self.rejected += 1
-        if self.rejected <= MAX_REJECT_RECORDS:
-            self.write(rec(self.now(), "info", "reject", DRIVER, reason=reason[:200],
-                           worker=conn.worker, authenticated=conn.authed))
-        self.drop(conn)
-
-    def expire_unauthenticated(self, now: float) -> None:
-        for conn in [c for c in self.conns.values()
-                     if not c.authed and now >= c.opened_t + AUTH_TIMEOUT_S]:
-            self.reject(conn, "no hello in time")
-
-    def drop(self, conn: Conn) -> None:
-        if self.fleet is not None and conn.host is not None:
-            self.fleet.disconnected(conn)
-        try:
-            self.sel.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
-        conn.sock.close()
-        self.conns.pop(conn.sock, None)
-
-    def readable(self, conn: Conn) -> None:
-        data = wire.recv_some(conn.sock)
-        if data is None:
-            return
-        if not data:
-            self.drop(conn)
-            return
-        try:  # (a frame may get its connection rejected: the rest is not read)
-            wire.feed_frames(conn.reader, data, lambda frame: self.frame(conn, frame),
-                             lambda: conn.sock in self.conns)
-        except wire.WireError as exc:
-            self.reject(conn, f"bad frame: {exc}")
-
-    def writable(self, conn: Conn) -> None:
-        try:
-            n = conn.sock.send(conn.out)
-        except BlockingIOError:
-            return
-        except OSError:
-            self.drop(conn)
-            return
-        del conn.out[:n]
-        if not conn.out:
-            self.sel.modify(conn.sock, selectors.EVENT_READ, ("conn", conn))
-
-    def frame(self, conn: Conn, frame: tuple) -> None:
-        kind = frame[0]
-        now = self.now()
-        if not conn.authed:
-            if kind == "host_hello":
-                self.host_hello(conn, frame)
-            elif kind != "hello":
-                self.reject(conn, f"unauthenticated {kind}")
-            elif not wire.hello_ok(self.secret, conn.nonce, self.run_id, frame):
-                self.reject(conn, "hello without the run's key")
-            else:
-                conn.authed = True
-                conn.reader.authenticated()
-                self.hello(conn, frame)
-        elif kind in ("hello", "host_hello"):
-            self.reject(conn, "a second hello")
-        elif kind in ("started", "exited") or conn.host is not None:
-            self.host_frame(conn, frame)
-        else:
-            self.authenticated_frame(conn, frame, now)
-
     # --- host agents (hosts mode, see real/fleet.py) -----------------------------------
 
     def host_hello(self, conn: Conn, frame: tuple) -> None:
@@ -578,29 +436,34 @@ class Launcher:
         run's setup and the orders that waited for it."""
         host = frame[1]
         if not wire.host_hello_ok(self.secret, conn.nonce, self.run_id, frame):
-            self.reject(conn, "host hello without the run's key")
+            self.service.reject(conn, "host hello without the run's key")
         elif self.fleet is None or host >= len(self.fleet.hosts):
-            self.reject(conn, f"host {host} is not a host of this run")
+            self.service.reject(conn, f"host {host} is not a host of this run")
         elif not self.fleet.hosts[host].up:
-            self.reject(conn, f"host {host} is down (lost, not yet repaired)")
+            self.service.reject(conn, f"host {host} is down (lost, not yet repaired)")
         else:
             conn.authed, conn.host = True, host
             conn.reader.authenticated()
             old = self.fleet.hosts[host].conn
             if old is not None and old is not conn:
-                self.drop(old)  # a host has one agent: the newest
+                self.service.drop(old)  # a host has one agent: the newest
             self.fleet.connected(host, conn, self.fleet.setup_frame(self.out, self.t0, self.now()))
+
+    def disconnected(self, conn: Conn) -> None:
+        """A host agent's link is gone (the service dropped it)."""
+        if self.fleet is not None:
+            self.fleet.disconnected(conn)
 
     def host_frame(self, conn: Conn, frame: tuple) -> None:
         """A fact from a host agent: a life it started runs (its pid), or ended
         (as the local pidfd path, :meth:`on_exit`, would have seen it)."""
         if conn.host is None or frame[0] not in ("started", "exited"):
-            self.reject(conn, f"{frame[0]} from a {'worker' if conn.host is None else 'host'}'s connection")
+            self.service.reject(conn, f"{frame[0]} from a {'worker' if conn.host is None else 'host'}'s connection")
             return
         kind, w, inc, value = frame
         p = next((q for q in reversed(self.procs) if q.worker == w and q.incarnation == inc), None)
         if p is None or p.host != conn.host:
-            self.reject(conn, f"{kind} of worker {w}.{inc}, not a life host {conn.host} runs")
+            self.service.reject(conn, f"{kind} of worker {w}.{inc}, not a life host {conn.host} runs")
         elif kind == "started":
             p.remote_pid = value
         elif p.exited_t is None:
@@ -620,17 +483,6 @@ class Launcher:
                 p.paused = False
                 p.exited_t = self.now()
         self.nemesis.forget_dead()
-
-    def hello(self, conn: Conn, frame: tuple) -> None:
-        """An authenticated process says who it is: its replies go to this connection."""
-        _, w, inc, _pid, spare, _mac = frame
-        conn.worker, conn.incarnation, conn.spare = w, inc, spare
-        self.conn_of[(w, inc)] = conn
-        cur = self.latest_conn.get(w)
-        if cur is None or (cur.incarnation or 0) <= inc:
-            self.latest_conn[w] = conn
-        if self.store_port is not None:
-            self.queue(conn, ("welcome", self.store_port))
 
     def authenticated_frame(self, conn: Conn, frame: tuple, now: float) -> None:
         kind = frame[0]
@@ -709,8 +561,8 @@ class Launcher:
                 self.keeper.release(w, ask.incarnation, gen, step, bool(after))
                 self.after_gate += after
                 return
-        elif conn.sock in self.conns:
-            self.queue(conn, ("ack", gen, step, ok))
+        else:
+            self.service.send(conn, ("ack", gen, step, ok))
         for d in after:
             self.nemesis.inject(d)
 
@@ -728,9 +580,7 @@ class Launcher:
 
     def activate(self, p: Proc) -> None:
         p.activated = True
-        conn = self.conn_of.get((p.worker, p.incarnation))
-        if conn is not None:
-            self.queue(conn, ("activate",))
+        self.service.tell((p.worker, p.incarnation), ("activate",))
         if self.train_start is not None:
             self.faults.node_up(p.worker, self.now() - self.train_start)
 
@@ -829,12 +679,12 @@ class Launcher:
         jt = self.joins.get_timer()
         if jt is not None:
             times.append(jt)  # a batch's Joins go at its deadline at the latest
-        times += [c.opened_t + AUTH_TIMEOUT_S for c in self.conns.values() if not c.authed]
+        times += self.service.auth_deadlines()
         return min(times) if times else None
 
     def timers(self) -> None:
         now = self.now()
-        self.expire_unauthenticated(now)
+        self.service.expire_unauthenticated(now)
         self.keeper.handle_timer(now)
         if self.train_start is not None:
             for due in self.faults.due_by_time(now - self.train_start):
@@ -913,10 +763,7 @@ class Launcher:
             port, fd = sock.getsockname()[1], os.dup(sock.fileno())
         self.store = dist.TCPStore(self.listen_addr, port, is_master=True, wait_for_workers=False,
                                    timeout=timedelta(seconds=60), master_listen_fd=fd)
-        self.store_port = self.store.port
-        for conn in self.conns.values():
-            if conn.worker is not None:
-                self.queue(conn, ("welcome", self.store_port))
+        self.service.welcome(self.store.port)
 
     def run(self, stop: Optional[interrupts.Stop] = None) -> str:
         """Start everything, serve until the run ends, clean up; the result.
@@ -985,7 +832,7 @@ class Launcher:
             for key, _ in self.sel.select(timeout):
                 kind, obj = key.data
                 if kind == "listen":
-                    self.accept()
+                    self.service.accept()
                 elif kind == "proc":
                     self.on_exit(obj)
                 elif kind == "wake":
@@ -996,11 +843,7 @@ class Launcher:
                 elif kind == "kproc":
                     self.keeper.on_proc_exit(obj)
                 else:
-                    if key.fileobj not in self.conns:
-                        continue
-                    self.readable(obj)
-                    if obj.out and obj.sock in self.conns:
-                        self.writable(obj)
+                    self.service.on_event(obj)
                 if self.result is not None or self.stop.signum is not None:
                     break
             if self.stop.signum is not None:
@@ -1020,47 +863,12 @@ class Launcher:
         last whole frame (``Worker.close_link``). Bounded: :data:`DRAIN_S` plus
         twice the longest delay still held (the ends go through it both ways).
         Only records and final reports are taken: the keeper has decided."""
-        now = self.now()
-        held_s = self.nemesis.held_delay_s(now)
-        deadline = now + DRAIN_S + 2 * held_s
-        sel = selectors.DefaultSelector()
+        held_s = self.nemesis.held_delay_s(self.now())
         # the links of live processes only: a lost machine's never end (no FIN
         # comes from a host whose link went down with it)
-        for conn in [c for c in self.conns.values() if c.authed and c.worker is not None
-                     and (p := self.proc_of(c)) is not None and p.alive]:
-            try:
-                conn.sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                continue
-            sel.register(conn.sock, selectors.EVENT_READ, conn)
-        try:
-            while sel.get_map() and (left_s := deadline - self.now()) > 0:
-                for key, _ in sel.select(left_s):
-                    problem = self.drain_read(key.data)
-                    if problem is not None:
-                        sel.unregister(key.fileobj)
-                        if problem:
-                            self.reject(key.data, problem)
-            still = sorted(k.data.worker for k in sel.get_map().values())
-            if still:
-                self.write(rec(self.now(), "info", "drain", DRIVER, open=still,
-                               waited_s=round(self.now() - now, 3)))
-        finally:
-            sel.close()
-
-    def drain_read(self, conn: Conn) -> Optional[str]:
-        """One read of a draining link: None while it is open, "" at its end,
-        else what was wrong with its bytes."""
-        data = wire.recv_some(conn.sock)
-        if data is None:
-            return None
-        if not data:
-            return ""
-        try:
-            wire.feed_frames(conn.reader, data, self.drained_frame)
-        except wire.WireError as exc:
-            return f"bad frame: {exc}"
-        return None
+        self.service.drain(DRAIN_S + 2 * held_s,
+                           lambda c: (p := self.proc_of(c)) is not None and p.alive,
+                           self.drained_frame)
 
     def drained_frame(self, frame: tuple) -> None:
         """What a draining link still brings that counts: records and final reports."""
@@ -1081,24 +889,18 @@ class Launcher:
 
                 extra = keeper_hosts(self.sc.keeper)
             network = Network(self.run_id, self.sc.n_hosts + extra)
-            self.fleet = Fleet(self.sc.n_hosts, self.queue, network)  # close() cleans up from here on
+            self.fleet = Fleet(self.sc.n_hosts, self.service.queue, network)  # close() cleans up from here on
             (self.real_dir / "network.json").write_text(json.dumps(
                 {"prefix": network.prefix, "hosts": network.hosts}) + "\n")  # what to look for
             with interrupts.shielded():  # a namespace half made is one close() may not find
                 network.open()
             self.listen_addr, port = network.keeper_address, 0
         elif self.hosts_mode:
-            self.fleet = Fleet(self.sc.n_hosts, self.queue)
+            self.fleet = Fleet(self.sc.n_hosts, self.service.queue)
             self.listen_addr, port = self.bind or ("127.0.0.1", 0)
         else:
             self.listen_addr, port = self.bind or ("127.0.0.1", 0)
-        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind((self.listen_addr, port))
-        self.listener.listen(128)
-        self.listener.setblocking(False)
-        self.port = self.listener.getsockname()[1]
-        self.sel.register(self.listener, selectors.EVENT_READ, ("listen", None))
+        self.port = self.service.open(self.listen_addr, port)
         if self.fleet is not None:
             with interrupts.shielded():
                 self.fleet.start_agents((self.listen_addr, self.port), self.secret_path)
@@ -1114,14 +916,7 @@ class Launcher:
         self.write(rec(now, "info", "end", DRIVER, completed=self.result == "completed",
                        cursor=self.completion.end_cursor(list(self.committed_cursor)),
                        reason=self.reason))
-        for conn in list(self.conns.values()):
-            self.drop(conn)
-        if self.listener is not None:
-            try:
-                self.sel.unregister(self.listener)
-            except Exception:  # noqa: BLE001
-                pass
-            self.listener.close()
+        self.service.close()
         self.sel.close()
         self.history.close()
         self.store = None

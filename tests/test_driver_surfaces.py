@@ -4,8 +4,10 @@
   simulation only through :class:`sim.world.World`.
 * The launcher's side of a keeper in its own processes
   (:class:`real.keeper_link.RemoteKeeper`) reaches the launcher only through
-  :class:`real.keeper_port.Supervisor`, and the real nemesis
-  (:class:`real.nemesis.Nemesis`) only through :class:`real.nemesis.Cluster`.
+  :class:`real.keeper_port.Supervisor`, the real nemesis
+  (:class:`real.nemesis.Nemesis`) only through :class:`real.nemesis.Cluster`,
+  and the keeper service's links (:class:`real.service.Service`) only
+  through :class:`real.service.Handler`.
 
 Each user is scanned for the members it touches through its handle; the
 class behind the protocol is scanned for the members it defines.
@@ -21,6 +23,7 @@ import pytest
 
 from real.keeper_port import Supervisor
 from real.nemesis import Cluster
+from real.service import Handler
 from sim.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +44,8 @@ SURFACES = {
     "real-supervisor": Surface(Supervisor, ["real/keeper_link.py"], "supervisor", set(),
                                ("real/launcher.py", "Launcher")),
     "real-cluster": Surface(Cluster, ["real/nemesis.py"], "cluster", set(),
+                            ("real/launcher.py", "Launcher")),
+    "real-service": Surface(Handler, ["real/service.py"], "handler", set(),
                             ("real/launcher.py", "Launcher")),
 }
 
