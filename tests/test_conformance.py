@@ -1,8 +1,12 @@
 """Conformance: on one scenario the sim and the real target decide the same.
 
-Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``
-and the regression scenario ``tests/data/scenarios/chaos-cr-kill-join-kill.yaml``: all twenty have a schedule,
-none has random lifetimes, so none is skipped) runs once on each target.
+Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``),
+the regression scenario ``tests/data/scenarios/chaos-cr-kill-join-kill.yaml``
+and two that cross fault families (``cross-lose-host-kill-keeper``: a host
+lost, then the active keeper killed; ``cross-partition-restart``: a kill
+under checkpoint-restart while the other host is partitioned away) runs
+once on each target: all twenty-two have a schedule, none has random
+lifetimes, so none is skipped.
 :mod:`rollcall.decisions` reads the decision sequence from each history
 alone: generations (gen, members, cursor, source, stale, reason),
 evictions (worker, incarnation, reason), restarts (gen, reason), relaunch
@@ -113,6 +117,15 @@ real-roll-call-kill        gen 1; the killed worker's eviction and the
                            members, reason); end
 chaos-cr-kill-join-kill    kills; restart-formed generations (members,
                            cursor, source, stale); number of restarts; end
+cross-lose-host-kill-      gen 1; both lost workers' evictions (timeout);
+keeper                     gen 2 (all: the failure's); gen 3 (failover, the
+                           keeper killed once every member holds step 25);
+                           end (namespaces and etcd on real)
+cross-partition-restart    gen 1; the killed worker's eviction (exited);
+                           restart (gen); relaunch (gen, workers,
+                           incarnations: the cut host's workers too); gen 2
+                           (all: it forms once the cut heals); end
+                           (namespaces on real)
 =========================  ===================================================
  ``real-roll-call-kill`` runs as
 shipped (kill 1 and pause 3 at step 10); the extra kill during the open roll
@@ -151,7 +164,8 @@ SCENARIOS = ROOT / "scenarios"
 
 pytestmark = REAL_PROCESSES
 
-SHIPPED = sorted(p.stem for p in SCENARIOS.glob("real-*.yaml")) + ["chaos-cr-kill-join-kill"]
+SHIPPED = sorted(p.stem for p in SCENARIOS.glob("real-*.yaml")) + [
+    "chaos-cr-kill-join-kill", "cross-lose-host-kill-keeper", "cross-partition-restart"]
 # a scenario without a schedule, or with random lifetimes, has no scripted
 # decisions to compare (none ships today; the coverage test keeps it so)
 SKIPPED: dict[str, str] = {}
@@ -196,7 +210,7 @@ def test_every_shipped_real_scenario_is_covered() -> None:
         sc = load_scenario(scenario_path(name), [])
         unscripted = not sc.failures.schedule or sc.failures.worker_mtbf_s is not None
         assert unscripted == (name in SKIPPED), (name, "update SKIPPED and the docstring")
-    assert len(SHIPPED) == 20, SHIPPED  # the docstring names each of them
+    assert len(SHIPPED) == 22, SHIPPED  # the docstring names each of them
 
 
 @pytest.mark.timeout(150)
