@@ -32,13 +32,16 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 __all__ = ["Interrupted", "SIGNALS", "Stop", "catch", "exit_code", "exit_code_of_reason",
            "exit_now", "finish_on_signal", "quit_until_main", "shielded"]
 
 #: the signals that interrupt a command
 SIGNALS: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)
+# what the interpreter sets for each at start, unless it was started with the signal ignored
+_DEFAULT_HANDLERS: dict[signal.Signals, Any] = {signal.SIGINT: signal.default_int_handler,
+                                                 signal.SIGTERM: signal.SIG_DFL}
 
 
 def exit_code(signum: int) -> int:
@@ -254,12 +257,12 @@ def quit_until_main(program: str) -> None:
     ends it at once: one line on stderr and the signal's exit status (nothing
     was started or written yet). Only in that command's own process (its
     console script, or ``python -m`` of its package), in the main thread, and
-    only over the interpreter's default handlers: importing the module from
-    elsewhere (a test, ``rollcall.api``, a host agent) changes nothing."""
+    for each signal only over the interpreter's default handler: importing
+    the module from elsewhere (a test, ``rollcall.api``, a host agent)
+    changes nothing, and a signal the command was started with ignored (a
+    shell's background job ignores SIGINT) stays ignored, the other one
+    still handled."""
     if not _program_is(program):
-        return
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler or \
-            signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
         return
 
     def on_signal(signum: int, frame: Optional[FrameType]) -> None:
@@ -267,7 +270,8 @@ def quit_until_main(program: str) -> None:
         os._exit(exit_code(signum))
 
     for s in SIGNALS:
-        signal.signal(s, on_signal)
+        if signal.getsignal(s) is _DEFAULT_HANDLERS[s]:
+            signal.signal(s, on_signal)
 
 
 def finish_on_signal(program: str, code: int) -> None:

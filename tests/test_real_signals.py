@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import psutil
 import pytest
@@ -37,15 +38,28 @@ EXIT_TIMEOUT_S = 300
 pytestmark = REAL_PROCESSES
 
 
+def _as_from_a_shell(ignored: tuple[signal.Signals, ...]) -> Callable[[], None]:
+    """In the child before it runs: SIGINT and SIGTERM as a shell leaves them
+    (default, unblocked), whatever this test process has, but ``ignored``."""
+    def reset() -> None:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN if s in ignored else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    return reset
+
+
 def signalled_run(tmp_path: Path, hooks: list[str], scenario: Path = KILL_ONE,
-                  extra: tuple[str, ...] = ()) -> tuple[int, str, Path]:
+                  extra: tuple[str, ...] = (),
+                  ignored: tuple[signal.Signals, ...] = ()) -> tuple[int, str, Path]:
     """``rollcall run`` with ``hooks`` (PHASE:SIGNAL...); its status, stderr and run directory.
+    ``ignored``: signals it starts with ignored (a shell's background job: SIGINT).
     Every process it started is checked gone (by PID, and by its run directory)."""
     out = tmp_path / "run"
     cmd = [sys.executable, str(SEAM), *hooks, "--", "run", str(scenario), "--out", str(out),
            "--quiet", *extra]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=_as_from_a_shell(ignored),
                             start_new_session=True)  # its own group: --group reaches only it
     try:
         _, err = proc.communicate(timeout=EXIT_TIMEOUT_S)
@@ -77,6 +91,16 @@ def test_a_signal_while_the_command_imports_is_one_line_and_writes_nothing(
     rc, err, out = signalled_run(tmp_path, [f"importing:{name}"])
     assert rc == 128 + signal.Signals[name], err
     assert err.strip().splitlines() == [f"rollcall: interrupted by {name}"]
+    assert not out.exists()
+
+
+def test_a_background_job_still_ends_on_sigterm_while_it_imports(tmp_path: Path) -> None:
+    """Started with SIGINT ignored (``rollcall run ... &`` from a script), the
+    command keeps ignoring it, and SIGTERM while it imports is still one line
+    and the signal's status."""
+    rc, err, out = signalled_run(tmp_path, ["importing:SIGTERM"], ignored=(signal.SIGINT,))
+    assert rc == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines() == ["rollcall: interrupted by SIGTERM"]
     assert not out.exists()
 
 
