@@ -477,11 +477,7 @@ class RemoteKeeper:
     def drop_link(self) -> None:
         self.out = bytearray()
         if self.sock is not None:
-            try:
-                self.sel.unregister(self.sock)
-            except (KeyError, ValueError):
-                pass
-            self.sock.close()
+            wire.close_watched(self.sel, self.sock)
             self.sock = None
 
     # --- finding and greeting the keeper ------------------------------------------------

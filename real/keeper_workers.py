@@ -93,11 +93,7 @@ class WorkerLinks:
 
     def drop(self, sock: socket.socket) -> None:
         link = self.links.pop(sock, None)
-        try:
-            self.sel.unregister(sock)
-        except (KeyError, ValueError):
-            pass
-        sock.close()
+        wire.close_watched(self.sel, sock)
         if link is None:
             return
         if self.of_life.get((link.worker, link.life)) is link:

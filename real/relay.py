@@ -31,6 +31,8 @@ import socket
 from collections import deque
 from typing import Optional
 
+from real import wire
+
 MAX_QUEUED = 16 << 20  # bytes held per direction before the pair is dropped
 HELD = float("inf")  # the due time of a chunk read while the relay holds (a cut)
 CHUNK = 1 << 16
@@ -223,20 +225,12 @@ class Relay:
             return
         pair.dead = True
         for side in (pair.down, pair.up):
-            try:
-                self.sel.unregister(side.sock)
-            except (KeyError, ValueError):
-                pass
-            side.sock.close()
+            wire.close_watched(self.sel, side.sock)
             side.queue.clear()
         self.pairs.remove(pair)
 
     def close(self) -> None:
         for pair in list(self.pairs):
             self._drop(pair)
-        try:
-            self.sel.unregister(self.listener)
-        except (KeyError, ValueError):
-            pass
-        self.listener.close()
+        wire.close_watched(self.sel, self.listener)
 

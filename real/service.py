@@ -86,11 +86,7 @@ class Service:
         for conn in list(self.conns.values()):
             self.drop(conn)
         if self.listener is not None:
-            try:
-                self.sel.unregister(self.listener)
-            except (KeyError, ValueError):
-                pass
-            self.listener.close()
+            wire.close_watched(self.sel, self.listener)
 
     # --- connections -------------------------------------------------------------------
 
@@ -136,11 +132,7 @@ class Service:
     def drop(self, conn: Conn) -> None:
         if conn.host is not None and self.handler is not None:
             self.handler.disconnected(conn)
-        try:
-            self.sel.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
-        conn.sock.close()
+        wire.close_watched(self.sel, conn.sock)
         self.conns.pop(conn.sock, None)
 
     def on_event(self, conn: Conn) -> None:

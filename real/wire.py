@@ -298,6 +298,15 @@ def recv_some(sock: Any) -> Optional[bytes]:
         return b""
 
 
+def close_watched(sel: Any, sock: Any) -> None:
+    """Stop watching ``sock`` in selector ``sel`` (if it was watched) and close it."""
+    try:
+        sel.unregister(sock)
+    except (KeyError, ValueError):
+        pass
+    sock.close()
+
+
 def feed_frames(reader: FrameReader, data: bytes, handle: Callable[[tuple], Any],
                 alive: Callable[[], bool] = lambda: True) -> None:
     """Hand each whole frame of ``data`` to ``handle`` in order, while
