@@ -731,10 +731,8 @@ class Launcher:
 
     def check_done(self) -> None:
         """End the run once the core's rule says the job is over."""
-        if self.result is not None or self.completion.get_timer() is None:
-            return
         live = (w for w in self.members if self.live_proc(w) is not None)
-        if self.completion.done(self.now(), live):
+        if self.result is None and self.completion.done(self.now(), live):
             self.finish("completed", "all steps committed")
 
     def on_exit(self, p: Proc) -> None:

@@ -922,8 +922,8 @@ class Simulation:
                 self.tally.passed(first, last, run.step_s, head_s, run.t0 + k * run.step_s)
                 if verdict.complete:
                     self.completion.job_complete(t)
-                if verdict.complete and self.state == WAIT:  # a vote later than the check
-                    self.at(t, self._final_vote)
+                    if self.state == WAIT:  # a vote later than the check
+                        self.at(t, self._final_vote)
                 if run.compute is not None:
                     self._report_compute(t, run, first, last)
             else:
