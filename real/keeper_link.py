@@ -46,7 +46,7 @@ from real.keeper_store import KeeperStore, StoreUnavailable, read_password
 from real.keeper_finder import write_keeper_json
 from real.keeper_wire import TO_SUPERVISOR, supervisor_mac
 from real.keeper_proc import DEPOSED_EXIT
-from real.procs import die_with_parent, python_env, release
+from real.procs import die_with_parent, last_line, python_env, release
 
 
 POLL_S = 0.05  # while no keeper serves: how often etcd is asked who leads
@@ -58,17 +58,6 @@ MAX_BACKLOG = 8 << 20  # bytes queued for a keeper that does not read: then its 
 # error: such an exit is a crash (a traceback, an unreadable run file), and
 # one that repeats would have the launcher start keepers without end.
 KEEPER_CRASHES_MAX = 5
-
-
-def _last_line(path: Path) -> str:
-    """The last non-empty line of a log (a crash's exception), or what kept it unread."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
-            lines = fh.read().decode(errors="replace").strip().splitlines()
-    except OSError as exc:
-        return f"(log unreadable: {exc.strerror})"
-    return lines[-1][:300] if lines else "(empty log)"
 
 
 @dataclass
@@ -437,7 +426,7 @@ class RemoteKeeper:
                 log = self.supervisor.real_dir / "logs" / f"keeper-{kp.candidate}.log"
                 self.supervisor.finish("error", f"{self.crashes} keeper processes crashed since a "
                                                 f"keeper last took over, the last with exit code "
-                                                f"{code}: {_last_line(log)} (see {log})")
+                                                f"{code}: {last_line(log)} (see {log})")
         if self.supervisor.result is None:
             self.spawn()
 

@@ -59,7 +59,7 @@ from rollcall.scenario import LINK_ACTIONS, Scenario
 from real import wire
 from real.keeper_port import CommitAsk, LocalKeeper
 from real.nemesis import Nemesis
-from real.procs import REPO_ROOT, Proc, die_with_parent, python_env, release
+from real.procs import REPO_ROOT, Proc, die_with_parent, last_line, python_env, release
 from real.service import Conn, Service
 from real.fleet import Fleet, host_signal
 from real.netns import Network
@@ -102,7 +102,7 @@ class Launcher:
         self.on_listening: Optional[Callable[[str, int], None]] = None  # rollcall keeper's notice
         self.max_wall_s = max_wall_s  # the run ends (failed) after this many seconds
         self.sc = scenario
-        self.out = Path(out_dir)
+        self.out = Path(out_dir).resolve()  # the processes run elsewhere (REPO_ROOT)
         self.real_dir = self.out / "real"
         self.real_dir.mkdir(parents=True, exist_ok=True)
         (self.real_dir / "logs").mkdir(exist_ok=True)
@@ -747,6 +747,12 @@ class Launcher:
         if p.fault is None and self.result is None:
             self.write(rec(now, "info", "exit", DRIVER, worker=p.worker,
                            incarnation=p.incarnation, returncode=p.returncode))
+        if p.fault is None and not p.ready and p.returncode != 0:
+            # it died before it could join (a traceback in its start-up):
+            # the harness is broken, and the job would wait for it forever
+            log = self.real_dir / "logs" / f"worker-{p.worker}.{p.incarnation}.log"
+            self.finish("error", f"worker {p.worker} (life {p.incarnation}) exited with code "
+                                 f"{p.returncode} before it was ready: {last_line(log)} (see {log})")
 
     def start_store(self) -> None:
         from datetime import timedelta

@@ -23,6 +23,17 @@ except (OSError, AttributeError):
     _PRCTL = None
 
 
+def last_line(path: Path) -> str:
+    """The last non-empty line of a log (a crash's exception), or what kept it unread."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 4096))
+            lines = fh.read().decode(errors="replace").strip().splitlines()
+    except OSError as exc:
+        return f"(log unreadable: {exc.strerror})"
+    return lines[-1][:300] if lines else "(empty log)"
+
+
 def python_env() -> dict[str, str]:
     """This environment with the project first on ``PYTHONPATH``: a child
     started with it imports this tree's ``rollcall``, ``sim`` and ``real``."""

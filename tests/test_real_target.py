@@ -426,3 +426,41 @@ def test_max_wall_s_ends_a_real_run_with_its_results(tmp_path: Path) -> None:
     recs = records(out)
     assert recs[-1]["f"] == "end" and recs[-1]["completed"] is False
     assert_no_process_left(s)
+
+
+def test_a_run_directory_given_relative_serves_the_workers_too(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker processes run from the project's root, not the caller's
+    directory: ``--out`` relative to the caller reaches them whole."""
+    from rollcall import cli
+
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["run", str(SCENARIOS / "real-kill-one.yaml"), "--target", "real",
+                     "--set", "workload.steps=12", "--set", "failures.schedule=[]",
+                     "--out", "run", "--quiet"])
+    s = read_summary(tmp_path / "run")
+    assert code == 0 and s["completed"], (s["result"], s["end_reason"])
+    assert_no_process_left(s)
+
+
+def test_a_worker_that_cannot_start_ends_the_run_in_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker process that dies before it is ready (here: the run's
+    scenario file it reads is damaged) would leave the job waiting for it
+    without end: the run ends in error at once, naming the worker, its exit
+    code and its log's last line, and leaves nothing behind."""
+    from real import launcher
+
+    start_workers = launcher.Launcher.start_workers
+
+    def damage_then_start(self: Any) -> None:
+        (self.real_dir / "scenario.json").write_text("not json")
+        start_workers(self)
+
+    monkeypatch.setattr(launcher.Launcher, "start_workers", damage_then_start)
+    s = run_real(load("real-kill-one"), tmp_path)
+    assert s["result"] == "error" and not s["completed"], (s["result"], s["end_reason"])
+    assert re.search(r"worker \d \(life 0\) exited with code 1 before it was ready: "
+                     r"json\.decoder\.JSONDecodeError: Expecting value", s["end_reason"]), \
+        s["end_reason"]
+    assert_no_process_left(s)
