@@ -74,6 +74,7 @@ GOOD = ("completed", "before-run-dir", "interrupted-kept", "finished-before-sign
 
 FAMILIES = ("kill", "pause", "lose_host", "partition", "isolate_keeper", "loss", "kill_keeper")
 HOST_FAMILIES = ("lose_host", "partition", "isolate_keeper", "loss")
+TRIGGER_KEYS = ("at_step", "at_roll_call", "for_s")  # a fault's keys other than its action
 
 
 def etcd_installed() -> bool:
@@ -107,6 +108,11 @@ def draw_scenario(seed: int, with_etcd: bool) -> dict[str, Any]:
                      "batch": "constant", "checkpoint_interval_steps": 10},
         "failures": {"schedule": [_fault(rng, f, step) for f, step in zip(chosen, at)]},
     }
+    second = doc["failures"]["schedule"][1:]
+    if second and first != "loss" and rng.random() < 0.5:
+        # the partner lands during the roll call the first fault opens
+        del second[0]["at_step"]
+        second[0]["at_roll_call"] = 2
     if "kill_keeper" in chosen:
         doc["keeper"] = {"store": "etcd", "standbys": 1, "lease_ttl_s": 1.0}
     return doc
@@ -377,7 +383,7 @@ def run_one(args: argparse.Namespace, i: int, root: Path, window_s: float,
         doc = draw_scenario(args.seed * 10_000 + i, with_etcd)
         scenario = root / f"run-{i:02d}.yaml"
         scenario.write_text(yaml.safe_dump(doc, sort_keys=False))
-        note = "faults " + ",".join(next(k for k in f if k != "at_step" and k != "for_s")
+        note = "faults " + ",".join(next(k for k in f if k not in TRIGGER_KEYS)
                                     for f in doc["failures"]["schedule"])
     plan = draw_plan(args.seed, i, scenario, args.signals, window_s, args.second)
     out = root / f"run-{i:02d}"

@@ -143,6 +143,7 @@ class Launcher:
         self.committed_cursor = [0, 0]
         self.acked: dict[tuple[int, int], set[int]] = {}  # members told a step committed
         self.after_gate: list[Due] = []  # direct links: a gate's faults that follow its ack
+        self.roll_call_faults: list[Due] = []  # due by a keeper record, carried out in timers
         self.result: Optional[str] = None        # completed | failed | interrupted | error
         self.reason = ""
         self.repairs: list[tuple[float, int, Repair]] = []
@@ -367,6 +368,7 @@ class Launcher:
                     self.service.route(w, out.message)
             elif isinstance(out, Record):
                 self.write(out.record)
+                self.roll_call_faults += self.faults.due_by_record(out.record)
             elif isinstance(out, Formed):
                 self.formed_generation(out.generation, out.members)
             elif isinstance(out, RestartJob):
@@ -680,12 +682,19 @@ class Launcher:
         if jt is not None:
             times.append(jt)  # a batch's Joins go at its deadline at the latest
         times += self.service.auth_deadlines()
+        if self.roll_call_faults:
+            times.append(self.now())
         return min(times) if times else None
 
     def timers(self) -> None:
         now = self.now()
         self.service.expire_unauthenticated(now)
         self.keeper.handle_timer(now)
+        # faults a roll call's opening made due: after the keeper's outputs
+        # that opened it, as the sim carries them out, never inside them
+        due, self.roll_call_faults = self.roll_call_faults, []
+        for d in due:
+            self.nemesis.inject(d)
         if self.train_start is not None:
             for due in self.faults.due_by_time(now - self.train_start):
                 self.nemesis.inject(due)

@@ -72,7 +72,7 @@ def arrivals_end_s(sc: Scenario) -> Optional[float]:
     scripted ``at_s`` join, or the end of an ``at_s`` fault that cut live
     processes off (they rejoin); None when one can come at any time (repairs,
     a spare pool, idle nodes a warm-standby limit holds back, or an
-    ``at_step`` fault, whose instant is the run's)."""
+    ``at_step`` or ``at_roll_call`` fault, whose instant is the run's)."""
     c = sc.cluster
     # a pipeline that retires every node at its first failure brings none back
     returns = c.repair_s is not None or (
@@ -84,7 +84,7 @@ def arrivals_end_s(sc: Scenario) -> Optional[float]:
     for f in sc.failures.schedule:
         if f.action != "join" and f.for_s is None:
             continue  # a fault that ends nothing it cut off (a kill, a lost host)
-        if f.trigger == "at_step":
+        if f.trigger != "at_s":
             return None
         end = max(end, float(f.when) + float(f.for_s or 0.0) + c.launch_s)
     return end

@@ -293,6 +293,7 @@ def _worker_id(value: Any) -> int:
 
 # the failure domains, each with the cluster key of its size (workers per domain)
 _DOMAINS = {"rack": "rack_size", "host": "workers_per_host"}
+_TRIGGERS = ("at_s", "at_step", "at_roll_call")
 _ACTIONS = ("kill", "kill_rack", "lose_host", "partition", "isolate_keeper", "delay", "loss",
             "pause", "slow", "late_heartbeats", "join", "kill_keeper", "kill_etcd",
             "partition_keeper")
@@ -317,8 +318,11 @@ MAX_LATENCY_S = 3600.0
 class Fault(_Section):
     """One scheduled fault: exactly one trigger and exactly one action.
 
-    Triggers: ``at_s`` (simulated/elapsed seconds) or ``at_step`` (when the
-    job reaches that committed step). Actions: ``kill`` (ids, or "random"),
+    Triggers: ``at_s`` (simulated/elapsed seconds), ``at_step`` (when the
+    job reaches that committed step) or ``at_roll_call`` (a generation >= 1:
+    when the keeper opens the roll call that forms it, a protocol event,
+    so the fault lands during that roll call on both targets; it never
+    fires if the job ends first). Actions: ``kill`` (ids, or "random"),
     ``kill_rack`` (a rack index, or "random": every live worker of that rack
     at once, a correlated failure; needs ``cluster.rack_size``), ``lose_host``
     (a host index, or "random": the machine dies, every process on it at
@@ -355,6 +359,7 @@ class Fault(_Section):
 
     at_s: NonNegFloat | None = None
     at_step: NonNegInt | None = None
+    at_roll_call: PosInt | None = None
     kill: WorkerTargets | None = None
     kill_rack: Union[int, Literal["random"], None] = None
     lose_host: Union[int, Literal["random"], None] = None
@@ -428,11 +433,12 @@ class Fault(_Section):
 
     @model_validator(mode="after")
     def _one_trigger_one_action(self) -> "Fault":
-        triggers = [k for k in ("at_s", "at_step") if getattr(self, k) is not None]
+        triggers = [k for k in _TRIGGERS if getattr(self, k) is not None]
         if not triggers:
-            raise _Problem((), "a fault needs exactly one trigger: at_s or at_step")
+            raise _Problem((), "a fault needs exactly one trigger: at_s, at_step or at_roll_call")
         if len(triggers) > 1:
-            raise _Problem(("at_step",), "a fault has exactly one trigger, got both at_s and at_step")
+            raise _Problem((triggers[1],), f"a fault has exactly one trigger, got both "
+                                           f"{' and '.join(triggers)}")
         actions = [k for k in _ACTIONS if getattr(self, k) is not None]
         if not actions:
             raise _Problem((), f"a fault needs exactly one action: {', '.join(_ACTIONS[:-1])}"
@@ -481,13 +487,18 @@ class Fault(_Section):
         return {k: v for k, v in handler(self).items() if v is not None}
 
     @property
-    def trigger(self) -> Literal["at_s", "at_step"]:
-        return "at_s" if self.at_s is not None else "at_step"
+    def trigger(self) -> Literal["at_s", "at_step", "at_roll_call"]:
+        if self.at_s is not None:
+            return "at_s"
+        return "at_step" if self.at_step is not None else "at_roll_call"
 
     @property
     def when(self) -> float | int:
-        """The trigger's value: seconds for ``at_s``, a step for ``at_step``."""
-        return self.at_s if self.at_s is not None else self.at_step  # type: ignore[return-value]
+        """The trigger's value: seconds for ``at_s``, a step for ``at_step``, a
+        generation for ``at_roll_call``."""
+        value = getattr(self, self.trigger)
+        assert value is not None
+        return value
 
     @property
     def action(self) -> Literal["kill", "kill_rack", "lose_host", "partition", "isolate_keeper",

@@ -394,10 +394,12 @@ class Simulation:
         if outputs and isinstance(outputs[-1], Persist):
             held = self.failover.persist(now, outputs[-1])
             outputs = outputs[:-1]
+        due: list[Due] = []
         for out in outputs:
             if isinstance(out, Record):
                 r = out.record
                 self.write(r)
+                due += self.plan.due_by_record(r)
                 f = r["f"]
                 if f == "evict":
                     self.tally.counts["evictions"] += 1
@@ -427,7 +429,17 @@ class Simulation:
                 assert not isinstance(out, Persist), "a Persist is the keeper's last output"
         if held is not None:
             self._apply(now, held)
+        if due:  # once the keeper's outputs of this instant are carried out
+            self.at(now, self._scripted, due)
         self._round_alarm(now)
+
+    def _scripted(self, due: list[Due]) -> None:
+        """Carry out scripted faults the keeper's records made due."""
+        schedule = self.sc.failures.schedule
+        for fault in due:
+            if self.state == DONE:
+                return
+            self.nemesis.scripted(self.env.now, schedule[fault.index])
 
     def _round_alarm(self, now: float) -> None:
         """Wake for the keeper's next round deadline (last call, join timeout,

@@ -500,8 +500,11 @@ def _actions(shape: Shape) -> list[str]:
 
 
 def _trigger(draw: Callable, shape: Shape) -> dict:
-    """``at_step`` or ``at_s``, biased to the job's start and its end."""
+    """``at_step``, ``at_s`` or ``at_roll_call``, biased to the job's start
+    and its end (a roll call: mostly the first few generations)."""
     steps, end_s = shape.steps, shape.job_s
+    if _chance(draw, 15):
+        return {"at_roll_call": _int(draw, 1, 3) if _chance(draw, 70) else _int(draw, 1, 40)}
     if _chance(draw, 50):
         return {"at_step": _pick(draw, (0, 1, max(0, steps - 1), steps)) if _chance(draw, 40)
                 else _int(draw, 0, steps + 2)}
@@ -777,6 +780,9 @@ def features(case: FuzzCase) -> set[str]:
                 out.add("fault near the start")
             if sc.workload.steps - 1 <= fault.at_step <= sc.workload.steps:
                 out.add("fault near the end")
+        elif fault.at_roll_call is not None:
+            if fault.at_roll_call == 1:  # the first roll call forms the job
+                out.add("fault near the start")
         elif fault.at_s <= 3 * sc.detector.heartbeat_s:
             out.add("fault near the start")
         elif 0.9 * end_s <= fault.at_s <= 1.1 * end_s:

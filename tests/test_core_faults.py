@@ -45,6 +45,33 @@ def test_at_s_faults_come_due_in_order_at_their_seconds() -> None:
     assert plan.next_time() is None and plan.due_by_time(1e9) == []
 
 
+def _round(generation: int, type_: str = "invoke", f: str = "round") -> dict:
+    return {"t": 1.0, "type": type_, "f": f, "process": "keeper", "gen": generation}
+
+
+def test_at_roll_call_faults_come_due_when_that_roll_call_opens() -> None:
+    join = ScheduledFault(index=2, trigger="at_roll_call", when=2, action="join", targets=1)
+    plan = _plan(_kill(0, "at_roll_call", 3, 1), _kill(1, "at_step", 2, 2), join,
+                 _kill(3, "at_s", 2.0, 3))
+    # only the keeper's record of a roll call opening: not its close, not a commit
+    for record in (_round(1), _round(2, "ok"), _round(2, "fail"), _round(2, "info", "restart"),
+                   {"t": 1.0, "type": "ok", "f": "commit", "gen": 2}):
+        assert plan.due_by_record(record) == []
+    assert plan.due_by_step(5) == [Due("kill", (2,), index=1)]
+    assert plan.due_by_record(_round(2)) == [Due("join", 1, index=2)]
+    assert plan.due_by_record(_round(2)) == []  # a new keeper's roll call of the same generation
+    # a later generation's roll call fires what an earlier one was due to
+    assert plan.due_by_record(_round(5)) == [Due("kill", (1,), index=0)]
+    assert plan.due_by_time(1e9) == [Due("kill", (3,), index=3)]
+    assert plan.due_by_record(_round(9)) == [] and plan.next_step() is None
+
+
+@pytest.mark.parametrize("when", [0, 1.5, -1])
+def test_a_roll_call_trigger_names_a_generation(when: float) -> None:
+    with pytest.raises(ValueError, match="bad fault trigger at_roll_call"):
+        _kill(0, "at_roll_call", when, 1)
+
+
 def test_at_step_faults_are_due_by_committed_step() -> None:
     slow_fixed = ScheduledFault(index=1, trigger="at_step", when=5, action="slow", targets=(2,),
                                 for_s=1.0, factor=3.0)

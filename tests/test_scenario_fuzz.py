@@ -83,7 +83,7 @@ def test_fuzzed_scenarios_run_clean(request: pytest.FixtureRequest) -> None:
 def test_every_key_and_fault_family_is_drawn(request: pytest.FixtureRequest) -> None:
     """Every key of every section (walked from the pydantic models, so a key
     added there fails here until the generator draws it), every value of a
-    key with a fixed set of them, every fault family with both triggers,
+    key with a fixed set of them, every fault family with each trigger,
     faults near the start and the end, and each size tier are drawn."""
     seen: set[str] = set()
 

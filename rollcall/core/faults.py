@@ -3,8 +3,9 @@
 Pure bookkeeping. :class:`FaultPlan` is handed the scenario's schedule as
 :class:`ScheduledFault` values (``rollcall.config.fault_plan`` builds them)
 and the run's :class:`~rollcall.core.failures.Draws`, and decides *what* is
-due *when*: a scripted fault by seconds since training started (``at_s``) or
-by committed step (``at_step``); a node's random crash after the core's
+due *when*: a scripted fault by seconds since training started (``at_s``), by
+committed step (``at_step``) or by a protocol event, the keeper opening the
+roll call for a generation (``at_roll_call``); a node's random crash after the core's
 lifetime of (seed, node, k), and its random slowdowns, the draws the sim
 makes too. It is told ``now`` (training time) and which nodes are up; it
 reads no clock. The driver carries each :class:`Due` out (the real target's
@@ -17,13 +18,15 @@ from __future__ import annotations
 import dataclasses
 import heapq
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from rollcall.core.failures import Draws
 
 __all__ = ["Due", "FaultPlan", "ScheduledFault"]
 
-TRIGGERS = ("at_s", "at_step")
+TRIGGERS = ("at_s", "at_step", "at_roll_call")
+#: a roll call's opening in the history: the keeper's record, on both targets
+_ROLL_CALL_OPENS = ("round", "invoke")
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,8 @@ class ScheduledFault:
 
     ``index`` is its place in the schedule (ties of ``when`` go in that
     order, and :attr:`Due.index` names it). ``when`` is seconds since
-    training started for ``at_s``, a committed step for ``at_step``.
+    training started for ``at_s``, a committed step for ``at_step``, a
+    generation (>= 1) for ``at_roll_call``.
     ``targets`` is what the fault hits, as :attr:`Due.targets` carries it:
     worker ids or ``"random"`` (kill, pause, slow, late_heartbeats), a count
     (join), a rack (kill_rack), a host index or ``"random"`` (lose_host,
@@ -57,7 +61,9 @@ class ScheduledFault:
     def __post_init__(self) -> None:
         if self.trigger not in TRIGGERS:
             raise ValueError(f"unknown fault trigger {self.trigger!r}")
-        if not self.when >= 0 or (self.trigger == "at_step" and self.when != int(self.when)):
+        whole = self.trigger != "at_s"
+        least = 1 if self.trigger == "at_roll_call" else 0
+        if not self.when >= least or (whole and self.when != int(self.when)):
             raise ValueError(f"bad fault trigger {self.trigger} {self.when!r}")
 
     def due(self) -> "Due":
@@ -88,8 +94,9 @@ class Due:
 
 
 class FaultPlan:
-    """The run's faults, due by training time (:meth:`due_by_time`) and by
-    committed step (:meth:`due_by_step`); random crashes and slowdowns of the
+    """The run's faults, due by training time (:meth:`due_by_time`), by
+    committed step (:meth:`due_by_step`) and by the keeper's records
+    (:meth:`due_by_record`); random crashes and slowdowns of the
     nodes it is told are up (:meth:`node_up`), drawn from ``draws``.
 
     Crashes and slowdowns wait in heaps (a node's entry is void once it goes
@@ -106,6 +113,7 @@ class FaultPlan:
         order = sorted(schedule, key=lambda f: (f.when, f.index))
         self._by_time: list[ScheduledFault] = [f for f in order if f.trigger == "at_s"]
         self._by_step: list[ScheduledFault] = [f for f in order if f.trigger == "at_step"]
+        self._by_roll_call: list[ScheduledFault] = [f for f in order if f.trigger == "at_roll_call"]
         self._epoch: dict[int, int] = {}  # worker id -> hardware lives begun (voids old entries)
         self._crashes: list[tuple[float, int, int]] = []  # (training-time, worker, epoch)
         # (training-time, worker, epoch, factor) of each node's next random slowdown
@@ -187,6 +195,21 @@ class FaultPlan:
             self._by_step = [f for f in self._by_step if not _early(f, committed)]
         while self._by_step and self._by_step[0].when <= committed:
             out.append(self._by_step.pop(0).due())
+        return out
+
+    def due_by_record(self, record: Mapping[str, Any]) -> list[Due]:
+        """The faults that history record ``record`` makes due: those scripted
+        ``at_roll_call: N`` once the keeper opens the roll call for generation
+        N or a later one (its ``invoke round`` record; a roll call a new
+        keeper opens again does not fire them twice), in schedule order. A
+        driver hands in every record the keeper writes and carries the faults
+        out after the keeper's outputs of the moment, never inside them."""
+        if not self._by_roll_call or (record.get("f"), record.get("type")) != _ROLL_CALL_OPENS:
+            return []
+        generation = record["gen"]
+        out = []
+        while self._by_roll_call and self._by_roll_call[0].when <= generation:
+            out.append(self._by_roll_call.pop(0).due())
         return out
 
     def next_step(self) -> Optional[int]:
