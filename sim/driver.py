@@ -302,6 +302,8 @@ class Simulation:
         self.carry_head_s = 0.0  # the carried partial step's head_s (see StepRun)
         self.silent_members = 0
         self.isolated: set[int] = set()  # cut off from the keeper only (isolate_keeper)
+        # late_heartbeats: worker -> its process's start, while its beats are held
+        self.beats_held: dict[int, float] = {}
         self.stale: IdRuns = EMPTY  # members copying / loading the state
         self.answered = 0  # the latest round the members answered
         self.state_bytes = w.model_params * w.bytes_per_param
@@ -360,11 +362,17 @@ class Simulation:
         # Every tracked worker but the silent ones beat just now: name the
         # few silent nodes (down, or paused), not the 10^4 live ones.
         silent = _ids_of_flags(~(self.nodes.proc & ~self.nodes.paused))
+        if self.beats_held:  # live, but their beats are late
+            silent = silent | tuple(sorted(self.beats_held))
         t = _perf()
         self.keeper.observe_alive_except(now, silent)
         out = self.keeper.handle_timer(now)
         self.keeper_s += _perf() - t
         self._apply(now, out)
+        if self.beats_held:  # whatever it heard from them since, the keeper's own timer
+            t_next = self.keeper.get_timer()
+            if t_next is not None and self.state != DONE:
+                self.alarm(max(t_next, now))
 
     def _exited(self, w: int, incarnation: int) -> None:
         """The host of killed node ``w`` reports its process's exit.
@@ -531,6 +539,7 @@ class Simulation:
         self.nodes.started_at[w] = now
         self.agents.pop(w, None)
         self.undelivered.pop(w, None)
+        self.beats_held.pop(w, None)
         a = Agent(w, incarnation, self.sc.detector.heartbeat_s)  # the node ran no process
         msgs = [act.message for act in a.start(now, None) if isinstance(act, SendToKeeper)]
         self.bulk.absorb(a)
@@ -715,6 +724,36 @@ class Simulation:
             self.isolated.add(w)
         self._go_silent(now, w, stall=not peers)
         return True
+
+    def hold_beats(self, now: float, w: int, last: float) -> bool:
+        """``late_heartbeats``: node ``w``'s beats after the one that reached
+        the keeper at ``last`` are held (the worker holds them); all else it
+        sends and hears is on time: it answers roll calls, votes and trains.
+        The verdict is the keeper's detector's. False when it runs no live
+        process or its beats are held already."""
+        if not self.alive(w) or w in self.beats_held:
+            return False
+        self.beats_held[w] = float(self.nodes.started_at[w])
+        self.keeper.observe_alive(last, (w,))  # the keeper's clock: when it saw the beat
+        self.alarm(self.detector.expiry(last))
+        return True
+
+    def release_beats(self, w: int, phase: float) -> None:
+        """The held beat of ``w``'s process started at ``phase`` leaves now and
+        reaches the keeper a latency later; its beats are on time again. A
+        life the keeper evicted meanwhile learns so from the answer and
+        comes back as a newcomer."""
+        if self.state == DONE or self.beats_held.get(w) != phase:
+            return
+        del self.beats_held[w]
+        if not self.alive(w):
+            return  # stopped since: it beats when it wakes
+        now = self.env.now
+        a = self._agent_for(now, w)
+        self.agent_actions(now, w, a.handle_timer(now))
+        if self.agents.get(w) is a:  # beating again: back among the bulk
+            del self.agents[w]
+            self.bulk.absorb(a)
 
     def resume(self, w: int, epoch: int, record: bool = True) -> None:
         if self.nodes.pause_epoch[w] != epoch or not self.nodes.paused[w] or self.state == DONE:

@@ -9,12 +9,13 @@ straggler, the keeper's straggler policy) must tell them from it.
   S; its work and its other messages are on time. What the keeper sees is
   one silence of about D at the start (more than one if the beats come in
   bursts), then the usual cadence: :func:`sim.network.held_beat_gaps` with
-  a constant cost. A silence past the detector's tolerance (its nominal
-  ``silence_s``: the sim's beats are on time) is handed to
-  :meth:`sim.network.NetFaults.silences`, the same path a delayed link's
-  beats take: the worker is silent to the keeper while its peers still
-  reach it, so the keeper decides; if it evicts, the worker learns so when
-  its late beat arrives and comes back as a newcomer, as on real.
+  a constant cost. Over a silence past the detector's tolerance (its
+  nominal ``silence_s``: the sim's beats are on time) the driver holds the
+  worker's beats (``World.hold_beats``): the keeper last saw it at the
+  gap's last beat, while the worker answers roll calls, votes and trains
+  on time, so the keeper decides; if it evicts, the worker learns so when
+  its late beat arrives (``World.release_beats``) and comes back as a
+  newcomer, as on real.
 * ``slow: W, factor: F, for_s: S``: W computes its share of each step F
   times slower for S seconds (a straggler: thermal throttling, a noisy
   neighbour); its heartbeats stay on time. In synchronous data parallelism
@@ -129,8 +130,17 @@ class GrayFaults:
             phase = float(sim.nodes.started_at[w])
             gaps = held_beat_gaps(phase, sim.detector.heartbeat_s, sim.lat, now, now + for_s,
                                   sim.detector.silence_s(), lambda: sim.lat + delay_s)
-            sim.net.silences(w, phase, gaps)
+            for last, arrival in gaps:
+                sim.at(last, self._held, w, phase, last, arrival)
             sim.at(now + for_s, self._on_time, w, phase)
+
+    def _held(self, w: int, phase: float, last: float, arrival: float) -> None:
+        """W's beat that arrived at ``last`` is its last until ``arrival``."""
+        sim = self.sim
+        if sim.state == DONE or float(sim.nodes.started_at[w]) != phase:
+            return  # the run ended, or another process runs there now
+        if sim.hold_beats(sim.env.now, w, last):
+            sim.at(arrival - sim.lat, sim.release_beats, w, phase)
 
     def _on_time(self, w: int, phase: float) -> None:
         """The beats W sends from now on leave on time (the backlog drains)."""

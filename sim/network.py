@@ -345,13 +345,9 @@ class NetFaults:
         sim = self.sim
         phase = float(sim.nodes.started_at[w])
         hb, silence = sim.detector.heartbeat_s, sim.detector.silence_s()
-        self.silences(w, phase, self.links.beat_gaps(w, host, phase, hb, t0, t1, silence))
-
-    def silences(self, w: int, phase: float, gaps: Iterable[tuple[float, float]]) -> None:
-        """Worker ``w`` (its process started at ``phase``) is silent to the keeper
-        from each gap's last beat to the next one's arrival (its peers still
-        reach it): a degraded link's, or late heartbeats' (:mod:`sim.gray`)."""
-        for last, arrival in gaps:
+        for last, arrival in self.links.beat_gaps(w, host, phase, hb, t0, t1, silence):
+            # silent to the keeper from the gap's last beat to the next one's
+            # arrival; its peers still reach it
             self.sim.at(last, self._silent, w, phase, last, arrival)
 
     # -- effects -------------------------------------------------------------

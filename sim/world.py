@@ -56,8 +56,6 @@ class LinkFaults(Protocol):
 
     def reprice(self, now: float) -> None: ...
 
-    def silences(self, w: int, phase: float, gaps: Iterable[tuple[float, float]]) -> None: ...
-
 
 class GrayFailures(Protocol):
     """Slow members and late heartbeats (:class:`sim.gray.GrayFaults`)."""
@@ -160,6 +158,12 @@ class World(Protocol):
 
     def cut_off(self, now: float, w: int, peers: bool = False) -> bool:
         """Node ``w`` reaches nobody (``peers``: only the keeper) from now on."""
+
+    def hold_beats(self, now: float, w: int, last: float) -> bool:
+        """Node ``w``'s beats after ``last`` are held; all else it sends is on time."""
+
+    def release_beats(self, w: int, phase: float) -> None:
+        """The held beat of ``w``'s process started at ``phase`` leaves now."""
 
     def resume(self, w: int, epoch: int, record: bool = True) -> None:
         """Node ``w``, cut off in pause epoch ``epoch``, reaches everyone again."""

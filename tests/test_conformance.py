@@ -2,11 +2,14 @@
 
 Each shipped real scenario with scripted faults (``scenarios/real-*.yaml``),
 the regression scenario ``tests/data/scenarios/chaos-cr-kill-join-kill.yaml``
-and two that cross fault families (``cross-lose-host-kill-keeper``: a host
+and four that cross fault families (``cross-lose-host-kill-keeper``: a host
 lost, then the active keeper killed; ``cross-partition-restart``: a kill
-under checkpoint-restart while the other host is partitioned away) runs
-once on each target: all twenty-two have a schedule, none has random
-lifetimes, so none is skipped.
+under checkpoint-restart while the other host is partitioned away;
+``cross-join-during-roll-call``: a newcomer arriving during the roll call
+a kill opened; ``cross-slow-late-heartbeats``: a straggler evicted, then
+late heartbeats from the roll call that opens; the last two are triggered
+by that protocol event, ``at_roll_call``) runs once on each target: all
+twenty-four have a schedule, none has random lifetimes, so none is skipped.
 :mod:`rollcall.decisions` reads the decision sequence from each history
 alone: generations (gen, members, cursor, source, stale, reason),
 evictions (worker, incarnation, reason), restarts (gen, reason), relaunch
@@ -126,6 +129,15 @@ cross-partition-restart    gen 1; the killed worker's eviction (exited);
                            incarnations: the cut host's workers too); gen 2
                            (all: it forms once the cut heals); end
                            (namespaces on real)
+cross-join-during-         gen 1; the killed worker's eviction (exited);
+roll-call                  gen 2 (all but reason: the newcomer admitted by
+                           the roll call the kill opened); end
+cross-slow-late-           gen 1; the straggler's eviction (straggler);
+heartbeats                 gen 2 (all); the late worker's eviction
+                           (timeout); gen 3 (gen, members, reason); gen 4
+                           and 5 (growth: the late worker back as a
+                           newcomer, then the straggler after its holdout;
+                           gen, members, reason); end
 =========================  ===================================================
  ``real-roll-call-kill`` runs as
 shipped (kill 1 and pause 3 at step 10); the extra kill during the open roll
@@ -165,7 +177,8 @@ SCENARIOS = ROOT / "scenarios"
 pytestmark = REAL_PROCESSES
 
 SHIPPED = sorted(p.stem for p in SCENARIOS.glob("real-*.yaml")) + [
-    "chaos-cr-kill-join-kill", "cross-lose-host-kill-keeper", "cross-partition-restart"]
+    "chaos-cr-kill-join-kill", "cross-join-during-roll-call", "cross-lose-host-kill-keeper",
+    "cross-partition-restart", "cross-slow-late-heartbeats"]
 # a scenario without a schedule, or with random lifetimes, has no scripted
 # decisions to compare (none ships today; the coverage test keeps it so)
 SKIPPED: dict[str, str] = {}
@@ -210,7 +223,7 @@ def test_every_shipped_real_scenario_is_covered() -> None:
         sc = load_scenario(scenario_path(name), [])
         unscripted = not sc.failures.schedule or sc.failures.worker_mtbf_s is not None
         assert unscripted == (name in SKIPPED), (name, "update SKIPPED and the docstring")
-    assert len(SHIPPED) == 22, SHIPPED  # the docstring names each of them
+    assert len(SHIPPED) == 24, SHIPPED  # the docstring names each of them
 
 
 @pytest.mark.timeout(150)

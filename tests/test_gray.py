@@ -54,6 +54,32 @@ def test_a_fixed_timeout_evicts_a_worker_whose_beats_are_late(tmp_path: Path) ->
     assert [r["t"] - fault["t"] for r in heal] == pytest.approx([2.0])
 
 
+def test_a_worker_whose_beats_are_late_answers_a_roll_call_on_time(tmp_path: Path) -> None:
+    """Only the beats are late: when the late heartbeats start as a roll
+    call opens (``at_roll_call``), the worker answers it at once and is in
+    the generation it forms; the keeper, which heard it in that answer,
+    evicts it one timeout after it, not after its last beat. Then it
+    learns of the eviction from its late beat's answer and rejoins."""
+    from sim import driver as sim_driver
+
+    path = ROOT / "tests" / "data" / "scenarios" / "cross-slow-late-heartbeats.yaml"
+    sc = load_scenario(path, [], target="sim")
+    summary = sim_driver.run(sc, tmp_path)
+    assert summary["completed"] and summary["valid"], summary["violations"]
+    history = list(read_history(tmp_path))
+    (fault,) = [r for r in history if r["f"] == "fault" and r["kind"] == "late_heartbeats"]
+    (opened,) = [r for r in history if r["f"] == "round" and r["type"] == "invoke" and r["gen"] == 2]
+    assert fault["t"] == opened["t"] and fault["workers"] == [1]
+    assert generations(history)[1] == (2, [0, 1, 3], "straggler")
+    formed = [r for r in history if r["f"] == "generation" and r["gen"] == 2][0]
+    late = [r for r in history if r["f"] == "evict" and r["worker"] == 1]
+    assert [r["reason"] for r in late] == ["timeout"]
+    # its answer closed the roll call: the keeper heard it as the generation formed
+    assert late[0]["t"] == pytest.approx(formed["t"] + sc.detector.timeout_s)
+    assert generations(history)[2:] == [(3, [0, 3], "failure"), (4, [0, 1, 3], "growth"),
+                                        (5, [0, 1, 2, 3], "growth")]
+
+
 def test_phi_keeps_a_worker_whose_beats_are_late_and_still_evicts_the_dead(tmp_path: Path) -> None:
     _, history = sim_run(tmp_path / "late", "detector.kind=phi")
     assert evictions(history) == []
