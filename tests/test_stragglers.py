@@ -175,6 +175,30 @@ def test_reports_of_another_generation_or_during_a_round_are_not_judged() -> Non
     assert not records(out, "evict")
 
 
+@pytest.mark.parametrize("slow", [{5: 0.04}, {1: 0.03, 2: 0.03, 3: 0.03}, {0: 0.04}])
+def test_the_bulk_form_judges_only_members_with_micro_batches(slow: dict[int, float]) -> None:
+    """Eight members, four micro-batches a step: ranks 4-7 compute nothing.
+    A simulator's bulk report and the members' own reports (a member with
+    no micro-batch reports a load of 0) reach the same verdicts: a slow
+    member without micro-batches is no straggler, and the bar is the median
+    of the four that compute (three of them slow: the slow pace is typical)."""
+    policy = StragglerPolicy(2.0, 3, 10.0, global_batch=16, micro_batch=4, full_workers=8)
+    bulk, each = keeper(n=8, policy=policy), keeper(n=8, policy=policy)
+    out_bulk = bulk.report_steps(5.0, 1, 0, 4, 0.01, slow)
+    out_each = []
+    for s in range(5):
+        for rank, w in enumerate(each.members):
+            load = 1 if rank < 4 else 0
+            each.commit(5.0, w, 0, 1, s)
+            out_each += each.report_compute(5.0, w, 0, 1, s, slow.get(w, 0.01) * load, load)
+    def verdicts(out: list) -> list[tuple]:
+        return [(r["f"], r["worker"], r.get("reason"), r.get("decision"))
+                for r in records(out, "evict") + records(out, "straggler")]
+
+    assert verdicts(out_bulk) == verdicts(out_each)
+    assert verdicts(out_bulk) == ([("evict", 0, "straggler", None)] if slow == {0: 0.04} else [])
+
+
 def test_a_benched_straggler_that_dies_is_forgotten() -> None:
     k = keeper()
     k.report_steps(5.0, 1, 0, 9, 0.01, {3: 0.04})

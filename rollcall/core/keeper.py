@@ -568,11 +568,15 @@ class Keeper:
         """Steps ``first..last`` of ``generation``: every member computed each
         of its micro-batches in ``typical_s``, but the members of ``slow``, in
         the time given (a simulator's report for the whole job, costing its
-        slow members). The straggler policy judges the steps."""
+        slow members). The straggler policy judges the steps, over the
+        members with micro-batches, as :meth:`report_compute`'s reports: a
+        rank past the step's micro-batches computes nothing, slow or not."""
         watch = self._watch
         if self._live(now) and watch is not None and self._watching(generation) and first > watch.judged:
-            mine = {w: s for w, s in slow.items() if w in self._members}
-            typical = median_with(list(mine.values()), typical_s, len(self._members) - len(mine))
+            members = self._members
+            working = min(watch.policy.shards(len(members)), len(members))  # ranks 0..working-1
+            mine = {w: s for w, s in slow.items() if w in members and members.index(w) < working}
+            typical = median_with(list(mine.values()), typical_s, working - len(mine))
             due = watch.judge(first, last, typical, mine)
             if due:
                 self._consider(now, due, watch.slow)
