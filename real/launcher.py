@@ -157,7 +157,6 @@ class Launcher:
         self.survivor_restarts = 0
         self.end_t: Optional[float] = None
         self.stop = interrupts.Stop()  # run() takes its caller's, or one of its own
-        self.batch_deadline: dict[int, float] = {}  # a batch's processes activate together till then
         self.startup_timeout_s = 180.0
         self.nemesis = Nemesis(self)  # carries out the faults the plan hands out
 
@@ -240,7 +239,6 @@ class Launcher:
         them). Returns the batch's number."""
         until = self.now() + self.startup_timeout_s
         batch = self.joins.open(lives, until)
-        self.batch_deadline[batch] = until
         self.keeper.batch(lives, until)
         return batch
 
@@ -252,7 +250,8 @@ class Launcher:
         for p in self.procs:
             if not (p.alive and p.want and p.ready and not p.activated):
                 continue
-            if p.batch is not None and now < self.batch_deadline[p.batch]:
+            until = None if p.batch is None else self.joins.until(p.batch)
+            if until is not None and now < until:
                 group = [q for q in self.procs if q.batch == p.batch and q.alive]
                 if not all(q.ready for q in group):
                     continue
@@ -272,10 +271,9 @@ class Launcher:
     def release_joins(self) -> None:
         """Hand over each batch that is complete, lost a member, or is late."""
         if self.joins.get_timer() is None:
-            return  # no batch open: the loop's every tick need not scan the processes
+            return  # no batch open
         now = self.now()
-        gone = {(p.worker, p.incarnation) for p in self.procs if not p.alive}
-        for joins in self.joins.release(now, gone):
+        for joins in self.joins.release(now):
             self.keeper.receive(now, joins)
 
     def proc_of(self, conn: Conn) -> Optional[Proc]:
@@ -300,8 +298,14 @@ class Launcher:
         except subprocess.TimeoutExpired:
             p.popen.kill()
             p.returncode = p.popen.wait()
-        p.exited_t = self.now()
+        self.ended(p)
         release(self.sel, p.pidfd, p.log)
+
+    def ended(self, p: Proc) -> None:
+        """``p``'s process is over (reaped, reported by its host agent, or gone
+        with its machine): its join batch no longer waits for it."""
+        p.exited_t = self.now()
+        self.joins.exited((p.worker, p.incarnation))
 
     def kill_now(self) -> None:
         """SIGKILL every process of the run at once, by PID, and wait for none
@@ -323,7 +327,7 @@ class Launcher:
             self.fleet.close()
             for p in self.procs:
                 if p.exited_t is None:
-                    p.exited_t = self.now()
+                    self.ended(p)
         for p in self.procs:
             if p.popen is None:
                 continue
@@ -338,7 +342,7 @@ class Launcher:
                     p.popen.wait(timeout=10)
                 except Exception:  # noqa: BLE001
                     pass
-                p.exited_t = self.now()
+                self.ended(p)
                 p.returncode = p.popen.returncode
                 release(self.sel, p.pidfd, p.log)
         self.keeper.close()  # keeper processes and etcd, if any
@@ -470,7 +474,7 @@ class Launcher:
             p.remote_pid = value
         elif p.exited_t is None:
             p.returncode = value
-            p.exited_t = self.now()
+            self.ended(p)
             self.on_exit(p)
 
     def take_down_host(self, host: int) -> None:
@@ -483,7 +487,7 @@ class Launcher:
             if p.host == host and p.alive:
                 p.fault = p.fault or "crash"
                 p.paused = False
-                p.exited_t = self.now()
+                self.ended(p)
         self.nemesis.forget_dead()
 
     def authenticated_frame(self, conn: Conn, frame: tuple, now: float) -> None:
@@ -676,11 +680,9 @@ class Launcher:
         done_t = self.completion.get_timer()
         if done_t is not None:
             times.append(done_t)  # the members' final reports stop being waited for
-        if any(p.alive and p.want and not p.activated for p in self.procs):
-            times += [t for t in self.batch_deadline.values() if t > self.now()]
         jt = self.joins.get_timer()
-        if jt is not None:
-            times.append(jt)  # a batch's Joins go at its deadline at the latest
+        if jt is not None:  # a batch's processes activate, and its Joins go, by then
+            times.append(jt)
         times += self.service.auth_deadlines()
         if self.roll_call_faults:
             times.append(self.now())

@@ -26,19 +26,21 @@ def test_a_batch_goes_once_complete_in_id_order() -> None:
 
 def test_a_late_batch_goes_with_what_it_holds_and_later_joins_pass() -> None:
     b = JoinBatches()
-    b.open([(0, 1), (1, 1)], until=5.0)
+    number = b.open([(0, 1), (1, 1)], until=5.0)
     assert b.hold(1.0, (0, 1), join(0, 1))
-    assert b.get_timer() == 5.0
+    assert b.get_timer() == 5.0 and b.until(number) == 5.0
     assert b.release(4.9) == []
     assert b.release(5.0) == [[join(0, 1)]]
+    assert b.until(number) is None and b.get_timer() is None
     assert not b.hold(6.0, (1, 1), join(1, 1))  # its batch is gone: straight to the keeper
 
 
-def test_an_exit_or_a_gone_life_does_not_hold_the_others() -> None:
+def test_an_exit_does_not_hold_the_others() -> None:
     b = JoinBatches()
     b.open([(0, 0), (1, 0)], until=100.0)
     assert b.hold(1.0, (0, 0), join(0))
-    assert b.release(1.0, gone={(1, 0)}) == [[join(0)]]
+    b.exited((1, 0))  # before it sent its Join
+    assert b.release(1.0) == [[join(0)]]
     b.open([(0, 1), (1, 1)], until=100.0)
     assert b.hold(2.0, (1, 1), join(1, 1))
     b.exited((0, 1))

@@ -20,7 +20,7 @@ next (:meth:`JoinBatches.get_timer`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Container, Iterable, Optional
+from typing import Iterable, Optional
 
 from rollcall.core.messages import Join
 
@@ -34,9 +34,9 @@ class _Batch:
     sent: set[Life] = field(default_factory=set)
     held: list[tuple[int, Join]] = field(default_factory=list)
 
-    def complete(self, gone: Container[Life]) -> bool:
-        """Whether every life still alive (not ``gone``) has sent its Join."""
-        return all(life in self.sent for life in self.lives if life not in gone)
+    def complete(self) -> bool:
+        """Whether every life still alive (not :meth:`JoinBatches.exited`) has sent its Join."""
+        return self.sent >= self.lives
 
 
 class JoinBatches:
@@ -75,18 +75,23 @@ class JoinBatches:
         for batch in self._batches.values():
             batch.lives.discard(life)
 
-    def release(self, now: float, gone: Container[Life] = ()) -> list[list[Join]]:
-        """The held Joins of each batch that is complete (every life alive,
-        not in ``gone``, sent its Join) or late, each batch's in id order;
-        those batches close."""
+    def release(self, now: float) -> list[list[Join]]:
+        """The held Joins of each batch that is complete (every life that has
+        not exited sent its Join) or late, each batch's in id order; those
+        batches close."""
         out = []
         for number, batch in list(self._batches.items()):
-            if now < batch.until and not batch.complete(gone):
+            if now < batch.until and not batch.complete():
                 continue
             del self._batches[number]
             if batch.held:
                 out.append([join for _, join in sorted(batch.held, key=lambda x: x[0])])
         return out
+
+    def until(self, number: int) -> Optional[float]:
+        """Batch ``number``'s deadline while it is open (None: released)."""
+        batch = self._batches.get(number)
+        return None if batch is None else batch.until
 
     def get_timer(self) -> Optional[float]:
         """When the next open batch's time is up (None: none is open)."""
