@@ -585,6 +585,8 @@ class Simulation:
         assert kind in _NODE_DOWN, kind
         if not self.nodes.hw[w]:
             return
+        if self.runs:  # the votes that reached the keeper while it voted count
+            self.cast_votes(now)
         self.tally.counts[_NODE_DOWN[kind]] += 1
         if record:
             self.write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
@@ -717,6 +719,8 @@ class Simulation:
         when it runs no live process."""
         if not self.alive(w):
             return False
+        if self.runs:  # the votes that reached the keeper while it voted count
+            self.cast_votes(now)
         self._agent_for(now, w)
         self.nodes.paused[w] = True
         self.nodes.pause_epoch[w] += 1
@@ -960,6 +964,9 @@ class Simulation:
     def _vote(self, t: float, run: StepRun, k: int) -> None:
         """The vote on steps ``voted+1..k`` of ``run``: the keeper's commit rule."""
         first, last = run.first + run.voted, run.first + k - 1
+        # the keeper hears the run's last vote when it arrives: no later input
+        # came since (each casts the votes that reached it first)
+        t = min(t, run.vote_at(k, self.lat))
         if not run.refused:
             w = self._voter()
             verdict = self.keeper.commit(t, w, self.nodes.life_of(w), run.gen, first, last)

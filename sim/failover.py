@@ -91,6 +91,7 @@ class KeeperFailover:
         keeper = sim.keeper
         sim.write(rec(now, "info", "fault", NEMESIS, kind="partition_keeper",
                        term=keeper.term, for_s=for_s))
+        sim.cast_votes(now)  # the commit requests that reached it were answered
         ttl_s = sim.sc.keeper.lease_ttl_s
         renewed = last_renewal(self.took_over_at, now, ttl_s)
         until = renewed + LEASE_MARGIN * ttl_s
