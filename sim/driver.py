@@ -18,16 +18,18 @@ What is simulated, and where the core decides
   (``network.latency_s``; a ``delay`` or ``loss`` fault degrades one host's
   link: :mod:`sim.network` prices the heartbeats, the exchange and single
   messages through it).
-* **Failure detection** is not simulated beat by beat. When a node goes
-  silent (crash or pause) the driver tells the keeper when its last beat
-  arrived (``observe_alive`` at that instant) and schedules a keeper tick at
-  ``detector.detection_time`` (the core's policy). At every tick the keeper
-  is first told that every tracked node but the silent ones is alive
-  (``observe_alive_except(now, silent)``), then ``handle_timer(now)`` gives
-  the verdict. While a round is open its own deadlines are followed too
-  (last call, join timeout, relaunch timeout: the round fields behind
-  ``Keeper.get_timer``, without the expiry of healthy workers whose beats
-  are not simulated).
+* **Failure detection** is not simulated beat by beat: the keeper is told
+  in the core's exact bulk form. At every tick it hears that every tracked
+  node but the silent ones beats on time (``observe_beating_except(now,
+  silent)``: those never expire). When a node goes silent (crash, pause,
+  beats held back) the driver tells it when the node's last beat arrived
+  (``observe_silent``, at ``detector.last_arrival``). The keeper is woken
+  at its own timer, ``Keeper.get_timer`` (:meth:`Simulation.rearm` after
+  every call that may move it): a silent node's expiry, a round's
+  deadlines, the lease, giving up; ``handle_timer(now)`` gives the
+  verdicts. The keeper hears commit votes when they arrive (each input
+  first casts those that reached it, and a node's loss or the keeper's
+  cut from etcd casts them too).
 * **Exits.** A scripted ``kill`` (or ``kill_rack``) kills the node's
   process and its host sees it exit, as the real launcher does through a
   pidfd: the driver reports ``Keeper.exited`` ``detector.exit_notice_s``
@@ -215,6 +217,7 @@ class Simulation:
             config = dataclasses.replace(config, relaunch_timeout_s=relaunch_timeout_s)
         self.detector = config.detector
         self.keeper = Keeper(config)
+        self.keeper.observe_beating_except(0.0, ())  # the workers it will track beat on time
         self.policy = job_policy(sc)
         self.draws = draws(sc)  # node lifetimes and random targets, as on real
         # which fault is due when: the core's plan, as on real (under
@@ -247,7 +250,7 @@ class Simulation:
         self.end_reason = ""
         self.recorder = Recorder(Path(out_dir) if out_dir is not None else None, flush_every)
         self.records = self.recorder.records  # the history, kept for the checkers
-        self._alarms: set[tuple[float, bool]] = set()
+        self._alarms: set[float] = set()  # the instants a keeper wake is set for
         self.keeper_s = 0.0  # wall time spent inside the core's Keeper (profiling aid)
         self.check_s = 0.0
         self.done = self.env.event()
@@ -352,27 +355,30 @@ class Simulation:
         self.keeper_s += _perf() - t
         self._apply(now, out)
 
-    def _ktick(self, now: float, detection: bool = True) -> None:
-        self._alarms.discard((now, detection))
-        if self.state == DONE or self.failover.down or (
-                not detection and self.keeper.next_round_deadline() is None):
-            return  # a round timer outlived its round: the keeper has nothing due
+    def _ktick(self, now: float, votes: bool = False) -> None:
+        """The keeper's timer fired (or, with ``votes``, a vote reaches it)."""
+        self._alarms.discard(now)
+        if self.state == DONE or self.failover.down:
+            return
+        due = self.keeper.get_timer()
+        if not votes and (due is None or due > now):
+            return  # the timer moved since this wake was set: nothing is due
         self.cast_votes(now)
         self.tally.counts["keeper_calls"] += 1
-        # Every tracked worker but the silent ones beat just now: name the
-        # few silent nodes (down, or paused), not the 10^4 live ones.
-        silent = _ids_of_flags(~(self.nodes.proc & ~self.nodes.paused))
-        if self.beats_held:  # live, but their beats are late
-            silent = silent | tuple(sorted(self.beats_held))
         t = _perf()
-        self.keeper.observe_alive_except(now, silent)
+        self.vouch(now)
         out = self.keeper.handle_timer(now)
         self.keeper_s += _perf() - t
         self._apply(now, out)
-        if self.beats_held:  # whatever it heard from them since, the keeper's own timer
-            t_next = self.keeper.get_timer()
-            if t_next is not None and self.state != DONE:
-                self.alarm(max(t_next, now))
+
+    def vouch(self, now: float) -> None:
+        """Tell the keeper which of the workers it tracks beat on time: all
+        but the silent few (down, paused, or with beats held back), named
+        instead of the 10^4 live ones (Keeper.observe_beating_except)."""
+        silent = _ids_of_flags(~(self.nodes.proc & ~self.nodes.paused))
+        if self.beats_held:  # live, but their beats are late
+            silent = silent | tuple(sorted(self.beats_held))
+        self.keeper.observe_beating_except(now, silent)
 
     def _exited(self, w: int, incarnation: int) -> None:
         """The host of killed node ``w`` reports its process's exit.
@@ -386,11 +392,18 @@ class Simulation:
         """
         self.keeper_call(self.env.now, self.keeper.exited, w, incarnation)
 
-    def alarm(self, t: float, detection: bool = True) -> None:
-        key = (t, detection)
-        if key not in self._alarms:
-            self._alarms.add(key)
-            self.at(t, self._ktick, t, detection)
+    def rearm(self, now: float) -> None:
+        """Wake the keeper at its own timer (Keeper.get_timer: a round's
+        deadline, a silent worker's expiry, the lease, giving up), after any
+        call that may have moved it; a wake already set for that instant serves."""
+        if self.state == DONE or self.failover.down:
+            return
+        t = self.keeper.get_timer()
+        if t is not None:
+            t = max(t, now)
+            if t not in self._alarms:
+                self._alarms.add(t)
+                self.at(t, self._ktick, t)
 
     def _apply(self, now: float, outputs: list) -> None:
         """Turn the keeper's outputs into simulated effects. A ``Persist``
@@ -439,7 +452,7 @@ class Simulation:
             self._apply(now, held)
         if due:  # once the keeper's outputs of this instant are carried out
             self.at(now, self._scripted, due)
-        self._round_alarm(now)
+        self.rearm(now)
 
     def _scripted(self, due: list[Due]) -> None:
         """Carry out scripted faults the keeper's records made due."""
@@ -448,16 +461,6 @@ class Simulation:
             if self.state == DONE:
                 return
             self.nemesis.scripted(self.env.now, schedule[fault.index])
-
-    def _round_alarm(self, now: float) -> None:
-        """Wake for the keeper's next round deadline (last call, join timeout,
-        the relaunch, a restarting group's loss), after any call that may
-        have moved it. Silent workers' verdicts have their own alarms (see
-        _go_silent); the keeper's get_timer() would also report the expiry
-        of every healthy worker, whose beats are not simulated."""
-        deadline = self.keeper.next_round_deadline()
-        if deadline is not None and self.state != DONE:
-            self.alarm(max(deadline, now), detection=False)
 
     # ------------------------------------------------------------------ agents
 
@@ -564,9 +567,9 @@ class Simulation:
         """Node ``w`` stops beating now: tell the keeper its last beat, schedule
         the verdict; a member stalls the job (its collective hangs) unless
         its peers still reach it (``stall`` false: only the keeper lost it)."""
-        t_d = self.detector.detection_time(now, float(self.nodes.started_at[w]), self.lat)
-        self.keeper.observe_alive(t_d - self.detector.silence_s(), (w,))
-        self.alarm(t_d)
+        last = self.detector.last_arrival(now, float(self.nodes.started_at[w]), self.lat)
+        self.keeper.observe_silent(last, (w,))
+        self.rearm(now)
         if stall:
             self._member_silent(now, w)
 
@@ -597,7 +600,7 @@ class Simulation:
         self.nodes.starting[w] = -1  # a relaunched process still starting never starts
         if not self.failover.down:  # else the supervisor tells the next keeper
             self.keeper.node_down(now, w)
-            self._round_alarm(now)  # a restarting group's loss fails the restart
+            self.rearm(now)  # a restarting group's loss fails the restart
         if self.nodes.proc[w]:
             if kind != "crash":
                 self.nodes.exit_seen[w] = self.nodes.life_of(w)
@@ -738,8 +741,8 @@ class Simulation:
         if not self.alive(w) or w in self.beats_held:
             return False
         self.beats_held[w] = float(self.nodes.started_at[w])
-        self.keeper.observe_alive(last, (w,))  # the keeper's clock: when it saw the beat
-        self.alarm(self.detector.expiry(last))
+        self.keeper.observe_silent(last, (w,))  # the keeper's clock: when it saw the beat
+        self.rearm(now)
         return True
 
     def release_beats(self, w: int, phase: float) -> None:
@@ -1020,7 +1023,7 @@ class Simulation:
         self._vote_wake = None
         if self.state == DONE:
             return
-        self._ktick(self.env.now)
+        self._ktick(self.env.now, votes=True)
         self._watch_votes()
 
     def _abandon(self, now: float) -> None:
@@ -1376,11 +1379,6 @@ class Simulation:
         if not self.done.triggered:
             self.done.succeed()
 
-    def _give_up_due(self) -> None:
-        """The keeper's deadline for a job that is not done (KeeperConfig.give_up_at_s)."""
-        if self.state != DONE:
-            self.keeper_call(self.env.now, self.keeper.handle_timer)
-
     def _horizon(self) -> None:
         self._finish(self.env.now, False, "horizon: simulated time limit reached")
 
@@ -1477,9 +1475,9 @@ class Simulation:
         self.nemesis.proc = env.process(self.nemesis.process())
         if self.failover.mtbf_s is not None:
             env.process(self.failover.process())
-        # the keeper gives up a job not done by horizon_s (woken here); the
+        # the keeper gives up a job not done by horizon_s (its own timer); the
         # sim's own bound, twice that, ends a run no keeper serves any more
-        self.at(horizon_s(sc), self._give_up_due)
+        self.rearm(0.0)
         self.at(2 * horizon_s(sc), self._horizon)
         try:
             self._step_to_end(wall0)

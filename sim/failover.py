@@ -146,8 +146,9 @@ class KeeperFailover:
         started = nodes.lives_started() | nodes.lives_starting()
         down = [int(w) for w in np.flatnonzero(nodes.held_down)]
         sim.keeper_call(now, k.take_over, started, down, sorted(nodes.lives_exited().items()))
+        sim.vouch(now)  # the silent ones' verdicts come at the new keeper's own timer
         self._reconnect(now)
-        sim.alarm(now + sim.detector.silence_s())  # the verdicts on the silent ones
+        sim.rearm(now)
 
     def _reconnect(self, now: float) -> None:
         """Every agent reaches the new keeper and asks again what went unanswered."""

@@ -361,8 +361,8 @@ class NetFaults:
             return  # the run ended, or another process runs there now (its own beats)
         if not sim.cut_off(now, w, peers=True):
             return  # no live process (or already silent: its own verdict runs)
-        sim.keeper.observe_alive(last, (w,))  # the keeper's clock: when it saw the beat
-        sim.alarm(sim.detector.expiry(last))
+        sim.keeper.observe_silent(last, (w,))  # the keeper's clock: when it saw the beat
+        sim.rearm(now)
         epoch = int(sim.nodes.pause_epoch[w])
         sim.at(arrival - self.links.latency_s, self._release, w, epoch)
 

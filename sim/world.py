@@ -187,8 +187,11 @@ class World(Protocol):
     def keeper_receive_at(self, msgs: list) -> None:
         """Messages reach the keeper now."""
 
-    def alarm(self, t: float, detection: bool = True) -> None:
-        """Wake the keeper at ``t``."""
+    def rearm(self, now: float) -> None:
+        """Wake the keeper at its own timer, which a call may have moved."""
+
+    def vouch(self, now: float) -> None:
+        """Tell the keeper which tracked workers beat on time (all but the silent)."""
 
     def batch_actions(self, now: float, actions: list) -> list:
         """Carry out the agent batch's actions; returns its messages to the keeper."""

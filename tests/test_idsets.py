@@ -120,14 +120,24 @@ def test_id_sets_refuse_negative_ids(make) -> None:
 
 class LivenessModel(RuleBasedStateMachine):
     """Liveness vs a dict worker -> last advance instant (and one of its
-    shifted instant: an adaptive detector's extra tolerance)."""
+    shifted instant: an adaptive detector's extra tolerance), and the
+    workers said to beat on time (no instant: they never expire; leaving,
+    they were last seen when that was last said)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.live = Liveness()
         self.model: dict[int, float] = {}
         self.shifted: dict[int, float] = {}
+        self.beating: set[int] = set()
+        self.vouched: float | None = None
         self.now = 0.0
+
+    def _seen(self, ws: object, t: float) -> None:
+        """Workers of ``ws`` that are tracked and not beating advanced at ``t``."""
+        for w in ws:  # type: ignore[attr-defined]
+            if w in self.model and w not in self.beating:
+                self.model[w] = self.shifted[w] = t
 
     @rule(dt=st.floats(0.0, 5.0))
     def tick(self, dt: float) -> None:
@@ -136,32 +146,59 @@ class LivenessModel(RuleBasedStateMachine):
     @rule(w=st.integers(0, 30), extra=st.sampled_from([0.0, 0.0, 0.5, 2.0]))
     def set_one(self, w: int, extra: float) -> None:
         self.live.set(self.now, w, extra)
-        self.model[w] = self.now
-        self.shifted[w] = self.now + extra
+        if w not in self.beating:
+            self.model[w] = self.now
+            self.shifted[w] = self.now + extra
 
     @rule(ws=ids)
     def track(self, ws: list[int]) -> None:
         self.live.track(self.now, IdRuns.of(ws))
-        self.model.update({w: self.now for w in ws})
-        self.shifted.update({w: self.now for w in ws})
+        for w in ws:
+            self.model.setdefault(w, self.now)
+            self.shifted.setdefault(w, self.now)
+        self._seen(ws, self.now)
 
     @rule(ws=ids)
     def advance(self, ws: list[int]) -> None:
         self.live.advance(self.now, IdRuns.of(ws))
-        self.model.update({w: self.now for w in ws if w in self.model})
-        self.shifted.update({w: self.now for w in ws if w in self.shifted})
+        self._seen(ws, self.now)
 
     @rule(ws=ids)
     def advance_except(self, ws: list[int]) -> None:
         self.live.advance_except(self.now, IdRuns.of(ws))
-        self.model.update({w: self.now for w in self.model if w not in ws})
-        self.shifted.update({w: self.now for w in self.shifted if w not in ws})
+        self._seen([w for w in self.model if w not in ws], self.now)
+
+    @rule(ws=ids)
+    def beat_on_time_except(self, ws: list[int]) -> None:
+        self.live.beat_on_time_except(self.now, IdRuns.of(ws))
+        beating = {w for w in self.model if w not in ws}
+        for w in self.beating - beating:
+            assert self.vouched is not None
+            self.model[w] = self.shifted[w] = self.vouched
+        self.beating, self.vouched = beating, self.now
+
+    @rule(ws=ids, back=st.floats(0.0, 3.0))
+    def silent_since(self, ws: list[int], back: float) -> None:
+        t = self.now - back
+        self.live.silent_since(t, IdRuns.of(ws))
+        self.beating -= set(ws)
+        self._seen(ws, t)
+
+    @rule(w=st.integers(0, 30), extra=st.sampled_from([0.0, 0.5]))
+    def beat(self, w: int, extra: float) -> None:
+        self.live.beat(self.now, w, extra)
+        if self.vouched is not None and w in self.model:
+            self.beating.add(w)
+        elif w not in self.beating:
+            self.model[w] = self.now
+            self.shifted[w] = self.now + extra
 
     @rule(w=st.integers(0, 30))
     def drop(self, w: int) -> None:
         self.live.drop(w)
         self.model.pop(w, None)
         self.shifted.pop(w, None)
+        self.beating.discard(w)
 
     @rule(ws=ids)
     def drop_many(self, ws: list[int]) -> None:
@@ -169,19 +206,21 @@ class LivenessModel(RuleBasedStateMachine):
         for w in ws:
             self.model.pop(w, None)
             self.shifted.pop(w, None)
+            self.beating.discard(w)
 
     @rule(age=st.floats(0.0, 10.0))
     def expired(self, age: float) -> None:
         cut = self.now - age
         assert self.live.expired(lambda t: t <= cut) == sorted(
-            w for w, t in self.shifted.items() if t <= cut)
+            w for w, t in self.shifted.items() if t <= cut and w not in self.beating)
 
     @invariant()
     def same(self) -> None:
         assert list(self.live.tracked) == sorted(self.model)
         for w in range(32):
-            assert self.live.at(w) == self.model.get(w)
-        assert self.live.earliest() == (min(self.shifted.values()) if self.shifted else None)
+            assert self.live.at(w) == (self.vouched if w in self.beating else self.model.get(w))
+        silent = [t for w, t in self.shifted.items() if w not in self.beating]
+        assert self.live.earliest() == (min(silent) if silent else None)
 
 
 class LifeTableModel(RuleBasedStateMachine):

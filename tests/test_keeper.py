@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 
 from rollcall.core.detector import TimeoutDetector, Verdict
 from rollcall.core.keeper import (
-    Broadcast, Formed, JobFailed, Keeper, KeeperConfig, RestartJob, Send,
+    Broadcast, Formed, JobFailed, Keeper, KeeperConfig, Record, RestartJob, Send,
 )
 from rollcall.core.messages import (
     Checkpointed, Heartbeat, Join, JoinBatch, Leave, Membership, Refused, RollCall, StepFailed,
@@ -82,6 +82,32 @@ def test_detector_evicts_silent_member_and_survivors_resume_at_the_most_advanced
     out += k.receive(4.1, Join(1, 0, Cursor(6, 48), 1))
     (f,) = formed(out)
     assert tuple(f.members) == (0, 1) and f.cursor == Cursor(7, 56) and f.source == 0 and tuple(f.stale) == (1,)
+
+
+def test_the_bulk_form_of_heartbeats_leaves_only_the_silent_on_the_timer() -> None:
+    """A simulator says which workers beat on time instead of sending their
+    beats: the keeper's timer then names a silent worker's expiry only, and
+    its verdicts are the ones the beats would have given: the worker silent
+    since its last beat is dead one timeout later, one left out of a later
+    statement was last seen at the one before, and a heartbeat brings a
+    silent worker back."""
+    def evicted(out: list) -> list[int]:
+        return [o.record["worker"] for o in out
+                if isinstance(o, Record) and o.record["f"] == "evict"]
+
+    k = keeper()
+    start(k, 4)
+    k.observe_beating_except(1.0, [])
+    assert k.get_timer() is None  # everyone beats on time: nothing is due
+    k.observe_silent(2.5, [2])  # its last beat reached the keeper at 2.5
+    assert k.get_timer() == 5.5
+    k.observe_beating_except(3.0, [2, 3])  # 3 fell silent after the statement at 1.0
+    assert k.get_timer() == 4.0
+    assert evicted(k.handle_timer(3.9)) == []
+    assert evicted(k.handle_timer(4.0)) == [3]
+    k.receive(5.2, Heartbeat(2, 0, 1, 9))  # on time again
+    k.observe_beating_except(5.3, [3])
+    assert evicted(k.handle_timer(5.5)) == [] and 2 in k.members
 
 
 def test_slow_member_is_waited_for_until_the_detector_says_dead() -> None:

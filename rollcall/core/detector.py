@@ -60,9 +60,13 @@ class TimeoutDetector:
         this to schedule the verdict instead of simulating every heartbeat;
         the result equals what :meth:`expiry` gives on the live path.
         """
+        return self.expiry(self.last_arrival(failed_at, phase_s, latency_s))
+
+    def last_arrival(self, failed_at: float, phase_s: float, latency_s: float) -> float:
+        """When the last heartbeat of a worker that stopped at ``failed_at``
+        reached the keeper (see :meth:`detection_time`)."""
         beats = max(0, int((failed_at - phase_s) // self.heartbeat_s))
-        last_sent = phase_s + beats * self.heartbeat_s
-        return self.expiry(last_sent + latency_s)
+        return phase_s + beats * self.heartbeat_s + latency_s
 
 
 LN10 = math.log(10.0)
@@ -141,8 +145,12 @@ class PhiDetector:
 
     def detection_time(self, failed_at: float, phase_s: float, latency_s: float) -> float:
         """As :meth:`TimeoutDetector.detection_time`, at the nominal cadence."""
+        return self.expiry(self.last_arrival(failed_at, phase_s, latency_s))
+
+    def last_arrival(self, failed_at: float, phase_s: float, latency_s: float) -> float:
+        """As :meth:`TimeoutDetector.last_arrival`."""
         beats = max(0, int((failed_at - phase_s) // self.heartbeat_s))
-        return self.expiry(phase_s + beats * self.heartbeat_s + latency_s)
+        return phase_s + beats * self.heartbeat_s + latency_s
 
 
 Detector = Union[TimeoutDetector, PhiDetector]

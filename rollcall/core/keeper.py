@@ -463,6 +463,24 @@ class Keeper:
         self._ready()
         self._liveness.advance_except(now, IdRuns.of(silent))
 
+    def observe_beating_except(self, now: float, silent: Iterable[WorkerId]) -> None:
+        """Every tracked worker but ``silent`` beats on time from ``now`` on,
+        until :meth:`observe_silent` names it or a later call leaves it out
+        (then it was last seen at that call's ``now``); a silent one whose
+        heartbeat comes beats on time again. The exact
+        bulk form of healthy heartbeats for a simulator, which sends none:
+        :meth:`get_timer` names only the silent workers' expiries, as it
+        would with every beat delivered. Costs the silent ones, not the job."""
+        self._ready()
+        self._liveness.beat_on_time_except(now, IdRuns.of(silent))
+
+    def observe_silent(self, last: float, workers: Iterable[WorkerId]) -> None:
+        """``workers`` beat last at ``last`` (their last heartbeat's arrival)
+        and are silent since: a simulator's report of a worker that stopped,
+        or whose beats are held back. The detector decides from there."""
+        self._ready()
+        self._liveness.silent_since(last, IdRuns.of(workers))
+
     def exited(self, now: float, worker: WorkerId, incarnation: int) -> list[Output]:
         """The worker's process is known to be gone (its host saw it exit)."""
         if self._live(now) and self.incarnation_of(worker) == incarnation \
@@ -949,7 +967,7 @@ class Keeper:
         detector one more interval of the worker's cadence (its tolerance)."""
         det = self._config.detector
         if not det.adaptive:
-            self._liveness.set(now, w)
+            self._liveness.beat(now, w)
             return
         seen = self._liveness.at(w)
         assert seen is not None and now >= seen, (w, seen, now)
@@ -957,7 +975,7 @@ class Keeper:
         gaps.append(now - seen)
         if len(gaps) > det.window:
             del gaps[0]
-        self._liveness.set(now, w, det.extra_s(gaps))
+        self._liveness.beat(now, w, det.extra_s(gaps))
 
     def _join(self, now: float, join: Join) -> None:
         w, inc = join.worker, join.incarnation

@@ -10,6 +10,15 @@ advanced one by one (a real heartbeat). A worker is in exactly one group or
 in ``own``. Marking 10^4 workers alive is a few set operations per group;
 finding the next expiry and the expired workers costs the groups and the
 individuals, never 10^4 steps.
+
+A simulator, which sends no beat for a healthy worker, says instead which
+workers beat on time (:meth:`Liveness.beat_on_time_except`): those have no
+instant and never expire, as if each beat had come at its cadence, until
+it says a worker fell silent (:meth:`Liveness.silent_since`, or a later
+statement that leaves it out). A heartbeat brings a silent one back; a
+worker tracked since the last statement has its instant until the next.
+So the keeper's timer names the silent and the new workers' expiries only,
+as it would with every beat delivered.
 """
 
 from __future__ import annotations
@@ -23,7 +32,7 @@ from rollcall.core.idset import EMPTY, IdRuns
 class Liveness:
     """The tracked workers (the lives the keeper watches) and when each advanced."""
 
-    __slots__ = ("tracked", "_groups", "_own", "_heap", "_seen")
+    __slots__ = ("tracked", "_groups", "_own", "_heap", "_seen", "_beating", "_vouched_at")
 
     # A batch this small is recorded worker by worker: a group per instant is
     # worth it for the bulk, not for a handful (the count of groups stays low).
@@ -38,6 +47,10 @@ class Liveness:
         self._own: dict[int, float] = {}
         self._seen: dict[int, float] = {}
         self._heap: list[tuple[float, int]] = []  # (instant, worker) of _own, lazily pruned
+        # the workers said to beat on time (no instant: they do not expire), and
+        # when that was last said (None: never, and nobody beats on time)
+        self._beating: IdRuns = EMPTY
+        self._vouched_at: Optional[float] = None
 
     def __contains__(self, w: object) -> bool:
         return w in self.tracked
@@ -48,6 +61,9 @@ class Liveness:
     def at(self, w: int) -> Optional[float]:
         if w not in self.tracked:
             return None
+        if w in self._beating:
+            assert self._vouched_at is not None
+            return self._vouched_at  # the last instant it was said to beat on time
         t = self._own.get(w)
         if t is not None:
             return self._seen.get(w, t)
@@ -63,6 +79,8 @@ class Liveness:
         tolerance than the detector's nominal one (an adaptive detector's, from
         the worker's cadence): the queries below see the instant ``now +
         extra_s``, so the keeper asks one question of every worker."""
+        if w in self._beating:
+            return  # it beats on time: this advance is one of its beats
         if w not in self.tracked:
             self.tracked = self.tracked | (w,)
         elif w not in self._own:
@@ -83,9 +101,51 @@ class Liveness:
             self.tracked = self.tracked | ws
             self.advance(now, ws)
 
-    def advance(self, now: float, ws: IdRuns) -> None:
-        """The tracked workers of ``ws`` advanced at ``now`` (others: ignored)."""
+    def beat(self, now: float, w: int, extra_s: float = 0.0) -> None:
+        """``w``'s heartbeat arrived at ``now`` (see :meth:`set`). Once
+        workers were said to beat on time, a silent one beats on time again."""
+        if self._vouched_at is None or w not in self.tracked:
+            self.set(now, w, extra_s)
+            return
+        if w not in self._beating:
+            self._forget(IdRuns.span(w, w))
+            self._beating = self._beating | (w,)
+
+    def beat_on_time_except(self, now: float, silent: IdRuns) -> None:
+        """Every tracked worker but ``silent`` beats on time from ``now`` on
+        (a simulator's exact bulk form of their heartbeats): until
+        :meth:`silent_since` names it, or a later call leaves it out, when it
+        was last seen at this call's ``now``. Costs the groups and the silent."""
+        assert self._vouched_at is None or now >= self._vouched_at, (now, self._vouched_at)
+        beating = self.tracked - silent
+        leaving = self._beating - beating
+        if leaving:  # silent since the last statement: last seen then
+            assert self._vouched_at is not None
+            self._beating = self._beating - leaving
+            self.advance(self._vouched_at, leaving)
+        self._forget(beating - self._beating)
+        self._beating = beating
+        self._vouched_at = now
+
+    def silent_since(self, t: float, ws: IdRuns) -> None:
+        """The tracked workers of ``ws`` last advanced at ``t`` and beat no more
+        (a simulator's report of a worker fallen silent)."""
         ws = ws & self.tracked
+        self._beating = self._beating - ws
+        self.advance(t, ws)
+
+    def _forget(self, ws: IdRuns) -> None:
+        """``ws`` beat on time: they have no instant of their own."""
+        if ws:
+            self._ungroup(ws)
+            self._disown(ws)
+
+    def advance(self, now: float, ws: IdRuns) -> None:
+        """The tracked workers of ``ws`` advanced at ``now`` (others, and those
+        beating on time: ignored)."""
+        ws = ws & self.tracked
+        if self._beating:
+            ws = ws - self._beating
         if not ws:
             return
         if len(ws) < self.BULK_MIN:
@@ -103,7 +163,10 @@ class Liveness:
         self.advance(now, self.tracked - silent)
 
     def drop(self, w: int) -> None:
-        if w in self.tracked:
+        if w in self._beating:
+            self._beating = self._beating - (w,)
+            self.tracked = self.tracked - (w,)
+        elif w in self.tracked:
             self.tracked = self.tracked - (w,)
             if self._own.pop(w, None) is None:
                 self._ungroup(IdRuns.span(w, w))
@@ -115,6 +178,8 @@ class Liveness:
         if not gone:
             return
         self.tracked = self.tracked - gone
+        if self._beating:
+            self._beating = self._beating - gone
         self._ungroup(gone)
         self._disown(gone)
 
