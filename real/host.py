@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Optional
 
 from real import wire
-from real.procs import REPO_ROOT, python_env
+from real.procs import REPO_ROOT, python_env, worker_log
 from real.procs import die_with_parent as _die_with_parent  # serve() has a flag of the name
 from real.relay import Relay
 
@@ -158,9 +158,9 @@ class HostAgent:
         assert self.run_dir is not None and self.t0 is not None
         if (worker, incarnation) in self.children:
             return  # a life starts once
-        logs = Path(self.run_dir) / "real" / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        log = open(logs / f"worker-{worker}.{incarnation}.log", "ab")
+        path = worker_log(self.run_dir, worker, incarnation)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(path, "ab")
         cmd = [sys.executable, "-m", "real.worker", "--keeper-host", self.keeper[0],
                "--port", str(self.keeper[1]), "--link-port", str(self.relay.port),
                "--addr", self.address,

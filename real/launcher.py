@@ -59,7 +59,9 @@ from rollcall.scenario import LINK_ACTIONS, Scenario
 from real import wire
 from real.keeper_port import CommitAsk, LocalKeeper
 from real.nemesis import Nemesis
-from real.procs import REPO_ROOT, Proc, die_with_parent, last_line, python_env, release
+from real.procs import (
+    REPO_ROOT, Proc, die_with_parent, last_line, python_env, release, worker_log,
+)
 from real.service import Conn, Service
 from real.fleet import Fleet, host_signal
 from real.netns import Network
@@ -184,7 +186,7 @@ class Launcher:
               batch: Optional[int] = None) -> Proc:
         if self.fleet is not None:
             return self.order_start(worker, incarnation, spare, batch)
-        log = open(self.real_dir / "logs" / f"worker-{worker}.{incarnation}.log", "ab")
+        log = open(worker_log(self.out, worker, incarnation), "ab")
         cmd = [sys.executable, "-m", "real.worker", "--port", str(self.port),
                "--worker", str(worker), "--incarnation", str(incarnation),
                "--t0", repr(self.t0), "--run-dir", str(self.out),
@@ -761,7 +763,7 @@ class Launcher:
         if p.fault is None and not p.ready and p.returncode != 0:
             # it died before it could join (a traceback in its start-up):
             # the harness is broken, and the job would wait for it forever
-            log = self.real_dir / "logs" / f"worker-{p.worker}.{p.incarnation}.log"
+            log = worker_log(self.out, p.worker, p.incarnation)
             self.finish("error", f"worker {p.worker} (life {p.incarnation}) exited with code "
                                  f"{p.returncode} before it was ready: {last_line(log)} (see {log})")
 

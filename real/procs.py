@@ -23,6 +23,11 @@ except (OSError, AttributeError):
     _PRCTL = None
 
 
+def worker_log(run_dir: str | Path, worker: int, life: int) -> Path:
+    """Where a worker process's output goes: one file per life, on its host."""
+    return Path(run_dir) / "real" / "logs" / f"worker-{worker}.{life}.log"
+
+
 def last_line(path: Path) -> str:
     """The last non-empty line of a log (a crash's exception), or what kept it unread."""
     try:

@@ -456,11 +456,10 @@ class Simulation:
 
     def _scripted(self, due: list[Due]) -> None:
         """Carry out scripted faults the keeper's records made due."""
-        schedule = self.sc.failures.schedule
         for fault in due:
             if self.state == DONE:
                 return
-            self.nemesis.scripted(self.env.now, schedule[fault.index])
+            self.nemesis.carry_out(self.env.now, fault)
 
     # ------------------------------------------------------------------ agents
 
@@ -755,9 +754,17 @@ class Simulation:
         del self.beats_held[w]
         if not self.alive(w):
             return  # stopped since: it beats when it wakes
-        now = self.env.now
+        self._beat_again(self.env.now, w)
+
+    def _beat_again(self, now: float, w: int) -> None:
+        """Node ``w``'s agent hears what was held for it and sends the beat
+        that was due (its first in a while), then goes back among the bulk."""
         a = self._agent_for(now, w)
-        self.agent_actions(now, w, a.handle_timer(now))
+        actions: list = []
+        for msg in self.undelivered.pop(w, []):
+            actions += a.receive(now, msg)
+        actions += a.handle_timer(now)
+        self.agent_actions(now, w, actions)
         if self.agents.get(w) is a:  # beating again: back among the bulk
             del self.agents[w]
             self.bulk.absorb(a)
@@ -771,15 +778,7 @@ class Simulation:
         self.nodes.paused[w] = False
         stalled_it = w not in self.isolated
         self.isolated.discard(w)
-        a = self._agent_for(now, w)
-        actions: list = []
-        for msg in self.undelivered.pop(w, []):
-            actions += a.receive(now, msg)
-        actions += a.handle_timer(now)  # the beat that was due while stopped
-        self.agent_actions(now, w, actions)
-        if self.agents.get(w) is a:  # beating again: back among the bulk
-            del self.agents[w]
-            self.bulk.absorb(a)
+        self._beat_again(now, w)
         if self.nodes.is_member[w] and stalled_it:
             self.silent_members -= 1
             if self.silent_members == 0:
