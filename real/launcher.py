@@ -41,8 +41,6 @@ import os
 import selectors
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -50,8 +48,8 @@ from typing import Any, Callable, Optional
 from rollcall import interrupts
 from rollcall.config import fault_plan, keeper_config, repair_shop
 from rollcall.core import (
-    DRIVER, EMPTY, Blame, Broadcast, CommitVerdict, Completion, Due, Final, Formed, IdRuns,
-    JobFailed, Join, JoinBatches, Keeper, Record, Relaunch, Pull, Repair, RestartJob, Retire, Send, Warm, rec,
+    DRIVER, EMPTY, Broadcast, CommitVerdict, Completion, Due, Final, Formed, IdRuns,
+    JobFailed, Join, JoinBatches, Keeper, Record, Relaunch, RestartJob, Send, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import LINK_ACTIONS, Scenario
@@ -59,11 +57,11 @@ from rollcall.scenario import LINK_ACTIONS, Scenario
 from real import wire
 from real.keeper_port import CommitAsk, LocalKeeper
 from real.nemesis import Nemesis
-from real.procs import (
-    REPO_ROOT, Proc, die_with_parent, last_line, python_env, release, worker_log,
-)
+from real.nodes import Nodes
+from real.processes import Processes
+from real.procs import Proc, last_line, worker_log
 from real.service import Conn, Service
-from real.fleet import Fleet, host_signal
+from real.fleet import Fleet
 from real.netns import Network
 
 # Scripted joins whose processes are started (idle) at launch; more are
@@ -100,7 +98,6 @@ class Launcher:
         self.external_hosts = external_hosts
         self.bind = bind
         self.listen_addr = "127.0.0.1"  # where the service and the store listen (see listen)
-        self.fleet: Optional[Fleet] = None
         self.on_listening: Optional[Callable[[str, int], None]] = None  # rollcall keeper's notice
         self.max_wall_s = max_wall_s  # the run ends (failed) after this many seconds
         self.sc = scenario
@@ -135,11 +132,13 @@ class Launcher:
         self.members: IdRuns = EMPTY
         self.completion = Completion()  # the vote's verdict and the members' final reports
         self.faults = fault_plan(scenario)
-        self.shop = repair_shop(scenario, self.faults.draws)  # repairs, retirements, pulls
-        self.procs: list[Proc] = []
+        # the machines, and the repair shop's answers until they are due
+        self.nodes = Nodes(repair_shop(scenario, self.faults.draws), self)
         self.next_id = scenario.cluster.workers + scenario.cluster.spares
         self.joins = JoinBatches()  # each batch's Joins, held until it joins as one
-        self.store = None
+        self.processes = Processes(self.out, self.t0, self.secret_path, self.sel, self.now,
+                                   self.joins)
+        self.store: Any = None  # torch's TCPStore, once started
         self.train_start: Optional[float] = None
         self.committed = 0                       # highest committed cursor step
         self.committed_cursor = [0, 0]
@@ -148,13 +147,6 @@ class Launcher:
         self.roll_call_faults: list[Due] = []  # due by a keeper record, carried out in timers
         self.result: Optional[str] = None        # completed | failed | interrupted | error
         self.reason = ""
-        self.repairs: list[tuple[float, int, Repair]] = []
-        self.pulls: list[Pull] = []  # spares from the cold pool, due at their at_s
-        self.warms: list[Warm] = []  # idle nodes made warm standbys, due at their at_s
-        # the nodes whose hardware is up (the sim's Nodes.hw): arrived (a
-        # worker, a spare, a join that fired) and not lost since, or repaired
-        self.nodes_up: set[int] = set()
-        self.nodes_down: set[int] = set()  # lost and not repaired yet (a new keeper hears of them)
         self.formed: list[tuple[float, int, tuple[int, ...]]] = []
         self.survivor_restarts = 0
         self.end_t: Optional[float] = None
@@ -180,59 +172,40 @@ class Launcher:
         if not self.history.closed:
             self.history.write(record)
 
-    # --- processes ----------------------------------------------------------------
+    # --- processes (the table: real.processes) ------------------------------------------
+
+    @property
+    def fleet(self) -> Optional[Fleet]:
+        """Hosts mode: the host agents, which start and signal the lives."""
+        return self.processes.fleet
+
+    @property
+    def port(self) -> int:
+        """The keeper service's port once it listens (0 before)."""
+        return self.processes.port
+
+    @property
+    def procs(self) -> list[Proc]:
+        """Every worker process the run started, in order."""
+        return self.processes.table
 
     def spawn(self, worker: int, incarnation: int, spare: bool = False,
               batch: Optional[int] = None) -> Proc:
-        if self.fleet is not None:
-            return self.order_start(worker, incarnation, spare, batch)
-        log = open(worker_log(self.out, worker, incarnation), "ab")
-        cmd = [sys.executable, "-m", "real.worker", "--port", str(self.port),
-               "--worker", str(worker), "--incarnation", str(incarnation),
-               "--t0", repr(self.t0), "--run-dir", str(self.out),
-               "--secret-file", str(self.secret_path)]
-        if spare:
-            cmd.append("--spare")
-        env = python_env()
-        env.setdefault("OMP_NUM_THREADS", "1")
-        with interrupts.shielded():  # started and recorded, or neither
-            popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, env=env, cwd=str(REPO_ROOT),
-                                     start_new_session=True, preexec_fn=die_with_parent)
-            pidfd = os.pidfd_open(popen.pid)
-            p = Proc(worker, incarnation, popen, pidfd, spare, self.now(), log,
-                     want=not spare, batch=batch)
-            self.procs.append(p)
+        p = self.processes.start(worker, incarnation, self.sc.host_of(worker), spare, batch)
         if not spare:  # a prewarmed join's node arrives when its join fires
-            self.nodes_up.add(worker)
-        self.sel.register(pidfd, selectors.EVENT_READ, ("proc", p))
-        return p
-
-    def order_start(self, worker: int, incarnation: int, spare: bool,
-                    batch: Optional[int]) -> Proc:
-        """Hosts mode: the worker's host agent starts the life (``started``
-        brings its pid, ``exited`` its end); the bookkeeping is as :meth:`spawn`'s."""
-        assert self.fleet is not None
-        host = self.sc.host_of(worker)
-        assert host is not None, worker
-        p = Proc(worker, incarnation, None, None, spare, self.now(), None,
-                 want=not spare, batch=batch, host=host)
-        self.procs.append(p)
-        if not spare:
-            self.nodes_up.add(worker)
-        self.fleet.order(host, ("start", worker, incarnation, spare))
+            self.nodes.arrived(self.now(), worker)
         return p
 
     def signal(self, p: Proc, sig: int) -> None:
-        """Send ``sig`` to the process of ``p``: directly, or through its host agent."""
-        if self.fleet is None:
-            try:
-                os.kill(p.pid, sig)
-            except ProcessLookupError:
-                pass
-        else:
-            assert p.host is not None
-            self.fleet.order(p.host, ("signal", p.worker, p.incarnation, host_signal(sig)))
+        self.processes.signal(p, sig)
+
+    def live_proc(self, worker: int) -> Optional[Proc]:
+        return self.processes.live(worker)
+
+    def proc_of(self, conn: Conn) -> Optional[Proc]:
+        if conn.worker is None or conn.incarnation is None:
+            return None  # not a worker's link
+        return self.processes.of_life(conn.worker, conn.incarnation)
 
     def new_batch(self, lives: list[tuple[int, int]]) -> int:
         """The processes about to start as ``lives`` are one batch: they
@@ -248,15 +221,7 @@ class Launcher:
         """Let wanted processes join once ready; a batch started together (the
         initial workers, a relaunched job) joins together, so the first
         generation is the whole job and not whoever imported torch first."""
-        now = self.now()
-        for p in self.procs:
-            if not (p.alive and p.want and p.ready and not p.activated):
-                continue
-            until = None if p.batch is None else self.joins.until(p.batch)
-            if until is not None and now < until:
-                group = [q for q in self.procs if q.batch == p.batch and q.alive]
-                if not all(q.ready for q in group):
-                    continue
+        for p in self.processes.ready_to_activate():
             self.activate(p)
 
     def hold_join(self, conn: Conn, msg: object) -> bool:
@@ -278,46 +243,10 @@ class Launcher:
         for joins in self.joins.release(now):
             self.keeper.receive(now, joins)
 
-    def proc_of(self, conn: Conn) -> Optional[Proc]:
-        for p in reversed(self.procs):
-            if p.worker == conn.worker and p.incarnation == conn.incarnation:
-                return p
-        return None
-
-    def live_proc(self, worker: int) -> Optional[Proc]:
-        for p in reversed(self.procs):
-            if p.worker == worker and p.alive:
-                return p
-        return None
-
-    def reap(self, p: Proc) -> None:
-        if p.exited_t is not None:
-            return
-        if p.popen is None:  # hosts mode: its agent reaps it and reports the exit
-            return
-        try:
-            p.returncode = p.popen.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.popen.kill()
-            p.returncode = p.popen.wait()
-        self.ended(p)
-        release(self.sel, p.pidfd, p.log)
-
-    def ended(self, p: Proc) -> None:
-        """``p``'s process is over (reaped, reported by its host agent, or gone
-        with its machine): its join batch no longer waits for it."""
-        p.exited_t = self.now()
-        self.joins.exited((p.worker, p.incarnation))
-
     def kill_now(self) -> None:
         """SIGKILL every process of the run at once, by PID, and wait for none
         (a second signal's handler runs it; :meth:`kill_all` reaps them after)."""
-        for p in self.procs:
-            if p.popen is not None and p.popen.returncode is None:
-                try:
-                    os.kill(p.popen.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        self.processes.kill_now()
         if self.fleet is not None and self.fleet.network is not None:
             self.fleet.network.kill_now()
         self.keeper.kill_now()
@@ -325,28 +254,7 @@ class Launcher:
     def kill_all(self) -> None:
         """SIGKILL and reap every process this launcher started (idempotent);
         in hosts mode every agent, worker and namespace goes with the network."""
-        if self.fleet is not None:
-            self.fleet.close()
-            for p in self.procs:
-                if p.exited_t is None:
-                    self.ended(p)
-        for p in self.procs:
-            if p.popen is None:
-                continue
-            if p.exited_t is None:
-                try:
-                    p.popen.kill()
-                except OSError:
-                    pass
-        for p in self.procs:
-            if p.exited_t is None and p.popen is not None:
-                try:
-                    p.popen.wait(timeout=10)
-                except Exception:  # noqa: BLE001
-                    pass
-                self.ended(p)
-                p.returncode = p.popen.returncode
-                release(self.sel, p.pidfd, p.log)
+        self.processes.kill_all()
         self.keeper.close()  # keeper processes and etcd, if any
         _LIVE.discard(self)
 
@@ -399,14 +307,11 @@ class Launcher:
         """What a new keeper is told on taking over: the latest life started
         for each worker id, the nodes down, and the latest lives whose
         process exited (a crashed machine's report nothing)."""
-        latest: dict[int, Proc] = {}
-        for p in self.procs:
-            if p.worker not in latest or p.incarnation >= latest[p.worker].incarnation:
-                latest[p.worker] = p
+        latest = self.processes.latest()
         started = sorted([w, p.incarnation] for w, p in latest.items())
         exited = sorted([w, p.incarnation] for w, p in latest.items()
                         if not p.alive and p.fault not in ("restart", "crash"))
-        return started, sorted(self.nodes_down), exited
+        return started, sorted(self.nodes.down), exited
 
     def tell_workers(self, frame: tuple) -> None:
         self.service.tell_workers(frame)
@@ -424,7 +329,7 @@ class Launcher:
             p.fault = "restart"
             self.signal(p, signal.SIGKILL)
         for p in doomed:
-            self.reap(p)
+            self.processes.reap(p)
         self.nemesis.forget_dead()
 
     def relaunch(self, out: Relaunch) -> None:
@@ -469,14 +374,14 @@ class Launcher:
             self.service.reject(conn, f"{frame[0]} from a {'worker' if conn.host is None else 'host'}'s connection")
             return
         kind, w, inc, value = frame
-        p = next((q for q in reversed(self.procs) if q.worker == w and q.incarnation == inc), None)
+        p = self.processes.of_life(w, inc)
         if p is None or p.host != conn.host:
             self.service.reject(conn, f"{kind} of worker {w}.{inc}, not a life host {conn.host} runs")
         elif kind == "started":
             p.remote_pid = value
         elif p.exited_t is None:
             p.returncode = value
-            self.ended(p)
+            self.processes.ended(p)
             self.on_exit(p)
 
     def take_down_host(self, host: int) -> None:
@@ -485,11 +390,7 @@ class Launcher:
         without an exit report, so only the detector can tell."""
         assert self.fleet is not None
         self.fleet.take_down(host)
-        for p in self.procs:
-            if p.host == host and p.alive:
-                p.fault = p.fault or "crash"
-                p.paused = False
-                self.ended(p)
+        self.processes.host_lost(host)
         self.nemesis.forget_dead()
 
     def authenticated_frame(self, conn: Conn, frame: tuple, now: float) -> None:
@@ -609,18 +510,16 @@ class Launcher:
         id first: the sim numbers joins in order too), then fresh ones."""
         joined = []
         for _ in range(n):
-            idle = [p for p in self.procs if p.alive and p.spare and not p.want]
-            if idle:
-                warm = min(idle, key=lambda p: p.worker)
+            warm = self.processes.idle_spare()
+            if warm is not None:
                 warm.want = True
-                self.nodes_up.add(warm.worker)
-                self.shop.joined(self.now(), warm.worker)
+                self.nodes.arrived(self.now(), warm.worker, joined=True)
                 joined.append(warm.worker)
             else:
                 w = self.next_id
                 self.next_id += 1
-                self.shop.joined(self.now(), w)
                 self.spawn(w, 0)
+                self.nodes.arrived(self.now(), w, joined=True)
                 joined.append(w)
         return joined
 
@@ -633,9 +532,7 @@ class Launcher:
         reported died with it, so the detector's timeout decides; ``blame``:
         a wrong diagnosis sends the healthy node to repair (its process is
         stopped and its host reports the exit, as for a kill)."""
-        assert w in self.nodes_up, w
-        self.nodes_up.discard(w)
-        self.nodes_down.add(w)
+        self.nodes.lost(w)
         p = self.live_proc(w)
         if p is not None:
             p.fault = kind
@@ -647,15 +544,8 @@ class Launcher:
         self.faults.node_down(w)
         if kind == "blame":
             return  # its trip to the shop came with the blame
-        for act in self.shop.down(now, w, self.innocents):  # the core's decisions
-            if isinstance(act, Repair):
-                self.repairs.append((act.back_at_s, act.worker, act))
-            elif isinstance(act, (Retire, Blame)):
-                self.nemesis.shop_answered(act)  # once the fault's record is written
-            elif isinstance(act, Warm):
-                self.warms.append(act)
-            else:
-                self.pulls.append(act)
+        for act in self.nodes.to_shop(now, w, self.innocents):  # the core's decisions
+            self.nemesis.shop_answered(act)  # once the fault's record is written
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -677,8 +567,9 @@ class Launcher:
         nt = self.nemesis.get_timer()
         if nt is not None:
             times.append(nt)  # a pause or another timed fault ends
-        times += [t for t, _, _ in self.repairs]
-        times += [p.at_s for p in self.pulls] + [w.at_s for w in self.warms]
+        nodes_t = self.nodes.next_time()
+        if nodes_t is not None:
+            times.append(nodes_t)  # a repair, a pull or a warm-up
         done_t = self.completion.get_timer()
         if done_t is not None:
             times.append(done_t)  # the members' final reports stop being waited for
@@ -700,43 +591,32 @@ class Launcher:
         for d in due:
             self.nemesis.inject(d)
         if self.train_start is not None:
-            for due in self.faults.due_by_time(now - self.train_start):
-                self.nemesis.inject(due)
+            for timed in self.faults.due_by_time(now - self.train_start):
+                self.nemesis.inject(timed)
         self.nemesis.handle_timer(now)
-        for entry in list(self.repairs):
-            t, w, repair = entry
-            if now >= t:
-                self.repairs.remove(entry)
-                self.write(repair.record(now))
-                if self.fleet is not None:
-                    self.fleet.bring_up(self.sc.host_of(w))
-                if self.shop.up(now, w):  # else it waits idle, no process (warm_standbys)
-                    self.nodes_down.discard(w)
-                    self.keeper.node_up(now, w)  # its life: life_given
-        for pull in list(self.pulls):
-            if now >= pull.at_s:  # a cold spare, preempted from other work: a fresh process
-                self.pulls.remove(pull)
-                self.shop.up(now, pull.worker, pulled=True)
-                self.write(pull.record(now))
-                self.spawn(pull.worker, 0)
-        self.warm_due(now)
+        self.nodes.handle_timer(now)
         self.maybe_activate()
         self.release_joins()
         self.check_done()
 
-    def warm_due(self, now: float) -> None:
-        """Idle nodes whose host selection ended start their process, as warm
-        standbys (the repair shop chose them; one that failed meanwhile not)."""
-        for warm in [x for x in self.warms if now >= x.at_s]:
-            self.warms.remove(warm)
-            if not self.shop.warmed(now, warm.worker):
-                continue
-            self.write(warm.record(now))
-            if warm.back:  # back from repair: the keeper names its life (life_given)
-                self.nodes_down.discard(warm.worker)
-                self.keeper.node_up(now, warm.worker)
-            else:
-                self.spawn(warm.worker, 0)
+    @property
+    def nodes_up(self) -> set[int]:
+        """The nodes whose hardware is up (read-only)."""
+        return self.nodes.up
+
+    def spawn_node(self, worker: int) -> None:
+        """A node's first process (a pulled cold spare, a warm standby)."""
+        self.spawn(worker, 0)
+
+    def node_back(self, now: float, worker: int) -> None:
+        """A repaired node is up: the keeper names its life (:meth:`life_given`)."""
+        self.keeper.node_up(now, worker)
+
+    def host_back(self, worker: int) -> None:
+        if self.fleet is not None:
+            host = self.sc.host_of(worker)
+            assert host is not None, worker
+            self.fleet.bring_up(host)
 
     def life_given(self, worker: int, life: int) -> None:
         """The keeper handed out the life a repaired node's process starts as."""
@@ -750,7 +630,7 @@ class Launcher:
 
     def on_exit(self, p: Proc) -> None:
         """A process ended (its pidfd, or its host agent's ``exited``)."""
-        self.reap(p)
+        self.processes.reap(p)
         self.nemesis.exited((p.worker, p.incarnation))
         self.maybe_activate()
         self.release_joins()
@@ -805,6 +685,7 @@ class Launcher:
             finally:
                 with self.stop.shielded(then_raise=False):
                     self.shutdown()
+        assert self.result is not None  # finish() ran on every way out
         return self.result
 
     def start_up(self) -> bool:
@@ -827,7 +708,7 @@ class Launcher:
         # keeper keeps those beyond max_workers as standbys, admitted at
         # the first roll call with room (as on the sim). The others wait idle.
         first = [(w, 0) for w in range(c.workers)] + [
-            (w, 0) for w in range(c.workers, self.shop.initial)]
+            (w, 0) for w in range(c.workers, self.nodes.shop.initial)]
         batch = self.new_batch(first)
         for w, life in first:
             self.spawn(w, life, batch=batch)
@@ -906,23 +787,23 @@ class Launcher:
 
                 extra = keeper_hosts(self.sc.keeper)
             network = Network(self.run_id, self.sc.n_hosts + extra)
-            self.fleet = Fleet(self.sc.n_hosts, self.service.queue, network)  # close() cleans up from here on
+            self.processes.fleet = Fleet(self.sc.n_hosts, self.service.queue, network)  # close() cleans up from here on
             (self.real_dir / "network.json").write_text(json.dumps(
                 {"prefix": network.prefix, "hosts": network.hosts}) + "\n")  # what to look for
             with interrupts.shielded():  # a namespace half made is one close() may not find
                 network.open()
             self.listen_addr, port = network.keeper_address, 0
         elif self.hosts_mode:
-            self.fleet = Fleet(self.sc.n_hosts, self.service.queue)
+            self.processes.fleet = Fleet(self.sc.n_hosts, self.service.queue)
             self.listen_addr, port = self.bind or ("127.0.0.1", 0)
         else:
             self.listen_addr, port = self.bind or ("127.0.0.1", 0)
-        self.port = self.service.open(self.listen_addr, port)
+        port = self.processes.port = self.service.open(self.listen_addr, port)
         if self.fleet is not None:
             with interrupts.shielded():
-                self.fleet.start_agents((self.listen_addr, self.port), self.secret_path)
+                self.fleet.start_agents((self.listen_addr, port), self.secret_path)
         if self.on_listening is not None:
-            self.on_listening(self.listen_addr, self.port)
+            self.on_listening(self.listen_addr, port)
 
     def shutdown(self) -> None:
         self.kill_all()
