@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
 export HYPOTHESIS_PROFILE
 
-.PHONY: quickstart test venv clean debian-packages
+.PHONY: quickstart test soak venv clean debian-packages
 
 venv: $(STAMP)
 
@@ -34,8 +34,11 @@ debian-packages:
 	if [ "$$(id -u)" -eq 0 ]; then tools/debian-packages.sh; fi
 
 test: $(STAMP) debian-packages
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m "not slow" tests/ $(PYTEST_ARGS)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m slow tests/ $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m "not slow and not soak" tests/ $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m "slow and not soak" tests/ $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+soak: $(STAMP) debian-packages
+	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m soak tests/ $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .hypothesis

@@ -8,7 +8,10 @@ sim's, under :mod:`test_conformance`'s rules.
 
 Left out: the scenarios with link faults (not built with direct links: the
 scenario is refused in one line) and those whose record is in etcd already
-(they run in :mod:`test_conformance`). Minutes long: the slow suite.
+(they run in :mod:`test_conformance`). The slow suite runs three that take
+each part the keeper carries for the workers (``EVERY_RUN``: a step's last
+ack held for a kill, a relaunched batch's Joins, a newcomer's); the whole
+sweep, minutes more, is the soak suite's (``make soak``).
 """
 
 from __future__ import annotations
@@ -34,14 +37,17 @@ def _direct_ok(name: str) -> bool:
 
 
 CASES = [n for n in SHIPPED if _direct_ok(n)]
+EVERY_RUN = ("real-kill-one", "real-checkpoint-restart", "real-join-one")
 
 
 def test_the_sweep_covers_every_scenario_it_can() -> None:
     assert len(CASES) == 16, CASES
+    assert set(EVERY_RUN) <= set(CASES), EVERY_RUN
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", [n if n in EVERY_RUN else pytest.param(n, marks=pytest.mark.soak)
+                                  for n in CASES])
 def test_direct_links_make_the_sims_decisions(shipped_runs: Callable[..., Pair],
                                               name: str) -> None:
     assert_same_decisions(shipped_runs(name, *DIRECT))
