@@ -12,14 +12,16 @@ Used by tests/test_real_resources.py and benchmarks/worker_resources.py.
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import psutil
 
+from rollcall import interrupts
 from rollcall.results import HISTORY_FILE
 from rollcall.scenario import Scenario, load_scenario
 
@@ -58,14 +60,17 @@ def pause_scenario(pauses: int, workers: int = 3, period_s: float = 0.9,
 
 
 class HistoryTail:
-    """The latest generation each worker entered, from a history file another
-    thread is still appending to (read on from where it stopped)."""
+    """The latest generation each worker entered, and the paused workers'
+    resumptions, from a history file another thread is still appending to
+    (read on from where it stopped)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
         self.partial = b""
         self.entered: dict[int, int] = {}
+        self.resumes = 0  # pauses ended
+        self.entered_at_resume: dict[int, int] = {}  # ``entered`` as the latest pause ended
 
     def poll(self) -> dict[int, int]:
         if not self.path.exists():
@@ -80,7 +85,16 @@ class HistoryTail:
             if r.get("f") == "enter" and isinstance(r.get("process"), int):
                 w = r["process"]
                 self.entered[w] = max(self.entered.get(w, 0), r["gen"])
+            elif r.get("f") == "fault" and r.get("kind") == "resume":
+                self.resumes += 1
+                self.entered_at_resume = dict(self.entered)
         return self.entered
+
+    def rejoined_after(self, pauses: int, worker: int) -> bool:
+        """Whether ``pauses`` pauses ended and ``worker`` entered a generation
+        after the last one ended (it was evicted, and is back)."""
+        return (self.resumes >= pauses
+                and self.entered.get(worker, 0) > self.entered_at_resume.get(worker, 0))
 
 
 def first_lives(workers: tuple[int, ...]) -> dict[int, psutil.Process]:
@@ -101,17 +115,20 @@ def first_lives(workers: tuple[int, ...]) -> dict[int, psutil.Process]:
 
 
 def sample_run(scenario: Scenario, out: Path, max_wall_s: float,
-               workers: tuple[int, ...] = (0,), every_s: float = 0.05
+               workers: tuple[int, ...] = (0,), every_s: float = 0.05,
+               until: Optional[Callable[[HistoryTail], bool]] = None,
                ) -> tuple[dict[str, Any], list[Sample]]:
-    """Run ``scenario`` on the real target (ended at ``max_wall_s``) and
-    sample ``workers``' first lives every ``every_s`` until it is over."""
+    """Run ``scenario`` on the real target and sample ``workers``' first
+    lives every ``every_s`` until it is over: ended at ``max_wall_s``, or
+    stopped as SIGTERM would stop it once ``until`` holds of its history."""
     from real import driver
 
     result: dict[str, Any] = {}
+    stop = interrupts.Stop()
 
     def run() -> None:
         try:
-            result["summary"] = driver.run(scenario, out, max_wall_s=max_wall_s)
+            result["summary"] = driver.run(scenario, out, max_wall_s=max_wall_s, stop=stop)
         except BaseException as exc:  # noqa: BLE001 - re-raised by the caller
             result["error"] = exc
 
@@ -126,6 +143,8 @@ def sample_run(scenario: Scenario, out: Path, max_wall_s: float,
         if len(procs) < len(workers):
             procs.update(first_lives(workers))
         entered = tail.poll()
+        if until is not None and stop.signum is None and until(tail):
+            stop.handle(signal.SIGTERM)  # the first signal: the run ends, its results kept
         for w, proc in procs.items():
             s = sample(proc, w, entered.get(w, 0), time.monotonic() - t0)
             if s is not None:
