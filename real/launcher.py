@@ -48,14 +48,15 @@ from typing import Any, Callable, Optional
 from rollcall import interrupts
 from rollcall.config import fault_plan, keeper_config, repair_shop
 from rollcall.core import (
-    DRIVER, EMPTY, Broadcast, CommitVerdict, Completion, Due, Final, Formed, IdRuns,
+    DRIVER, EMPTY, Broadcast, CommitVerdict, Completion, Final, Formed, IdRuns,
     JobFailed, Join, JoinBatches, Keeper, Record, Relaunch, RestartJob, Send, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
-from rollcall.scenario import LINK_ACTIONS, Scenario
+from rollcall.scenario import Scenario
 
 from real import wire
 from real.keeper_port import CommitAsk, LocalKeeper
+from real.fault_timing import FaultTiming
 from real.nemesis import Nemesis
 from real.nodes import Nodes
 from real.processes import Processes
@@ -142,9 +143,6 @@ class Launcher:
         self.train_start: Optional[float] = None
         self.committed = 0                       # highest committed cursor step
         self.committed_cursor = [0, 0]
-        self.acked: dict[tuple[int, int], set[int]] = {}  # members told a step committed
-        self.after_gate: list[Due] = []  # direct links: a gate's faults that follow its ack
-        self.roll_call_faults: list[Due] = []  # due by a keeper record, carried out in timers
         self.result: Optional[str] = None        # completed | failed | interrupted | error
         self.reason = ""
         self.formed: list[tuple[float, int, tuple[int, ...]]] = []
@@ -153,6 +151,7 @@ class Launcher:
         self.stop = interrupts.Stop()  # run() takes its caller's, or one of its own
         self.startup_timeout_s = 180.0
         self.nemesis = Nemesis(self)  # carries out the faults the plan hands out
+        self.fault_timing = FaultTiming(self.faults, self.nemesis.inject)  # and when
 
     # --- clock and history ------------------------------------------------------
 
@@ -282,7 +281,7 @@ class Launcher:
                     self.service.route(w, out.message)
             elif isinstance(out, Record):
                 self.write(out.record)
-                self.roll_call_faults += self.faults.due_by_record(out.record)
+                self.fault_timing.record(out.record)
             elif isinstance(out, Formed):
                 self.formed_generation(out.generation, out.members)
             elif isinstance(out, RestartJob):
@@ -436,39 +435,14 @@ class Launcher:
             if record["last"] + 1 >= self.committed:
                 self.committed = record["last"] + 1
                 self.committed_cursor = [self.committed, record["stop"]]
-        due: list[Due] = []
-        if ok:
-            # A scripted ``at_step`` fault fires once every member holds the
-            # step, not while some still wait for their answer: a survivor
-            # left a step behind would make the run's outcome a race.
-            acked = self.acked.setdefault((gen, step), set())
-            acked.add(w)
-            if len(acked) >= len(self.members):  # the keeper's current member list
-                del self.acked[(gen, step)]
-                due = self.faults.due_by_step(self.committed)
-        # A link fault's rules, and a lost host's link-down and kills, go in
-        # before the last member's answer: they take milliseconds (nft,
-        # netlink), a step less, and the next step (which needs that member)
-        # must not commit across a cut, or with a machine, that should already
-        # be gone (the sim's lose_host at step N commits N steps, never N+1).
-        # A slow order goes first too: step N's exchange needs the last
-        # member's compute, so the slowed worker hears it before it can ask
-        # to commit step N (its first slow step, as on the sim; seen in CI:
-        # sent after the answer, it came a step late now and then). A kill
-        # goes first for the same reason: the answer's send wakes its
-        # worker, which on a busy machine could run step N+1 and ask to
-        # commit it before this process got the CPU back to send SIGKILL
-        # (seen once: real-warm-standby's kill at step 10 resumed at 11).
-        before = (*LINK_ACTIONS, "lose_host", "slow", "kill", "kill_rack", "crash")
-        for d in [d for d in due if d.kind in before]:
-            self.nemesis.inject(d)
-        after = [d for d in due if d.kind not in before]
+        due = self.fault_timing.acked(gen, step, w, len(self.members), self.committed) if ok else []
+        after = self.fault_timing.before_answer(due)  # the rest go after the answer
         if conn is None:
             if due:
                 self.keeper.gate(self.faults.next_gate())
             if held:  # the rest once the keeper sent the ack and hears no worker
                 self.keeper.release(w, ask.incarnation, gen, step, bool(after))
-                self.after_gate += after
+                self.fault_timing.hold(after)
                 return
         else:
             self.service.send(conn, ("ack", gen, step, ok))
@@ -479,9 +453,7 @@ class Launcher:
         """Direct links: the ack held at a gate went and the keeper hears no
         worker (``frozen``; not when its link was lost): the faults that go
         after it go in, then it hears them again."""
-        after, self.after_gate = self.after_gate, []
-        for d in after:
-            self.nemesis.inject(d)
+        self.fault_timing.released()
         if frozen and self.keeper.up:
             self.keeper.resume()
 
@@ -560,10 +532,9 @@ class Launcher:
         kt = self.keeper.get_timer()
         if kt is not None:
             times.append(kt)  # the keeper's (or, while none serves, the next look in etcd)
-        if self.train_start is not None:
-            ft = self.faults.next_time()
-            if ft is not None:
-                times.append(self.train_start + ft)
+        ft = self.fault_timing.next_time(self.train_start)
+        if ft is not None:
+            times.append(ft)
         nt = self.nemesis.get_timer()
         if nt is not None:
             times.append(nt)  # a pause or another timed fault ends
@@ -577,22 +548,15 @@ class Launcher:
         if jt is not None:  # a batch's processes activate, and its Joins go, by then
             times.append(jt)
         times += self.service.auth_deadlines()
-        if self.roll_call_faults:
-            times.append(self.now())
+        if self.fault_timing.waiting:
+            times.append(self.now())  # faults a roll call made due
         return min(times) if times else None
 
     def timers(self) -> None:
         now = self.now()
         self.service.expire_unauthenticated(now)
         self.keeper.handle_timer(now)
-        # faults a roll call's opening made due: after the keeper's outputs
-        # that opened it, as the sim carries them out, never inside them
-        due, self.roll_call_faults = self.roll_call_faults, []
-        for d in due:
-            self.nemesis.inject(d)
-        if self.train_start is not None:
-            for timed in self.faults.due_by_time(now - self.train_start):
-                self.nemesis.inject(timed)
+        self.fault_timing.handle_timer(now, self.train_start)  # after the keeper's outputs
         self.nemesis.handle_timer(now)
         self.nodes.handle_timer(now)
         self.maybe_activate()
