@@ -21,11 +21,15 @@ nbclient = pytest.importorskip("nbclient")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+REAL_RUN = "real_run_timeline.ipynb"  # the one notebook that starts real processes
+# its sweep runs two processes for minutes: one at a time with the real runs
+# (the others run beside them, sweeping in one process, as one CPU hog would)
+ONE_AT_A_TIME = (REAL_RUN, "airesim_reproduction.ipynb")
 
 
 def test_there_are_notebooks() -> None:
     names = {p.name for p in NOTEBOOKS}
-    assert {"checkpoint_vs_elastic.ipynb", "real_run_timeline.ipynb"} <= names
+    assert {"checkpoint_vs_elastic.ipynb", REAL_RUN} <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -51,14 +55,22 @@ def test_notebook_has_one_parameters_cell(path: Path) -> None:
     assert "import" not in cell.source
 
 
+def _executed(path: Path) -> object:
+    """``path`` as a case of :func:`test_notebook_executes`, in the group of
+    real-process tests (one at a time) or not (see ``ONE_AT_A_TIME``)."""
+    if path.name in ONE_AT_A_TIME:
+        return pytest.param(path, marks=pytest.mark.xdist_group("real-processes"), id=path.name)
+    return pytest.param(path, id=path.name)
+
+
 @pytest.mark.timeout(240)
-@pytest.mark.xdist_group("real-processes")  # the timeline notebook starts a real run
 @pytest.mark.slow  # each notebook runs its scenarios
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", [_executed(p) for p in NOTEBOOKS])
 def test_notebook_executes(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROLLCALL_RUNS", str(tmp_path / "env"))
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    monkeypatch.setenv("ROLLCALL_JOBS", os.environ.get("ROLLCALL_JOBS", "2"))
+    jobs = "2" if path.name in ONE_AT_A_TIME else "1"
+    monkeypatch.setenv("ROLLCALL_JOBS", os.environ.get("ROLLCALL_JOBS", jobs))
     nb = nbformat.read(path, as_version=4)
     (params,) = _parameters_cells(nb)
     runs_dir = tmp_path / "mine"
