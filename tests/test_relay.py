@@ -76,6 +76,21 @@ class Bench:
         self.pump(done)
         return bytes(got)
 
+    def recv_end(self, sock: socket.socket) -> None:
+        """Run the loop until ``sock`` reads the end of its stream (the relay
+        passes it on only when due, as late as the data before it)."""
+        sock.setblocking(False)
+
+        def ended() -> bool:
+            try:
+                data = sock.recv(16)
+            except BlockingIOError:
+                return False
+            assert not data, f"data after the last: {data!r}"
+            return True
+
+        self.pump(ended)
+
 
 @pytest.fixture
 def bench():
@@ -116,8 +131,7 @@ def test_an_end_of_stream_follows_the_data_before_it(bench: Bench) -> None:
     worker.sendall(b"last words")
     worker.shutdown(socket.SHUT_WR)
     assert bench.recv_exactly(up, 10) == b"last words"
-    up.setblocking(True)
-    assert up.recv(16) == b""  # then the end, as the worker's close would arrive
+    bench.recv_end(up)  # then the end, as the worker's close would arrive
     up.shutdown(socket.SHUT_WR)
     bench.pump(lambda: not relay.pairs)  # both ends over: the pair is gone
 
