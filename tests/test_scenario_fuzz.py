@@ -22,6 +22,7 @@ import simpy
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 import scenario_fuzz as fuzz
+from rollcall.config import horizon_s
 from rollcall.scenario import load_scenario
 from sim.driver import Simulation
 
@@ -99,6 +100,34 @@ def test_every_key_and_fault_family_is_drawn(request: pytest.FixtureRequest) -> 
     drawn = len(COVERAGE_SEEDS) * COVERAGE_EXAMPLES
     assert not missing, (f"never drawn in {drawn} scenarios (seeds {list(COVERAGE_SEEDS)}): "
                          f"{missing}; replay: {_replay_line(request.node.nodeid)}")
+
+
+def test_a_keeper_failing_through_a_long_wait_is_drawn_bounded() -> None:
+    """A keeper that fails every few seconds while the job waits hours for
+    a repair (a pipeline key at its default) would take the sim through
+    10^5 keeper terms before the horizon: the draw raises ``keeper.mtbf_s``
+    so that at most ``KEEPER_TERMS`` fit, and leaves a bounded one alone."""
+    raw = {"name": "long-wait",
+           "cluster": {"workers": 1, "spares": 3,
+                       "repair": {"reboot_s": 1.81, "manual_fail_p": 0.865}},
+           "workload": {"steps": 9, "global_batch": 2, "micro_batch": 1},
+           "keeper": {"store": "etcd", "standbys": 1, "mtbf_s": 4.05}}
+    horizon = horizon_s(fuzz.validated(fuzz.to_yaml(raw)))
+    assert horizon / 4.05 > fuzz.KEEPER_TERMS, horizon
+    bounded = fuzz._bounded_keeper_terms(raw)
+    mtbf = bounded["keeper"]["mtbf_s"]
+    assert horizon / fuzz.KEEPER_TERMS < mtbf < 1.1 * horizon / fuzz.KEEPER_TERMS, mtbf
+    assert {**bounded, "keeper": raw["keeper"]} == raw  # nothing else changed
+    assert fuzz._bounded_keeper_terms(bounded) == bounded
+
+
+@settings(max_examples=200, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(fuzz.fuzz_cases())
+def test_drawn_keeper_lives_fit_the_bound(case: fuzz.FuzzCase) -> None:
+    keeper = case.scenario.keeper
+    if keeper.mtbf_s is not None:
+        assert horizon_s(case.scenario) / keeper.mtbf_s <= fuzz.KEEPER_TERMS, case.text
 
 
 def test_exclusions_are_schema_features() -> None:
