@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -10,6 +12,7 @@ from rollcall.core import (
     RestartJob, make_detector,
 )
 from rollcall.core.progress import ProgressWatch
+from rollcall.core.record import record_from_data, record_to_data
 
 
 def _recoveries(watch: ProgressWatch, outcomes: list[bool], every_s: float = 100.0,
@@ -114,6 +117,28 @@ def test_the_keeper_gives_up_a_checkpoint_restart_that_never_gets_further() -> N
     (failed,) = [o for o in outputs if isinstance(o, JobFailed)]
     assert failed.reason.startswith(NOT_EXPECTED) and "beyond step 9" in failed.reason
     assert not [o for o in outputs if isinstance(o, RestartJob)]
+
+
+def test_the_count_without_progress_survives_a_keepers_failover() -> None:
+    """The store's record carries the furthest step and the recoveries since
+    it moved: a successor gives up at the same failure as its predecessor
+    would have, not a whole limit of recoveries later."""
+    k = _keeper(2)
+    k.receive(0.0, Join(0, 0, None))
+    k.receive(0.0, Join(1, 0, None))
+    assert k.commit(1.0, 0, 0, 1, 0, 9).ok  # the furthest step: 9
+    for attempt in (1, 2):  # two restarts that get no further
+        assert [o for o in k.exited(10.0 * attempt, 1, attempt - 1) if isinstance(o, RestartJob)]
+        k.receive(10.0 * attempt + 1, Join(0, attempt, None))
+        k.receive(10.0 * attempt + 1, Join(1, attempt, None))
+        assert k.commit(10.0 * attempt + 2, 0, attempt, k.generation, 0, 4).ok
+    record = record_from_data(json.loads(json.dumps(record_to_data(k.durable_record("x")))))
+    assert (record.furthest_step, record.recoveries_without_progress) == (9, 2)
+    successor = Keeper.restored(k.config, record, term=1)
+    successor.take_over(30.0, {0: 2, 1: 2})
+    outputs = successor.exited(30.5, 1, 2)
+    (failed,) = [o for o in outputs if isinstance(o, JobFailed)]
+    assert failed.reason.startswith(NOT_EXPECTED) and "beyond step 9" in failed.reason
 
 
 def test_a_round_below_min_workers_waits_only_while_a_worker_can_come() -> None:

@@ -717,7 +717,8 @@ class Keeper:
             self._stale, self._checkpoint, tuple(self._resumes),
             LifeTable.from_data(**_table_fields(self._life_table)), self._awaiting_relaunch,
             self._down, tuple(sorted(self._left.items())), tuple(sorted(self._promised.items())),
-            None if p is None else p.shards, self._recovery, self._fallback, self._restarts)
+            None if p is None else p.shards, self._recovery, self._fallback, self._restarts,
+            self._progress.furthest, self._progress.since_progress)
 
     @classmethod
     def restored(cls, config: KeeperConfig, record: Optional[KeeperRecord],
@@ -744,6 +745,9 @@ class Keeper:
         # the job's restart budget survives a failover as far as the store
         # holds it: a restart ordered after the record's generation is not in it
         k._restarts = record.restarts
+        # and so does the count of recoveries without progress (the progress rule)
+        k._progress = ProgressWatch(config.max_recoveries_without_progress,
+                                    record.furthest_step, record.recoveries_without_progress)
         return k
 
     def take_over(self, now: float, started: Mapping[WorkerId, int],

@@ -45,14 +45,31 @@ class ProgressWatch:
 
     __slots__ = ("_limit", "_finished", "_open_since", "_furthest", "_since_progress")
 
-    def __init__(self, limit: Optional[int]) -> None:
+    def __init__(self, limit: Optional[int], furthest: Optional[int] = None,
+                 since_progress: int = 0) -> None:
+        """``furthest`` and ``since_progress``: what a predecessor's record
+        held (:attr:`furthest`, :attr:`since_progress`), so that a keeper's
+        failover does not start the no-progress count over. The failure
+        rate is measured anew in each term: its window is not recorded."""
         assert limit is None or limit >= 1, limit
+        assert since_progress >= 0 and (furthest is None or furthest >= 0), (furthest,
+                                                                             since_progress)
         self._limit = limit
         # the latest recoveries that ended: (start, end, completed)
         self._finished: deque[tuple[float, float, bool]] = deque(maxlen=RECOVERY_WINDOW)
         self._open_since: Optional[float] = None  # the recovery in progress began then
-        self._furthest = -1  # the furthest step ever committed
-        self._since_progress = 0  # recoveries begun since the furthest step moved
+        self._furthest = -1 if furthest is None else furthest  # the furthest step committed
+        self._since_progress = since_progress  # recoveries begun since the furthest step moved
+
+    @property
+    def furthest(self) -> Optional[int]:
+        """The furthest step ever committed (None: none yet)."""
+        return None if self._furthest < 0 else self._furthest
+
+    @property
+    def since_progress(self) -> int:
+        """Recoveries begun since :attr:`furthest` last moved."""
+        return self._since_progress
 
     def committed(self, now: float, last: int) -> None:
         """Steps up to ``last`` committed at ``now``: a recovery in progress completed."""

@@ -60,10 +60,15 @@ class KeeperRecord:
     recovery: Optional[RecoveryPlan] = None
     fallback: bool = False
     restarts: int = 0  # restarts ordered so far (checkpoint-restart's max_restarts budget)
+    # the job's progress rule (rollcall.core.progress): the furthest step ever
+    # committed (None: none yet) and the recoveries begun since it moved
+    furthest_step: Optional[int] = None
+    recoveries_without_progress: int = 0
 
     def __post_init__(self) -> None:
         assert self.generation >= 1 and self.term >= 0, (self.generation, self.term)
         assert self.restarts >= 0, self.restarts
+        assert self.recoveries_without_progress >= 0, self.recoveries_without_progress
         assert self.stale.issubset(self.members), "stale members are members"
         assert self.source is None or self.source in self.members, "the source is a member"
         assert all(g <= self.generation for g, _ in self.resumes), "no resume after the record"
@@ -82,12 +87,15 @@ def record_to_data(r: KeeperRecord) -> dict[str, Any]:
         "placement": None if r.placement is None else [list(h) for h in r.placement],
         "recovery": None if r.recovery is None else plan_data(r.recovery),
         "fallback": r.fallback, "restarts": r.restarts,
+        "furthest_step": r.furthest_step,
+        "recoveries_without_progress": r.recoveries_without_progress,
     }
 
 
 _KEYS = frozenset(("generation", "term", "reason", "members", "cursor", "source", "stale",
                    "checkpoint", "resumes", "lives", "awaiting_relaunch", "down", "left",
-                   "promised", "placement", "recovery", "fallback", "restarts"))
+                   "promised", "placement", "recovery", "fallback", "restarts",
+                   "furthest_step", "recoveries_without_progress"))
 
 
 def record_from_data(data: Any) -> KeeperRecord:
@@ -115,7 +123,9 @@ def record_from_data(data: Any) -> KeeperRecord:
         _pairs(data["promised"], "record.promised"),
         maybe(holders)(data["placement"], "record.placement"),
         None if recovery is None else plan_from_data(recovery, "record.recovery"),
-        flag(data["fallback"], "record.fallback"), nat(data["restarts"], "record.restarts"))
+        flag(data["fallback"], "record.fallback"), nat(data["restarts"], "record.restarts"),
+        maybe(nat)(data["furthest_step"], "record.furthest_step"),
+        nat(data["recoveries_without_progress"], "record.recoveries_without_progress"))
 
 
 def _pair(v: Any, where: str, second: Any) -> tuple[int, int]:
