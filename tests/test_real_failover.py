@@ -396,18 +396,28 @@ def test_workers_find_each_new_keeper_in_etcd_themselves(tmp_path: Path) -> None
     s, recs = _run(sc, tmp_path)
     assert s["completed"] and s["valid"], (s["end_reason"], s["violations"])
     assert s["samples_duplicated"] == 0 and s["samples_skipped"] == 0
-    assert s["keeper_failovers"] == 2
+    # two kills, two failovers; a keeper starved past its 1 s lease (a busy
+    # machine) deposes itself and costs one more, as in the first test
+    lapses = [r for r in recs if r["f"] == "deposed" and r["reason"] == "lease-lapsed"]
+    mid_run = sum(1 for r in lapses if r["gen"] > 0)
+    assert s["keeper_failovers"] == 2 + len(lapses)
     gens = _generations(recs)
     assert [g["gen"] for g in gens] == sorted({g["gen"] for g in gens})
-    assert [g["reason"] for g in gens if g["reason"] == "failover"] == ["failover"] * 2
+    assert [g["reason"] for g in gens if g["reason"] == "failover"] == ["failover"] * (2 + mid_run)
+    terms = [r["term"] for r in recs if r["f"] == "takeover"]
+    assert terms == list(range(1, 4 + len(lapses))), terms
+    deciding = sorted({g["term"] for g in gens if g.get("term")})
     links = _links_of_workers(recs)
-    assert links[0] == [1, 2, 3] and links[2] == [1, 2, 3], links
-    assert links[1] == [1, 2], links  # killed at step 25, in term 2
+    for survivor in (0, 2):  # linked, in order, to every keeper that decided a generation
+        assert links[survivor] == sorted(set(links[survivor])), links
+        assert set(deciding) <= set(links[survivor]) <= set(terms), (deciding, links)
+    # killed at step 25: linked to the keepers before that, not to the last one
+    assert links[1] and links[1][-1] < terms[-1], links
     # the failovers' generations resume where every member held the step
     # (the keeper held the last ack of step 12 and 38 until the launcher had
     # killed it): the sim's cursors
     resumed = [g["cursor"][0] for g in gens if g["reason"] == "failover"]
-    assert resumed == [12, 38], resumed
+    assert resumed == [12, 38] if not mid_run else {12, 38} <= set(resumed), resumed
 
 
 @skip_no_etcd
