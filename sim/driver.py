@@ -133,17 +133,15 @@ from rollcall.config import (
     data_spec, draws, horizon_s, job_policy, keeper_config, repair_shop, scheduled_faults,
 )
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, NEMESIS, Agent, AgentBatch, Blame, Broadcast, Checkpointed, Completion,
-    Cursor, Deposed, Due, Enter, FailureTally, FaultPlan, Final, Formed, IdRuns, Persist,
-    JobFailed, Keeper, Log, Membership, Pull, Record, Relaunch, Repair, RestartJob, Retire, RollCall,
-    Warm,
-    Send, SendToKeeper, Stop, check, describe_assignment,
-    rank_range, rec,
-    step_batch, summarize_report,
+    DRIVER, EMPTY, JOB, NEMESIS, Blame, Broadcast, Checkpointed, Completion, Cursor, Deposed,
+    Due, FailureTally, FaultPlan, Final, Formed, IdRuns, JobFailed, Keeper, Membership,
+    Persist, Pull, Record, Relaunch, Repair, RestartJob, Retire, RollCall, Send, Warm, check,
+    describe_assignment, rank_range, rec, step_batch, summarize_report,
 )
 from rollcall.results import check_summary_keys, ettr, goodput, write_summary
 from rollcall.scenario import Scenario
 
+from sim.agents import Agents
 from sim.aging import ComputeAging
 from sim.failover import KeeperFailover
 from sim.gray import GrayFaults
@@ -234,16 +232,11 @@ class Simulation:
         self.aging = (ComputeAging(self.env, self.nodes, lambda t, w: self._node_down(t, w, "crash"))
                       if sc.failures.age == "computing" and self.draws.model is not None else None)
         self._plans: dict[int, tuple[int, float, dict]] = {}  # members -> batch, step time, shards
-        # every process's core Agent: the bulk in one AgentBatch (heartbeats
-        # not simulated: sim liveness is reported in bulk; no retries: the
-        # sim's network loses nothing), the exceptional
-        # ones (paused, fenced, newcomers until admitted) as single Agents
-        self.bulk = AgentBatch(sc.detector.heartbeat_s, heartbeats=False, retries=False)
-        self.agents: dict[int, Agent] = {}
-        self.undelivered: dict[int, list[Any]] = {}
         # --- random streams ------------------------------------------------
         self.seed = sc.seed
         self._init_job(ledger)
+        # every process's core agent (sim.agents)
+        self.agents = Agents(self, sc.detector.heartbeat_s, self.ledger.kind == "samples")
         self.tally = Tally(self.W)  # where the simulated time went, and counters
         self.failures = FailureTally()
         self.completed = False
@@ -329,7 +322,7 @@ class Simulation:
         ev = self.env.timeout(max(0.0, t - self.env.now))
         ev.callbacks.append(lambda _ev: fn(*args))
 
-    def _lat_of(self, w: int) -> float:
+    def one_way_s(self, w: int) -> float:
         """One way between the keeper and worker ``w``: its host's link (:mod:`sim.network`)."""
         return self.net.one_way_s(w) if self.net.links.degraded else self.lat
 
@@ -437,7 +430,7 @@ class Simulation:
                 elif isinstance(msg, Membership):
                     self.at(now + self.lat, self._membership, out.to, msg)
             elif isinstance(out, Send):
-                self._send_agent(now, out.to, out.message)
+                self.agents.send(now, out.to, out.message)
             elif isinstance(out, RestartJob):
                 self._restart(now, out.teardown)
             elif isinstance(out, Relaunch):
@@ -461,72 +454,6 @@ class Simulation:
                 return
             self.nemesis.carry_out(self.env.now, fault)
 
-    # ------------------------------------------------------------------ agents
-
-    def _agent_for(self, now: float, w: int) -> Agent:
-        """Node ``w``'s core Agent as a single one (taken out of the batch)."""
-        a = self.agents.get(w)
-        if a is None:
-            a = self.agents[w] = self.bulk.take(w, now)
-        return a
-
-    def batch_actions(self, now: float, out: list) -> list:
-        """What the batch's agents send the keeper; their records too, on
-        runs small enough to keep one per worker (``ledger == "samples"``).
-        Fenced agents' processes exit (a life started as one the keeper has
-        since moved past: a repaired node's, refused once a restart came)."""
-        msgs = []
-        for g in out:
-            msgs += g.messages()
-            if isinstance(g.action, Log) and self.ledger.kind == "samples":
-                for _, act in g.expand():
-                    self.write(act.record)
-            elif isinstance(g.action, Stop):
-                for w in g.workers:
-                    self.nodes.proc[w] = False
-                self.bulk.discard(g.workers)
-        return msgs
-
-    def _send_agent(self, now: float, w: int, msg: Any) -> None:
-        a = self.agents.get(w)
-        if a is None:
-            self.at(now + self._lat_of(w), self._deliver_bulk, w, msg)
-        else:
-            self.at(now + self._lat_of(w), self._deliver, w, a, msg)
-
-    def _deliver_bulk(self, w: int, msg: Any) -> None:
-        now = self.env.now
-        if w in self.agents:  # taken out of the batch meanwhile (paused)
-            self._deliver(w, self.agents[w], msg)
-            return
-        msgs = self.batch_actions(now, self.bulk.receive(now, msg, IdRuns.of((w,))))
-        if msgs:
-            self.at(now + self._lat_of(w), self.keeper_receive_at, msgs)
-
-    def _deliver(self, w: int, a: Agent, msg: Any) -> None:
-        if self.agents.get(w) is not a or not self.nodes.proc[w]:
-            return
-        if self.nodes.paused[w]:
-            self.undelivered.setdefault(w, []).append(msg)
-            return
-        self.agent_actions(self.env.now, w, a.receive(self.env.now, msg))
-
-    def agent_actions(self, now: float, w: int, actions: list) -> None:
-        msgs = []
-        for act in actions:
-            if isinstance(act, SendToKeeper):
-                msgs.append(act.message)
-            elif isinstance(act, Log):
-                self.write(act.record)
-            elif isinstance(act, Stop):
-                self.nodes.proc[w] = False
-                self.agents.pop(w, None)
-                self.bulk.discard((w,))
-            elif isinstance(act, Enter):
-                pass  # the job follows the keeper's Formed output
-        if msgs:
-            self.at(now + self._lat_of(w), self.keeper_receive_at, msgs)
-
     def keeper_receive_at(self, msgs: list) -> None:
         self._kreceive(self.env.now, msgs)
 
@@ -539,13 +466,8 @@ class Simulation:
         self.nodes.proc[w] = True
         self.nodes.paused[w] = False
         self.nodes.started_at[w] = now
-        self.agents.pop(w, None)
-        self.undelivered.pop(w, None)
         self.beats_held.pop(w, None)
-        a = Agent(w, incarnation, self.sc.detector.heartbeat_s)  # the node ran no process
-        msgs = [act.message for act in a.start(now, None) if isinstance(act, SendToKeeper)]
-        self.bulk.absorb(a)
-        return msgs
+        return self.agents.launch(now, w, incarnation)
 
     def arrive(self, now: float, w: int) -> None:
         """Hardware of node ``w`` comes up (start, repair, newcomer): the
@@ -613,9 +535,7 @@ class Simulation:
                     self._member_silent(now, w)
             else:
                 self._go_silent(now, w)
-        self.agents.pop(w, None)
-        self.undelivered.pop(w, None)
-        self.bulk.discard((w,))
+        self.agents.discard(w)
         if kind != "blame":  # a blamed node's trip to the shop came with the blame
             self._shop_down(now, w)
 
@@ -723,7 +643,7 @@ class Simulation:
             return False
         if self.runs:  # the votes that reached the keeper while it voted count
             self.cast_votes(now)
-        self._agent_for(now, w)
+        self.agents.single(now, w)
         self.nodes.paused[w] = True
         self.nodes.pause_epoch[w] += 1
         if peers:
@@ -754,20 +674,7 @@ class Simulation:
         del self.beats_held[w]
         if not self.alive(w):
             return  # stopped since: it beats when it wakes
-        self._beat_again(self.env.now, w)
-
-    def _beat_again(self, now: float, w: int) -> None:
-        """Node ``w``'s agent hears what was held for it and sends the beat
-        that was due (its first in a while), then goes back among the bulk."""
-        a = self._agent_for(now, w)
-        actions: list = []
-        for msg in self.undelivered.pop(w, []):
-            actions += a.receive(now, msg)
-        actions += a.handle_timer(now)
-        self.agent_actions(now, w, actions)
-        if self.agents.get(w) is a:  # beating again: back among the bulk
-            del self.agents[w]
-            self.bulk.absorb(a)
+        self.agents.beat_again(self.env.now, w)
 
     def resume(self, w: int, epoch: int, record: bool = True) -> None:
         if self.nodes.pause_epoch[w] != epoch or not self.nodes.paused[w] or self.state == DONE:
@@ -778,7 +685,7 @@ class Simulation:
         self.nodes.paused[w] = False
         stalled_it = w not in self.isolated
         self.isolated.discard(w)
-        self._beat_again(now, w)
+        self.agents.beat_again(now, w)
         if self.nodes.is_member[w] and stalled_it:
             self.silent_members -= 1
             if self.silent_members == 0:
@@ -833,7 +740,7 @@ class Simulation:
         env = self.env
         met = 0
         while (self.due is not None and self.state in (RUN, CKPT) and not self.stalled
-               and not self.agents and self._no_step_faults() and self.due < env.peek()):
+               and not self.agents.any_single and self._no_step_faults() and self.due < env.peek()):
             met += 1
             if met % 64 == 0 and self._halt is None:
                 self._check_halt()  # an early end waits for a yield
@@ -1127,10 +1034,8 @@ class Simulation:
         """A generation's member list reaches the agents it was sent to."""
         now = self.env.now
         to = IdRuns.of(to)
-        for w in self.agents:  # only paused processes have an agent of their own
-            if w in to:
-                self.undelivered.setdefault(w, []).append(m)
-        msgs = self.batch_actions(now, self.bulk.receive(now, m, to))
+        self.agents.hold_for_singles(m, to)  # paused processes: they hear it later
+        msgs = self.agents.receive(now, m, to)
         if msgs:
             self.at(now + self.lat, self.keeper_receive_at, msgs)
 
@@ -1236,7 +1141,7 @@ class Simulation:
         if self.alive(reporter):
             msg = Checkpointed(reporter, self.nodes.life_of(reporter), self.gen, self.cursor)
             t = now + self.lat
-            if t < self.env.peek() and not self.agents:
+            if t < self.env.peek() and not self.agents.any_single:
                 self._kreceive(t, [msg])  # nothing else happens first: deliver it now
             else:
                 self.at(t, self.keeper_receive_at, [msg])
@@ -1248,9 +1153,7 @@ class Simulation:
         if self.state == DONE:
             return
         to = IdRuns.of(to)
-        for w in self.agents:  # only paused processes have an agent of their own
-            if w in to:
-                self.undelivered.setdefault(w, []).append(call)
+        self.agents.hold_for_singles(call, to)  # paused processes: they hear it later
         if call.generation == self.gen + 1:
             # Whatever the reason, a member abandons the step in flight (or the
             # state copy, or the checkpoint write) and joins (rollcall.core.messages.RollCall).
@@ -1262,8 +1165,8 @@ class Simulation:
             # the fact the agents are told: their trainers hold the committed
             # state (a stale member, before its copy or load is done, none)
             holders = to if synced or not self.stale else to - self.stale
-            self.bulk.step_committed(now, self.committed, holders)
-        msgs = self.batch_actions(now, self.bulk.receive(now, call, to))
+            self.agents.step_committed(now, self.committed, holders)
+        msgs = self.agents.receive(now, call, to)
         if msgs:  # the members with a state first, then those without
             msgs.sort(key=lambda m: m.cursor is None)
             self.at(now + self.lat, self.keeper_receive_at, msgs)
@@ -1289,10 +1192,7 @@ class Simulation:
         self.nodes.paused &= ~members
         self.nodes.starting[members] = -1
         self.isolated = {w for w in self.isolated if not members[w]}
-        for w in [w for w in self.agents if members[w]]:
-            self.agents.pop(w, None)
-            self.undelivered.pop(w, None)
-        self.bulk.discard(teardown)
+        self.agents.tear_down(members, teardown)
         self.nodes.is_member[:] = False
         self.silent_members = 0
         self.state = IDLE
@@ -1338,14 +1238,11 @@ class Simulation:
         self.nodes.proc |= up
         self.nodes.paused &= ~up
         np.copyto(self.nodes.started_at, now, where=up)
-        if self.agents:
-            for w in [w for w in self.agents if up[w]]:
-                self.agents.pop(w, None)
-                self.undelivered.pop(w, None)
+        self.agents.forget_flagged(up)
         # each relaunched agent sends Join(w, new incarnation, no state): one
         # batch of new lives, the keeper's own sparse table, so a relaunch of
         # 10^4 workers is admitted in O(changes)
-        msgs = self.batch_actions(now, self.bulk.start(now, ids, order.incarnations))
+        msgs = self.agents.start(now, ids, order.incarnations)
         self.at(now + self.lat, self.keeper_receive_at, msgs)
 
     def _finish(self, now: float, completed: bool, reason: str) -> None:
@@ -1466,7 +1363,7 @@ class Simulation:
         self.write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
                         strategy=sc.strategy.kind, workers=self.W, spares=sc.cluster.spares))
         # every agent's first message, Join(w, 0, None): one batch
-        msgs = self.batch_actions(0.0, self.bulk.start(0.0, IdRuns.span(0, running - 1), 0))
+        msgs = self.agents.start(0.0, IdRuns.span(0, running - 1), 0)
         self.at(self.lat, self.keeper_receive_at, msgs)
         self._job_proc = env.process(self._job_process())
         if self.aging is not None:

@@ -28,7 +28,7 @@ This module only carries that out; every decision is the core's.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -147,15 +147,5 @@ class KeeperFailover:
         down = [int(w) for w in np.flatnonzero(nodes.held_down)]
         sim.keeper_call(now, k.take_over, started, down, sorted(nodes.lives_exited().items()))
         sim.vouch(now)  # the silent ones' verdicts come at the new keeper's own timer
-        self._reconnect(now)
+        sim.agents.reconnected(now)  # and asks again what went unanswered
         sim.rearm(now)
-
-    def _reconnect(self, now: float) -> None:
-        """Every agent reaches the new keeper and asks again what went unanswered."""
-        sim = self.sim
-        msgs: list[Any] = sim.batch_actions(now, sim.bulk.reconnected(now))
-        if msgs:
-            sim.at(now + sim.lat, sim.keeper_receive_at, msgs)
-        for w, a in list(sim.agents.items()):
-            if sim.nodes.proc[w] and not sim.nodes.paused[w]:
-                sim.agent_actions(now, w, a.reconnected(now))

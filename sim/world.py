@@ -18,11 +18,10 @@ from typing import Any, Callable, Final, Iterable, Optional, Protocol
 
 import simpy
 
-from rollcall.core import (
-    Agent, AgentBatch, Cursor, Detector, Draws, FaultPlan, IdRuns, Keeper, RepairShop,
-)
+from rollcall.core import Cursor, Detector, Draws, FaultPlan, IdRuns, Keeper, RepairShop
 from rollcall.scenario import Scenario
 
+from sim.agents import Agents
 from sim.state import Nodes
 from sim.steps import StepRun
 
@@ -121,10 +120,8 @@ class World(Protocol):
         """The computed steps whose votes are not all cast, oldest first."""
 
     @property
-    def bulk(self) -> AgentBatch: ...
-
-    @property
-    def agents(self) -> dict[int, Agent]: ...
+    def agents(self) -> Agents:
+        """Every process's core agent, and the messages to and from them."""
 
     @property
     def plan(self) -> FaultPlan:
@@ -192,12 +189,6 @@ class World(Protocol):
 
     def vouch(self, now: float) -> None:
         """Tell the keeper which tracked workers beat on time (all but the silent)."""
-
-    def batch_actions(self, now: float, actions: list) -> list:
-        """Carry out the agent batch's actions; returns its messages to the keeper."""
-
-    def agent_actions(self, now: float, w: int, actions: list) -> None:
-        """Carry out the actions of node ``w``'s own agent."""
 
     # -- the job ---------------------------------------------------------------
     def cast_votes(self, t: float, everything: bool = False) -> None:
