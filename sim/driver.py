@@ -133,18 +133,18 @@ from rollcall.config import (
     data_spec, draws, horizon_s, job_policy, keeper_config, repair_shop, scheduled_faults,
 )
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, NEMESIS, Blame, Broadcast, Checkpointed, Completion, Cursor, Deposed,
-    Due, FailureTally, FaultPlan, Final, Formed, IdRuns, JobFailed, Keeper, Membership,
-    Persist, Pull, Record, Relaunch, Repair, RestartJob, Retire, RollCall, Send, Warm, check,
-    describe_assignment, rank_range, rec, step_batch, summarize_report,
+    DRIVER, EMPTY, JOB, NEMESIS, Broadcast, Checkpointed, Completion, Cursor, Deposed, Due,
+    FailureTally, FaultPlan, Final, Formed, IdRuns, JobFailed, Keeper, Membership, Persist,
+    Record, Relaunch, RestartJob, RollCall, Send, check, describe_assignment, rank_range, rec,
+    step_batch, summarize_report,
 )
 from rollcall.results import check_summary_keys, ettr, goodput, write_summary
 from rollcall.scenario import Scenario
 
 from sim.agents import Agents
-from sim.aging import ComputeAging
 from sim.failover import KeeperFailover
 from sim.gray import GrayFaults
+from sim.machines import Machines
 from sim.nemesis import Nemesis
 from sim.network import NetFaults
 from sim.sharded import copy_time, replicated_copy_time
@@ -185,7 +185,6 @@ def _few_collections(young: int = 100_000):
 LEDGER_SAMPLES = 1_000_000
 # the records FailureTally reads (the rest pass it by)
 _TALLIED = frozenset(("fault", "evict"))
-_NODE_DOWN = {"kill": "kills", "crash": "crashes", "blame": "blames"}  # kind -> its count
 # Events stepped at one simulated instant past which a run is stuck (a
 # livelock, a bug): no run needs more than a few per node there (the fuzzer
 # sees thousands at most), so the bound is this plus SPIN_EVENTS_PER_NODE each.
@@ -228,9 +227,10 @@ class Simulation:
         self.n_nodes = sc.worker_id_limit
         n = self.n_nodes
         self.nodes = Nodes.zeros(n)  # the physical world, per node
-        # failures.age: computing (AIReSim's assumption): only members age, while computing
-        self.aging = (ComputeAging(self.env, self.nodes, lambda t, w: self._node_down(t, w, "crash"))
-                      if sc.failures.age == "computing" and self.draws.model is not None else None)
+        # hardware lives and the repair shop's answers (sim.machines); under
+        # failures.age: computing (AIReSim's assumption) only members age, while computing
+        self.machines = Machines(self, sc.failures.age == "computing", sc.cluster.launch_s,
+                                 self._wake_faults)
         self._plans: dict[int, tuple[int, float, dict]] = {}  # members -> batch, step time, shards
         # --- random streams ------------------------------------------------
         self.seed = sc.seed
@@ -304,8 +304,6 @@ class Simulation:
         self.answered = 0  # the latest round the members answered
         self.state_bytes = w.model_params * w.bytes_per_param
         self.transfer_s = self.state_bytes / sc.network.bandwidth_Bps + self.lat  # one receiver's
-        self._hitting: frozenset[int] = frozenset()  # the nodes the fault in progress takes
-        self.launch_s = sc.cluster.launch_s  # a process started outside a restart: its start-up
 
     # ------------------------------------------------------------------ plumbing
 
@@ -328,6 +326,20 @@ class Simulation:
 
     def alive(self, w: int) -> bool:
         return bool(self.nodes.proc[w] and not self.nodes.paused[w])
+
+    def _wake_faults(self) -> None:
+        """A node came up: the fault plan may have something due sooner."""
+        self.nemesis.wake()
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run is over: nothing more is carried out."""
+        return self.state == DONE
+
+    @property
+    def voting(self) -> bool:
+        """Whether commit votes are on their way to the keeper."""
+        return bool(self.runs)
 
     # ------------------------------------------------------------------ keeper
 
@@ -459,7 +471,7 @@ class Simulation:
 
     # ------------------------------------------------------------------ nodes
 
-    def _launch(self, now: float, w: int, incarnation: int) -> list:
+    def launch(self, now: float, w: int, incarnation: int) -> list:
         """Start a worker process on node ``w`` as ``incarnation``; return
         what its agent sends first (a Join), the agent joining the batch."""
         self.nodes.started(w, incarnation)
@@ -468,21 +480,6 @@ class Simulation:
         self.nodes.started_at[w] = now
         self.beats_held.pop(w, None)
         return self.agents.launch(now, w, incarnation)
-
-    def arrive(self, now: float, w: int) -> None:
-        """Hardware of node ``w`` comes up (start, repair, newcomer): the
-        core's fault plan draws when it crashes and slows down (under
-        ``failures.age: computing`` its life is spent in compute seconds,
-        :mod:`sim.aging`)."""
-        self.nodes.exists[w] = True
-        self.nodes.hw[w] = True
-        self.nodes.life[w] += 1
-        if self.aging is not None:
-            lifetime = self.draws.next_lifetime(w)
-            if lifetime is not None:
-                self.aging.arrive(w, lifetime)
-        self.plan.node_up(w, now)
-        self.nemesis.wake()
 
     def _go_silent(self, now: float, w: int, stall: bool = True) -> None:
         """Node ``w`` stops beating now: tell the keeper its last beat, schedule
@@ -500,28 +497,11 @@ class Simulation:
             if self.silent_members == 1:
                 self.stall(now)
 
-    def _node_down(self, now: float, w: int, kind: str, record: bool = True) -> None:
-        """Node ``w`` is lost until ``repair_s``. ``kill``: its process was
-        killed, and its host reports the exit (:meth:`_exited`); ``crash``:
-        the machine died, and nobody reports anything (the detector decides);
-        ``blame``: a wrong diagnosis sends the healthy node to repair (its
-        process is stopped and its host reports the exit, as for a kill)."""
-        assert kind in _NODE_DOWN, kind
-        if not self.nodes.hw[w]:
-            return
-        if self.runs:  # the votes that reached the keeper while it voted count
-            self.cast_votes(now)
-        self.tally.counts[_NODE_DOWN[kind]] += 1
-        if record:
-            self.write(rec(now, "info", "fault", NEMESIS, kind=kind, workers=[w]))
-        self.nodes.hw[w] = False
-        self.nodes.held_down[w] = True
-        self.nodes.life[w] += 1
-        self.plan.node_down(w)  # its crash and slowdowns to come went with it
-        self.nodes.starting[w] = -1  # a relaunched process still starting never starts
-        if not self.failover.down:  # else the supervisor tells the next keeper
-            self.keeper.node_down(now, w)
-            self.rearm(now)  # a restarting group's loss fails the restart
+    def process_gone(self, now: float, w: int, kind: str) -> None:
+        """Node ``w`` went down (:meth:`sim.machines.Machines.node_down`):
+        after a ``kill`` or a ``blame`` its host reports its process's exit
+        (:meth:`_exited`); after a ``crash`` nobody reports anything (the
+        detector decides). Its silence stalls the job if it was a member."""
         if self.nodes.proc[w]:
             if kind != "crash":
                 self.nodes.exit_seen[w] = self.nodes.life_of(w)
@@ -536,102 +516,6 @@ class Simulation:
             else:
                 self._go_silent(now, w)
         self.agents.discard(w)
-        if kind != "blame":  # a blamed node's trip to the shop came with the blame
-            self._shop_down(now, w)
-
-    def _shop_down(self, now: float, w: int) -> None:
-        """Tell the repair shop node ``w`` failed and carry out its answer:
-        repaired when, retired, a wrong blame, pulls (the core decides)."""
-        hit = self._hitting  # the rest of the fault being carried out: not innocent
-
-        def innocents() -> list[int]:
-            return [m for m in self.members if self.alive(m) and m not in hit]
-
-        for act in self.shop.down(now, w, innocents):
-            if isinstance(act, Repair):
-                self.at(act.back_at_s, self._repaired, act.worker, act)
-            elif isinstance(act, Retire):
-                self.tally.counts["retired"] += 1
-                self.write(act.record(now))
-            elif isinstance(act, Blame):
-                self.write(act.record(now))
-                self._node_down(now, act.worker, "blame", record=False)
-            elif isinstance(act, Warm):
-                self.at(act.at_s, self._warmed, act)
-            else:
-                self.at(act.at_s, self._pulled, act)
-
-    def _repaired(self, w: int, repair: Repair) -> None:
-        if self.state == DONE:
-            return
-        if self.failover.back_at is not None:  # its new life is the next keeper's to hand out
-            self.at(self.failover.back_at, self._repaired, w, repair)
-            return
-        now = self.env.now
-        self.tally.counts["repairs"] += 1
-        self.write(repair.record(now))
-        starts = self.shop.up(now, w)  # else it waits idle, without a process (warm_standbys)
-        self.arrive(now, w)
-        if starts:
-            self.nodes.held_down[w] = False
-            self.start(now, [w], [self.keeper.node_up(now, w)])
-
-    def _warmed(self, warm: Warm) -> None:
-        """An idle node's host selection ended: its process starts and joins,
-        a warm standby's (the repair shop chose it)."""
-        if self.state == DONE:
-            return
-        if warm.back and self.failover.back_at is not None:  # its life is the next keeper's
-            self.at(self.failover.back_at, self._warmed, warm)
-            return
-        now, w = self.env.now, warm.worker
-        if not self.shop.warmed(now, w):
-            return  # the node failed during its selection
-        self.write(warm.record(now))
-        self.nodes.held_down[w] = False
-        self.start(now, [w], [self.keeper.node_up(now, w) if warm.back else 0])
-
-    def _pulled(self, pull: Pull) -> None:
-        """A spare pulled from the cold pool arrives (after its preemption) and joins."""
-        if self.state == DONE:
-            return
-        now, w = self.env.now, pull.worker
-        self.tally.counts["pulled"] += 1
-        self.shop.up(now, w, pulled=True)
-        self.arrive(now, w)
-        self.write(pull.record(now))
-        self.start(now, [w], [0])
-
-    def start(self, now: float, ws: list[int], lives: list[int], fresh: bool = True) -> None:
-        """A process starts on each node of ``ws`` (as ``lives``) outside a
-        restart; a ``fresh`` one (a repaired node's, a pulled spare's) asks to
-        join once it is up, ``cluster.launch_s`` later, a scripted newcomer's
-        (warm, as the real target's) at once."""
-        if not self.launch_s or not fresh:
-            joins = []
-            for w, life in zip(ws, lives):
-                joins += self._launch(now, w, life)
-            self.at(now + self.lat, self.keeper_receive_at, joins)
-            return
-        hw = [int(self.nodes.life[w]) for w in ws]
-        self.at(now + self.launch_s, self._started, ws, lives, hw)
-
-    def _started(self, ws: list[int], lives: list[int], hw: list[int]) -> None:
-        """The processes :meth:`_start` began are up: each whose node did not
-        fail meanwhile (its hardware life is the same) asks to join."""
-        if self.state == DONE:
-            return
-        now = self.env.now
-        joins = []
-        for w, life, h in zip(ws, lives, hw):
-            # the node failed meanwhile, or a relaunch started a newer life on it
-            if not self.nodes.hw[w] or int(self.nodes.life[w]) != h:
-                continue
-            if self.nodes.proc[w] or life < self.nodes.life_of(w):
-                continue
-            joins += self._launch(now, w, life)
-        if joins:
-            self.at(now + self.lat, self.keeper_receive_at, joins)
 
     def cut_off(self, now: float, w: int, peers: bool = False) -> bool:
         """Node ``w``'s process reaches nobody from now on (stopped, or on the
@@ -690,22 +574,6 @@ class Simulation:
             self.silent_members -= 1
             if self.silent_members == 0:
                 self._unstall(now)
-
-    # ------------------------------------------------------------------ failure process
-
-    def pick(self, targets: Any) -> list[int]:
-        if targets != "random":
-            return [w for w in targets if w < self.n_nodes]
-        w = self.draws.pick([w for w in self.members if self.alive(w)])
-        return [] if w is None else [w]
-
-    def nodes_down(self, now: float, victims: list[int], kind: str, record: bool) -> None:
-        """One fault takes ``victims`` down (see :meth:`_node_down`); none of
-        them is an innocent a wrong diagnosis may blame for another."""
-        self._hitting = frozenset(victims)
-        for w in victims:
-            self._node_down(now, w, kind, record)
-        self._hitting = frozenset()
 
     # ------------------------------------------------------------------ job process
 
@@ -770,8 +638,8 @@ class Simulation:
 
     def _clock(self, now: float) -> None:
         """Tell the compute clock (``failures.age: computing``) whether the job computes."""
-        if self.aging is not None:
-            self.aging.clock(now, self.state in (RUN, CKPT) and not self.stalled)
+        if self.machines.aging is not None:
+            self.machines.aging.clock(now, self.state in (RUN, CKPT) and not self.stalled)
 
     def _start_segment(self, now: float) -> None:
         self._acct(now)
@@ -1357,7 +1225,7 @@ class Simulation:
         env = self.env
         n0 = self.W + sc.cluster.spares
         for w in range(n0):
-            self.arrive(0.0, w)
+            self.machines.arrive(0.0, w)
         running = self.shop.initial  # the others wait idle (warm_standbys)
         self.nodes.proc[:running] = True
         self.write(rec(0.0, "info", "start", DRIVER, scenario=sc.name, seed=self.seed,
@@ -1366,8 +1234,9 @@ class Simulation:
         msgs = self.agents.start(0.0, IdRuns.span(0, running - 1), 0)
         self.at(self.lat, self.keeper_receive_at, msgs)
         self._job_proc = env.process(self._job_process())
-        if self.aging is not None:
-            self.aging.proc = env.process(self.aging.process())
+        aging = self.machines.aging
+        if aging is not None:
+            aging.proc = env.process(aging.process())
         self.nemesis.proc = env.process(self.nemesis.process())
         if self.failover.mtbf_s is not None:
             env.process(self.failover.process())

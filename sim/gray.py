@@ -50,7 +50,7 @@ class GrayFaults:
 
     def slow(self, now: float, f: Any) -> None:
         """A scripted ``slow`` fault."""
-        for w in self.sim.pick(f.targets):
+        for w in self.sim.machines.pick(f.targets):
             self._slow(now, w, float(f.factor), float(f.for_s))
 
     def random_slow(self, now: float, w: int, factor: float, for_s: float) -> None:
@@ -122,7 +122,7 @@ class GrayFaults:
     def late_heartbeats(self, now: float, f: Any) -> None:
         sim = self.sim
         delay_s, for_s = float(f.delay_s), float(f.for_s)
-        for w in sim.pick(f.targets):
+        for w in sim.machines.pick(f.targets):
             if not sim.alive(w):
                 continue
             sim.write(rec(now, "info", "fault", NEMESIS, kind="late_heartbeats", workers=[w],

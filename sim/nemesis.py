@@ -64,7 +64,7 @@ class Nemesis:
         random slowdown the node's; a scripted one is the schedule's."""
         sim = self.sim
         if due.kind == "crash":
-            sim.nodes_down(now, [due.targets[0]], "crash", record=True)
+            sim.machines.nodes_down(now, [due.targets[0]], "crash", record=True)
         elif due.origin == "mtbf":
             assert due.kind == "slow" and due.rate is not None and due.for_s is not None
             sim.gray.random_slow(now, due.targets[0], due.rate, due.for_s)
@@ -75,7 +75,7 @@ class Nemesis:
         """A fault of the scenario's ``failures.schedule``, due now."""
         sim, action = self.sim, f.action
         if action == "kill":
-            sim.nodes_down(now, sim.pick(f.targets), "kill", record=True)
+            sim.machines.nodes_down(now, sim.machines.pick(f.targets), "kill", record=True)
         elif f.domain is not None:
             self._domain_down(now, *f.domain)
         elif action in ("partition", "isolate_keeper"):
@@ -83,7 +83,7 @@ class Nemesis:
         elif f.link is not None:
             sim.net.start(now, f)  # delay, loss
         elif action == "pause":
-            for w in sim.pick(f.targets):
+            for w in sim.machines.pick(f.targets):
                 self._pause(now, w, float(f.for_s))
         elif action == "late_heartbeats":
             sim.gray.late_heartbeats(now, f)
@@ -110,9 +110,9 @@ class Nemesis:
         for w in ws:
             sim.count("joins")
             sim.shop.joined(now, w)
-            sim.arrive(now, w)
+            sim.machines.arrive(now, w)
         sim.write(rec(now, "info", "fault", NEMESIS, kind="join", workers=ws))
-        sim.start(now, ws, [0] * len(ws), fresh=False)
+        sim.machines.start(now, ws, [0] * len(ws), fresh=False)
 
     def _domain_down(self, now: float, domain: str, index: Any) -> None:
         """A correlated failure: every node of a rack (``kill_rack``: each
@@ -136,7 +136,7 @@ class Nemesis:
         kind, how = ("kill_rack", "kill") if domain == "rack" else ("lose_host", "crash")
         sim.write(rec(now, "info", "fault", NEMESIS, kind=kind, **{domain: int(index)},
                       workers=victims))
-        sim.nodes_down(now, victims, how, record=False)
+        sim.machines.nodes_down(now, victims, how, record=False)
 
     def _pause(self, now: float, w: int, for_s: float) -> None:
         sim = self.sim

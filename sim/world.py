@@ -22,6 +22,7 @@ from rollcall.core import Cursor, Detector, Draws, FaultPlan, IdRuns, Keeper, Re
 from rollcall.scenario import Scenario
 
 from sim.agents import Agents
+from sim.machines import Machines
 from sim.state import Nodes
 from sim.steps import StepRun
 
@@ -120,6 +121,10 @@ class World(Protocol):
         """The computed steps whose votes are not all cast, oldest first."""
 
     @property
+    def machines(self) -> Machines:
+        """The nodes' hardware: up, down, repaired, the faults' targets."""
+
+    @property
     def agents(self) -> Agents:
         """Every process's core agent, and the messages to and from them."""
 
@@ -150,9 +155,6 @@ class World(Protocol):
     def alive(self, w: int) -> bool:
         """Whether node ``w`` runs a live process."""
 
-    def pick(self, targets: Any) -> list[int]:
-        """A fault's targets: the listed nodes, or a draw among live members."""
-
     def cut_off(self, now: float, w: int, peers: bool = False) -> bool:
         """Node ``w`` reaches nobody (``peers``: only the keeper) from now on."""
 
@@ -164,15 +166,6 @@ class World(Protocol):
 
     def resume(self, w: int, epoch: int, record: bool = True) -> None:
         """Node ``w``, cut off in pause epoch ``epoch``, reaches everyone again."""
-
-    def nodes_down(self, now: float, victims: list[int], kind: str, record: bool) -> None:
-        """One fault takes ``victims`` down: ``kill``, ``crash`` (see the driver)."""
-
-    def arrive(self, now: float, w: int) -> None:
-        """Node ``w``'s hardware comes up."""
-
-    def start(self, now: float, ws: list[int], lives: list[int], fresh: bool = True) -> None:
-        """A process starts on each node of ``ws`` as ``lives``, and joins."""
 
     def count(self, name: str) -> None:
         """One more of ``name`` for the summary."""
