@@ -22,6 +22,7 @@ import simpy
 
 from rollcall.core import Agent, AgentBatch, Cursor, Enter, IdRuns, Log, SendToKeeper, Stop
 
+from sim.keeper_port import KeeperInbox
 from sim.state import Nodes
 
 __all__ = ["Agents", "AgentHost"]
@@ -48,7 +49,8 @@ class AgentHost(Protocol):
     def one_way_s(self, w: int) -> float:
         """One message between the keeper and worker ``w``, seconds."""
 
-    def keeper_receive_at(self, msgs: list) -> None: ...
+    @property
+    def port(self) -> KeeperInbox: ...
 
 
 class Agents:
@@ -146,7 +148,7 @@ class Agents:
             return
         msgs = self.receive(now, message, IdRuns.of((w,)))
         if msgs:
-            host.at(now + host.one_way_s(w), host.keeper_receive_at, msgs)
+            host.at(now + host.one_way_s(w), host.port.receive_at, msgs)
 
     def _deliver(self, w: int, a: Agent, message: Any) -> None:
         nodes = self._host.nodes
@@ -177,7 +179,7 @@ class Agents:
         host = self._host
         msgs = self.batch_actions(now, self._batch.reconnected(now))
         if msgs:
-            host.at(now + host.lat, host.keeper_receive_at, msgs)
+            host.at(now + host.lat, host.port.receive_at, msgs)
         nodes = host.nodes
         for w, a in list(self._singles.items()):
             if nodes.proc[w] and not nodes.paused[w]:
@@ -218,4 +220,4 @@ class Agents:
             elif isinstance(act, Enter):
                 pass  # the job follows the keeper's Formed output
         if msgs:
-            host.at(now + host.one_way_s(w), host.keeper_receive_at, msgs)
+            host.at(now + host.one_way_s(w), host.port.receive_at, msgs)

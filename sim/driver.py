@@ -24,7 +24,7 @@ What is simulated, and where the core decides
   silent)``: those never expire). When a node goes silent (crash, pause,
   beats held back) the driver tells it when the node's last beat arrived
   (``observe_silent``, at ``detector.last_arrival``). The keeper is woken
-  at its own timer, ``Keeper.get_timer`` (:meth:`Simulation.rearm` after
+  at its own timer, ``Keeper.get_timer`` (:meth:`sim.keeper_port.KeeperPort.rearm` after
   every call that may move it): a silent node's expiry, a round's
   deadlines, the lease, giving up; ``handle_timer(now)`` gives the
   verdicts. The keeper hears commit votes when they arrive (each input
@@ -133,10 +133,9 @@ from rollcall.config import (
     data_spec, draws, horizon_s, job_policy, keeper_config, repair_shop, scheduled_faults,
 )
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, NEMESIS, Broadcast, Checkpointed, Completion, Cursor, Deposed, Due,
-    FailureTally, FaultPlan, Final, Formed, IdRuns, JobFailed, Keeper, Membership, Persist,
-    Record, Relaunch, RestartJob, RollCall, Send, check, describe_assignment, rank_range, rec,
-    step_batch, summarize_report,
+    DRIVER, EMPTY, JOB, NEMESIS, Checkpointed, Completion, Cursor, Due, FailureTally, FaultPlan,
+    Final, Formed, IdRuns, Keeper, Membership, Relaunch, RollCall, check, describe_assignment,
+    rank_range, rec, step_batch, summarize_report,
 )
 from rollcall.results import check_summary_keys, ettr, goodput, write_summary
 from rollcall.scenario import Scenario
@@ -144,12 +143,13 @@ from rollcall.scenario import Scenario
 from sim.agents import Agents
 from sim.failover import KeeperFailover
 from sim.gray import GrayFaults
+from sim.keeper_port import KeeperPort
 from sim.machines import Machines
 from sim.nemesis import Nemesis
 from sim.network import NetFaults
 from sim.sharded import copy_time, replicated_copy_time
 from sim.ledger import Ledger
-from sim.state import Nodes, Recorder, Tally
+from sim.state import Nodes, Recorder, Tally, flags_of_ids, ids_of_flags
 from sim.steps import _EPS, StepRun
 from sim.world import CKPT, DONE, IDLE, RUN, SYNC, WAIT
 
@@ -243,8 +243,7 @@ class Simulation:
         self.end_reason = ""
         self.recorder = Recorder(Path(out_dir) if out_dir is not None else None, flush_every)
         self.records = self.recorder.records  # the history, kept for the checkers
-        self._alarms: set[float] = set()  # the instants a keeper wake is set for
-        self.keeper_s = 0.0  # wall time spent inside the core's Keeper (profiling aid)
+        self.port = KeeperPort(self, self)  # the keeper's inputs and outputs (sim.keeper_port)
         self.check_s = 0.0
         self.done = self.env.event()
         # --max-wall-s: the wall-clock deadline, whether it has passed, and
@@ -337,137 +336,14 @@ class Simulation:
         return self.state == DONE
 
     @property
+    def late_beats(self) -> tuple[int, ...]:
+        """Live workers whose beats are held back (``late_heartbeats``)."""
+        return tuple(sorted(self.beats_held))
+
+    @property
     def voting(self) -> bool:
         """Whether commit votes are on their way to the keeper."""
         return bool(self.runs)
-
-    # ------------------------------------------------------------------ keeper
-
-    def _kreceive(self, now: float, messages: list) -> None:
-        self.keeper_call(now, self.keeper.receive_many, messages)
-
-    def keeper_call(self, now: float, call: Callable[..., list], *args: Any) -> None:
-        """One input to the keeper at ``now``: ``call(now, *args)``, after the
-        votes that reached it first, its outputs carried out. While no
-        keeper serves (:mod:`sim.failover`) the input is lost."""
-        if self.state == DONE or self.failover.down:
-            return
-        if self.runs:
-            self.cast_votes(now)  # the votes that reached the keeper first
-        self.tally.counts["keeper_calls"] += 1
-        t = _perf()
-        out = call(now, *args)
-        self.keeper_s += _perf() - t
-        self._apply(now, out)
-
-    def _ktick(self, now: float, votes: bool = False) -> None:
-        """The keeper's timer fired (or, with ``votes``, a vote reaches it)."""
-        self._alarms.discard(now)
-        if self.state == DONE or self.failover.down:
-            return
-        due = self.keeper.get_timer()
-        if not votes and (due is None or due > now):
-            return  # the timer moved since this wake was set: nothing is due
-        self.cast_votes(now)
-        self.tally.counts["keeper_calls"] += 1
-        t = _perf()
-        self.vouch(now)
-        out = self.keeper.handle_timer(now)
-        self.keeper_s += _perf() - t
-        self._apply(now, out)
-
-    def vouch(self, now: float) -> None:
-        """Tell the keeper which of the workers it tracks beat on time: all
-        but the silent few (down, paused, or with beats held back), named
-        instead of the 10^4 live ones (Keeper.observe_beating_except)."""
-        silent = _ids_of_flags(~(self.nodes.proc & ~self.nodes.paused))
-        if self.beats_held:  # live, but their beats are late
-            silent = silent | tuple(sorted(self.beats_held))
-        self.keeper.observe_beating_except(now, silent)
-
-    def _exited(self, w: int, incarnation: int) -> None:
-        """The host of killed node ``w`` reports its process's exit.
-
-        A physical fact, as on real (the launcher's pidfd): the host sees its
-        child exit and tells the keeper in one message, so the notice arrives
-        ``detector.exit_notice_s`` after the kill (by default one
-        ``network.latency_s``; a calibrated run sets what the real host took,
-        mostly the killed process's teardown). Whether it evicts the life
-        (``exited``) is the keeper's decision.
-        """
-        self.keeper_call(self.env.now, self.keeper.exited, w, incarnation)
-
-    def rearm(self, now: float) -> None:
-        """Wake the keeper at its own timer (Keeper.get_timer: a round's
-        deadline, a silent worker's expiry, the lease, giving up), after any
-        call that may have moved it; a wake already set for that instant serves."""
-        if self.state == DONE or self.failover.down:
-            return
-        t = self.keeper.get_timer()
-        if t is not None:
-            t = max(t, now)
-            if t not in self._alarms:
-                self._alarms.add(t)
-                self.at(t, self._ktick, t)
-
-    def _apply(self, now: float, outputs: list) -> None:
-        """Turn the keeper's outputs into simulated effects. A ``Persist``
-        (always last: the keeper holds back what follows it) is answered
-        first, as the keeper process does before it reads anything else: an
-        effect that feeds the keeper (a restart casts the votes on their
-        way) finds it ready; what it held back is carried out after the rest."""
-        held: Optional[list] = None
-        if outputs and isinstance(outputs[-1], Persist):
-            held = self.failover.persist(now, outputs[-1])
-            outputs = outputs[:-1]
-        due: list[Due] = []
-        for out in outputs:
-            if isinstance(out, Record):
-                r = out.record
-                self.write(r)
-                due += self.plan.due_by_record(r)
-                f = r["f"]
-                if f == "evict":
-                    self.tally.counts["evictions"] += 1
-                    if r.get("reason") == "timeout":
-                        self.tally.counts["detections"] += 1
-                elif f == "round" and r["type"] == "invoke":
-                    self.tally.counts["rounds"] += 1
-            elif isinstance(out, Formed):
-                self._formed(now, out)
-            elif isinstance(out, Broadcast):
-                msg = out.message
-                if isinstance(msg, RollCall):
-                    self.at(now + self.lat, self._roll_call, out.to, msg)
-                elif isinstance(msg, Membership):
-                    self.at(now + self.lat, self._membership, out.to, msg)
-            elif isinstance(out, Send):
-                self.agents.send(now, out.to, out.message)
-            elif isinstance(out, RestartJob):
-                self._restart(now, out.teardown)
-            elif isinstance(out, Relaunch):
-                self._relaunch(now, out)
-            elif isinstance(out, JobFailed):
-                self._finish(now, False, f"job failed: {out.reason}")
-            elif isinstance(out, Deposed):
-                pass  # its lease lapsed: sim.failover stops it at the lease's end
-            else:
-                assert not isinstance(out, Persist), "a Persist is the keeper's last output"
-        if held is not None:
-            self._apply(now, held)
-        if due:  # once the keeper's outputs of this instant are carried out
-            self.at(now, self._scripted, due)
-        self.rearm(now)
-
-    def _scripted(self, due: list[Due]) -> None:
-        """Carry out scripted faults the keeper's records made due."""
-        for fault in due:
-            if self.state == DONE:
-                return
-            self.nemesis.carry_out(self.env.now, fault)
-
-    def keeper_receive_at(self, msgs: list) -> None:
-        self._kreceive(self.env.now, msgs)
 
     # ------------------------------------------------------------------ nodes
 
@@ -487,7 +363,7 @@ class Simulation:
         its peers still reach it (``stall`` false: only the keeper lost it)."""
         last = self.detector.last_arrival(now, float(self.nodes.started_at[w]), self.lat)
         self.keeper.observe_silent(last, (w,))
-        self.rearm(now)
+        self.port.rearm(now)
         if stall:
             self._member_silent(now, w)
 
@@ -500,12 +376,12 @@ class Simulation:
     def process_gone(self, now: float, w: int, kind: str) -> None:
         """Node ``w`` went down (:meth:`sim.machines.Machines.node_down`):
         after a ``kill`` or a ``blame`` its host reports its process's exit
-        (:meth:`_exited`); after a ``crash`` nobody reports anything (the
+        (:meth:`sim.keeper_port.KeeperPort.exited`); after a ``crash`` nobody reports anything (the
         detector decides). Its silence stalls the job if it was a member."""
         if self.nodes.proc[w]:
             if kind != "crash":
                 self.nodes.exit_seen[w] = self.nodes.life_of(w)
-                self.at(now + self.exit_notice_s, self._exited, w, self.nodes.life_of(w))
+                self.at(now + self.exit_notice_s, self.port.exited, w, self.nodes.life_of(w))
             self.nodes.proc[w] = False
             if self.nodes.paused[w]:
                 self.nodes.paused[w] = False  # already silent; its verdict is scheduled
@@ -545,7 +421,7 @@ class Simulation:
             return False
         self.beats_held[w] = float(self.nodes.started_at[w])
         self.keeper.observe_silent(last, (w,))  # the keeper's clock: when it saw the beat
-        self.rearm(now)
+        self.port.rearm(now)
         return True
 
     def release_beats(self, w: int, phase: float) -> None:
@@ -773,7 +649,7 @@ class Simulation:
         policy decides from it."""
         assert run.compute is not None
         typical, slow = run.compute
-        self._apply(t, self.keeper.report_steps(t, run.gen, first, last, typical, slow))
+        self.port.apply(t, self.keeper.report_steps(t, run.gen, first, last, typical, slow))
 
     def _watch_votes(self) -> None:
         """While a member is slow, each step's vote is cast when it reaches the
@@ -797,7 +673,7 @@ class Simulation:
         self._vote_wake = None
         if self.state == DONE:
             return
-        self._ktick(self.env.now, votes=True)
+        self.port.tick(self.env.now, votes=True)
         self._watch_votes()
 
     def _abandon(self, now: float) -> None:
@@ -838,7 +714,7 @@ class Simulation:
         else:
             self._set_due(now + self.stall_remaining)
 
-    def _formed(self, now: float, f: Formed) -> None:
+    def formed(self, now: float, f: Formed) -> None:
         """The keeper closed a generation: the members enter it after the latency."""
         if self.state == DONE:
             return
@@ -858,7 +734,7 @@ class Simulation:
         self.members = IdRuns.of(f.members)
         self._first_member = self.members.first()  # the usual voter: asked once per vote
         n = len(f.members)
-        self.nodes.member_flags = _flags_of_ids(f.members, len(self.nodes.proc))
+        self.nodes.member_flags = flags_of_ids(f.members, len(self.nodes.proc))
         self.nodes.is_member = self.nodes.member_flags.copy()
         self.tally.min_members = min(self.tally.min_members, n)
         plan = self._plans.get(n)
@@ -898,14 +774,14 @@ class Simulation:
         silent = int(np.count_nonzero(self.nodes.member_flags & ~(self.nodes.proc & ~self.nodes.paused)))
         return silent - sum(1 for w in self.isolated if self.nodes.member_flags[w])
 
-    def _membership(self, to: IdRuns, m: Membership) -> None:
+    def membership(self, to: IdRuns, m: Membership) -> None:
         """A generation's member list reaches the agents it was sent to."""
         now = self.env.now
         to = IdRuns.of(to)
         self.agents.hold_for_singles(m, to)  # paused processes: they hear it later
         msgs = self.agents.receive(now, m, to)
         if msgs:
-            self.at(now + self.lat, self.keeper_receive_at, msgs)
+            self.at(now + self.lat, self.port.receive_at, msgs)
 
     def _enter(self, gen: int, cost: float) -> None:
         if gen != self.gen or self.state != IDLE or self.answered > gen:
@@ -988,7 +864,7 @@ class Simulation:
         for m in reporting:
             self.completion.final(m, report)
         if self.completion.done(now, reporting):
-            self._finish(now, True, "steps reached")
+            self.finish(now, True, "steps reached")
 
     def _checkpoint_done(self, now: float) -> None:
         if self.committed != self.cursor:
@@ -1010,12 +886,12 @@ class Simulation:
             msg = Checkpointed(reporter, self.nodes.life_of(reporter), self.gen, self.cursor)
             t = now + self.lat
             if t < self.env.peek() and not self.agents.any_single:
-                self._kreceive(t, [msg])  # nothing else happens first: deliver it now
+                self.port.receive(t, [msg])  # nothing else happens first: deliver it now
             else:
-                self.at(t, self.keeper_receive_at, [msg])
+                self.at(t, self.port.receive_at, [msg])
         self._start_segment(now)
 
-    def _roll_call(self, to: IdRuns, call: RollCall) -> None:
+    def roll_call(self, to: IdRuns, call: RollCall) -> None:
         """A roll call reaches the members it was sent to."""
         now = self.env.now
         if self.state == DONE:
@@ -1037,9 +913,9 @@ class Simulation:
         msgs = self.agents.receive(now, call, to)
         if msgs:  # the members with a state first, then those without
             msgs.sort(key=lambda m: m.cursor is None)
-            self.at(now + self.lat, self.keeper_receive_at, msgs)
+            self.at(now + self.lat, self.port.receive_at, msgs)
 
-    def _restart(self, now: float, teardown: IdRuns) -> None:
+    def restart(self, now: float, teardown: IdRuns) -> None:
         """Checkpoint-restart: the process of every worker in ``teardown`` (the
         members, or the lives a restart that failed had started) is torn
         down, and one still starting never starts; the keeper's
@@ -1052,7 +928,7 @@ class Simulation:
         self.cast_votes(now, everything=True)
         self._acct(now)
         self.stalled = False
-        members = _flags_of_ids(teardown, len(self.nodes.proc))
+        members = flags_of_ids(teardown, len(self.nodes.proc))
         # every member, or (restart_failure: repeat) the lives a failed restart started
         assert not (members & ~self.nodes.member_flags).any(), "the keeper tears down members"
         self.nodes.pause_epoch += members  # a stopped process is killed too: no resume
@@ -1067,7 +943,7 @@ class Simulation:
         self._set_due(None)
         self._clock(now)
 
-    def _relaunch(self, now: float, order: Relaunch) -> None:
+    def relaunch(self, now: float, order: Relaunch) -> None:
         """The keeper relaunched the nodes it names: a fresh process starts on
         each, as the life the keeper names, ``restart_s`` later (the
         scenario's restart time, physics the keeper does not decide), unless
@@ -1075,7 +951,7 @@ class Simulation:
         if self.state == DONE:
             return
         ids = order.workers
-        up = _flags_of_ids(ids, len(self.nodes.proc))
+        up = flags_of_ids(ids, len(self.nodes.proc))
         assert not (up & ~self.nodes.hw).any(), "the keeper relaunches no node it was told is down"
         assert not (up & self.nodes.proc).any(), "a relaunched node runs no process"
         # Each process starts as the life the keeper names: the keeper alone
@@ -1102,7 +978,7 @@ class Simulation:
         count = int(np.count_nonzero(up))
         if not count:
             return
-        ids = order.workers if count == len(order.workers) else _ids_of_flags(up)
+        ids = order.workers if count == len(order.workers) else ids_of_flags(up)
         self.nodes.proc |= up
         self.nodes.paused &= ~up
         np.copyto(self.nodes.started_at, now, where=up)
@@ -1111,9 +987,9 @@ class Simulation:
         # batch of new lives, the keeper's own sparse table, so a relaunch of
         # 10^4 workers is admitted in O(changes)
         msgs = self.agents.start(now, ids, order.incarnations)
-        self.at(now + self.lat, self.keeper_receive_at, msgs)
+        self.at(now + self.lat, self.port.receive_at, msgs)
 
-    def _finish(self, now: float, completed: bool, reason: str) -> None:
+    def finish(self, now: float, completed: bool, reason: str) -> None:
         if self.state == DONE:
             return
         if self.state == RUN and not self.stalled:
@@ -1144,7 +1020,7 @@ class Simulation:
             self.done.succeed()
 
     def _horizon(self) -> None:
-        self._finish(self.env.now, False, "horizon: simulated time limit reached")
+        self.finish(self.env.now, False, "horizon: simulated time limit reached")
 
     # ------------------------------------------------------------------ run
 
@@ -1169,7 +1045,7 @@ class Simulation:
             # other error raised inside a callback is a bug and crashes loudly
             if self.done.triggered or env.peek() != float("inf"):
                 raise
-            self._finish(env.now, False, "stuck: no events left")
+            self.finish(env.now, False, "stuck: no events left")
 
     def _check_halt(self) -> None:
         """Note in ``_halt`` why the run must end early, if it must (polled, not pushed,
@@ -1216,7 +1092,7 @@ class Simulation:
             # the end is written once the env's clock has caught up with the
             # job's run-ahead, so the history stays in time order
             if self._halt is not None and not done.triggered and env.now >= self._ahead_t:
-                self._finish(env.now, False, self._halt)
+                self.finish(env.now, False, self._halt)
                 return
 
     def _run(self) -> dict:
@@ -1232,7 +1108,7 @@ class Simulation:
                         strategy=sc.strategy.kind, workers=self.W, spares=sc.cluster.spares))
         # every agent's first message, Join(w, 0, None): one batch
         msgs = self.agents.start(0.0, IdRuns.span(0, running - 1), 0)
-        self.at(self.lat, self.keeper_receive_at, msgs)
+        self.at(self.lat, self.port.receive_at, msgs)
         self._job_proc = env.process(self._job_process())
         aging = self.machines.aging
         if aging is not None:
@@ -1242,7 +1118,7 @@ class Simulation:
             env.process(self.failover.process())
         # the keeper gives up a job not done by horizon_s (its own timer); the
         # sim's own bound, twice that, ends a run no keeper serves any more
-        self.rearm(0.0)
+        self.port.rearm(0.0)
         self.at(2 * horizon_s(sc), self._horizon)
         try:
             self._step_to_end(wall0)
@@ -1307,24 +1183,11 @@ class Simulation:
             "events": self.events,
             "keeper_calls": self.tally.counts["keeper_calls"],
             "sim_per_wall": (self.tally.end_s / self.wall_s) if self.wall_s > 0 else 0.0,
-            "keeper_wall_s": self.keeper_s,
+            "keeper_wall_s": self.port.wall_s,
             "check_wall_s": self.check_s,
         }
         check_summary_keys(out, "sim")
         return out
-
-
-def _ids_of_flags(flags: np.ndarray) -> IdRuns:
-    """The ids whose flag is set, as the core's id set (its bitmask, packed by numpy)."""
-    return IdRuns.from_mask(int.from_bytes(np.packbits(flags, bitorder="little").tobytes(),
-                                           "little"))
-
-
-def _flags_of_ids(ids: IdRuns, n: int) -> np.ndarray:
-    """The inverse of :func:`_ids_of_flags` over ``n`` node ids."""
-    m = ids.mask
-    raw = np.frombuffer(m.to_bytes((n + 7) // 8, "little"), np.uint8)
-    return np.unpackbits(raw, count=n, bitorder="little").view(np.bool_)
 
 
 def run(scenario: Scenario, out_dir: str | Path, ledger: Optional[bool] = None,

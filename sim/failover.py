@@ -106,7 +106,7 @@ class KeeperFailover:
         if sim.keeper is not keeper or self.down or sim.state == DONE:
             return
         now = sim.env.now
-        sim.keeper_call(now, keeper.handle_timer)
+        sim.port.call(now, keeper.handle_timer)
         if sim.state != DONE:
             self.fail(now, "partition", back_at=back_at)
 
@@ -145,7 +145,7 @@ class KeeperFailover:
         # them), the exits their hosts saw
         started = nodes.lives_started() | nodes.lives_starting()
         down = [int(w) for w in np.flatnonzero(nodes.held_down)]
-        sim.keeper_call(now, k.take_over, started, down, sorted(nodes.lives_exited().items()))
-        sim.vouch(now)  # the silent ones' verdicts come at the new keeper's own timer
+        sim.port.call(now, k.take_over, started, down, sorted(nodes.lives_exited().items()))
+        sim.port.vouch(now)  # the silent ones' verdicts come at the new keeper's own timer
         sim.agents.reconnected(now)  # and asks again what went unanswered
-        sim.rearm(now)
+        sim.port.rearm(now)

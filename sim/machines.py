@@ -21,6 +21,7 @@ from rollcall.core import NEMESIS, Blame, Draws, FaultPlan, IdRuns, Keeper, Pull
 from rollcall.core import RepairShop, Retire, Warm, rec
 
 from sim.aging import ComputeAging
+from sim.keeper_port import KeeperInbox
 from sim.state import Nodes
 
 __all__ = ["MachineHost", "Machines"]
@@ -84,11 +85,10 @@ class MachineHost(Protocol):
 
     def alive(self, w: int) -> bool: ...
 
-    def rearm(self, now: float) -> None: ...
-
     def cast_votes(self, t: float, everything: bool = False) -> None: ...
 
-    def keeper_receive_at(self, msgs: list) -> None: ...
+    @property
+    def port(self) -> KeeperInbox: ...
 
     def launch(self, now: float, w: int, incarnation: int) -> list:
         """A process starts on node ``w``: what its agent sends first."""
@@ -142,7 +142,7 @@ class Machines:
             joins = []
             for w, life in zip(ws, lives):
                 joins += host.launch(now, w, life)
-            host.at(now + host.lat, host.keeper_receive_at, joins)
+            host.at(now + host.lat, host.port.receive_at, joins)
             return
         hw = [int(host.nodes.life[w]) for w in ws]
         host.at(now + self._launch_s, self._started, ws, lives, hw)
@@ -163,7 +163,7 @@ class Machines:
                 continue
             joins += host.launch(now, w, life)
         if joins:
-            host.at(now + host.lat, host.keeper_receive_at, joins)
+            host.at(now + host.lat, host.port.receive_at, joins)
 
     # --- down -------------------------------------------------------------------------
 
@@ -206,7 +206,7 @@ class Machines:
         nodes.starting[w] = -1  # a relaunched process still starting never starts
         if not host.failover.down:  # else the supervisor tells the next keeper
             host.keeper.node_down(now, w)
-            host.rearm(now)  # a restarting group's loss fails the restart
+            host.port.rearm(now)  # a restarting group's loss fails the restart
         host.process_gone(now, w, kind)
         if kind != "blame":  # a blamed node's trip to the shop came with the blame
             self._to_shop(now, w)

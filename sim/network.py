@@ -362,7 +362,7 @@ class NetFaults:
         if not sim.cut_off(now, w, peers=True):
             return  # no live process (or already silent: its own verdict runs)
         sim.keeper.observe_silent(last, (w,))  # the keeper's clock: when it saw the beat
-        sim.rearm(now)
+        sim.port.rearm(now)
         epoch = int(sim.nodes.pause_epoch[w])
         sim.at(arrival - self.links.latency_s, self._release, w, epoch)
 

@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from rollcall.core import Lives
+from rollcall.core import IdRuns, Lives
 from rollcall.results import HistoryWriter
 
 
@@ -219,3 +219,16 @@ class Recorder:
         self.flush()
         if self.writer is not None:
             self.writer.close()
+
+
+def ids_of_flags(flags: np.ndarray) -> IdRuns:
+    """The ids whose flag is set, as the core's id set (its bitmask, packed by numpy)."""
+    return IdRuns.from_mask(int.from_bytes(np.packbits(flags, bitorder="little").tobytes(),
+                                           "little"))
+
+
+def flags_of_ids(ids: IdRuns, n: int) -> np.ndarray:
+    """The inverse of :func:`ids_of_flags` over ``n`` node ids."""
+    m = ids.mask
+    raw = np.frombuffer(m.to_bytes((n + 7) // 8, "little"), np.uint8)
+    return np.unpackbits(raw, count=n, bitorder="little").view(np.bool_)

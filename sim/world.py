@@ -22,6 +22,7 @@ from rollcall.core import Cursor, Detector, Draws, FaultPlan, IdRuns, Keeper, Re
 from rollcall.scenario import Scenario
 
 from sim.agents import Agents
+from sim.keeper_port import KeeperPort
 from sim.machines import Machines
 from sim.state import Nodes
 from sim.steps import StepRun
@@ -170,18 +171,10 @@ class World(Protocol):
     def count(self, name: str) -> None:
         """One more of ``name`` for the summary."""
 
-    # -- the keeper and the agents ---------------------------------------------
-    def keeper_call(self, now: float, fn: Callable[..., list], *args: Any) -> None:
-        """Call the keeper and carry out what it decides."""
-
-    def keeper_receive_at(self, msgs: list) -> None:
-        """Messages reach the keeper now."""
-
-    def rearm(self, now: float) -> None:
-        """Wake the keeper at its own timer, which a call may have moved."""
-
-    def vouch(self, now: float) -> None:
-        """Tell the keeper which tracked workers beat on time (all but the silent)."""
+    # -- the keeper ------------------------------------------------------------
+    @property
+    def port(self) -> KeeperPort:
+        """The keeper's inputs (calls, messages, liveness, its timer) and outputs."""
 
     # -- the job ---------------------------------------------------------------
     def cast_votes(self, t: float, everything: bool = False) -> None:

@@ -1,7 +1,10 @@
 """The narrow surfaces inside the drivers are real, not comments.
 
 * The sim's fault carriers (keeper failover, links, gray failures) reach the
-  simulation only through :class:`sim.world.World`.
+  simulation only through :class:`sim.world.World`; its agents
+  (:class:`sim.agents.Agents`), machines (:class:`sim.machines.Machines`)
+  and keeper's side (:class:`sim.keeper_port.KeeperPort`) only through
+  their own host protocols.
 * The launcher's side of a keeper in its own processes
   (:class:`real.keeper_link.RemoteKeeper`) reaches the launcher only through
   :class:`real.keeper_port.Supervisor`, the real nemesis
@@ -24,6 +27,9 @@ import pytest
 from real.keeper_port import Supervisor
 from real.nemesis import Cluster
 from real.service import Handler
+from sim.agents import AgentHost
+from sim.keeper_port import Job, PortHost
+from sim.machines import MachineHost
 from sim.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,6 +47,13 @@ SURFACES = {
     "sim-world": Surface(World, ["sim/failover.py", "sim/gray.py", "sim/nemesis.py",
                                  "sim/network.py"], "sim",
                          {"keeper"}, ("sim/driver.py", "Simulation")),
+    "sim-agents": Surface(AgentHost, ["sim/agents.py"], "host", set(),
+                          ("sim/driver.py", "Simulation")),
+    "sim-machines": Surface(MachineHost, ["sim/machines.py"], "host", set(),
+                            ("sim/driver.py", "Simulation")),
+    "sim-keeper-port": Surface(PortHost, ["sim/keeper_port.py"], "host", set(),
+                               ("sim/driver.py", "Simulation")),
+    "sim-job": Surface(Job, ["sim/keeper_port.py"], "job", set(), ("sim/driver.py", "Simulation")),
     "real-supervisor": Surface(Supervisor, ["real/keeper_link.py"], "supervisor", set(),
                                ("real/launcher.py", "Launcher")),
     "real-cluster": Surface(Cluster, ["real/nemesis.py"], "cluster", set(),
@@ -63,9 +76,10 @@ def members(protocol: type) -> set[str]:
 
 
 def _is_handle(node: ast.expr, handle: str) -> bool:
+    """``handle`` as a variable, or as ``self.<handle>`` or ``self._<handle>``."""
     if isinstance(node, ast.Name):
         return node.id == handle
-    return (isinstance(node, ast.Attribute) and node.attr == handle
+    return (isinstance(node, ast.Attribute) and node.attr in (handle, f"_{handle}")
             and isinstance(node.value, ast.Name) and node.value.id == "self")
 
 

@@ -241,7 +241,7 @@ def test_a_sim_that_crashes_keeps_every_record_written_before(
     def broken(self: Any, now: float, order: Any) -> None:
         raise AssertionError("a relaunch that breaks an invariant")
 
-    monkeypatch.setattr(driver.Simulation, "_relaunch", broken)
+    monkeypatch.setattr(driver.Simulation, "relaunch", broken)
     base = load_scenario(QUICKSTART)
     sc = base.model_validate({**base.model_dump(), "strategy": {
         **base.strategy.model_dump(), "kind": "checkpoint-restart"}})
