@@ -133,7 +133,7 @@ from rollcall.config import (
     data_spec, draws, horizon_s, job_policy, keeper_config, repair_shop, scheduled_faults,
 )
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, NEMESIS, Checkpointed, Completion, Cursor, Due, FailureTally, FaultPlan,
+    DRIVER, EMPTY, JOB, Checkpointed, Completion, Cursor, Due, FailureTally, FaultPlan,
     Final, Formed, IdRuns, Keeper, Membership, Relaunch, RollCall, check, describe_assignment,
     rank_range, rec, step_batch, summarize_report,
 )
@@ -148,6 +148,7 @@ from sim.machines import Machines
 from sim.nemesis import Nemesis
 from sim.network import NetFaults
 from sim.sharded import copy_time, replicated_copy_time
+from sim.silence import Silences
 from sim.ledger import Ledger
 from sim.state import Nodes, Recorder, Tally, flags_of_ids, ids_of_flags
 from sim.steps import _EPS, StepRun
@@ -237,6 +238,7 @@ class Simulation:
         self._init_job(ledger)
         # every process's core agent (sim.agents)
         self.agents = Agents(self, sc.detector.heartbeat_s, self.ledger.kind == "samples")
+        self.silences = Silences(self)  # lost, paused, cut off, late (sim.silence)
         self.tally = Tally(self.W)  # where the simulated time went, and counters
         self.failures = FailureTally()
         self.completed = False
@@ -295,10 +297,6 @@ class Simulation:
         self.stall_remaining = 0.0
         self.carry = 0.0
         self.carry_head_s = 0.0  # the carried partial step's head_s (see StepRun)
-        self.silent_members = 0
-        self.isolated: set[int] = set()  # cut off from the keeper only (isolate_keeper)
-        # late_heartbeats: worker -> its process's start, while its beats are held
-        self.beats_held: dict[int, float] = {}
         self.stale: IdRuns = EMPTY  # members copying / loading the state
         self.answered = 0  # the latest round the members answered
         self.state_bytes = w.model_params * w.bytes_per_param
@@ -336,11 +334,6 @@ class Simulation:
         return self.state == DONE
 
     @property
-    def late_beats(self) -> tuple[int, ...]:
-        """Live workers whose beats are held back (``late_heartbeats``)."""
-        return tuple(sorted(self.beats_held))
-
-    @property
     def voting(self) -> bool:
         """Whether commit votes are on their way to the keeper."""
         return bool(self.runs)
@@ -354,102 +347,8 @@ class Simulation:
         self.nodes.proc[w] = True
         self.nodes.paused[w] = False
         self.nodes.started_at[w] = now
-        self.beats_held.pop(w, None)
+        self.silences.launched(w)
         return self.agents.launch(now, w, incarnation)
-
-    def _go_silent(self, now: float, w: int, stall: bool = True) -> None:
-        """Node ``w`` stops beating now: tell the keeper its last beat, schedule
-        the verdict; a member stalls the job (its collective hangs) unless
-        its peers still reach it (``stall`` false: only the keeper lost it)."""
-        last = self.detector.last_arrival(now, float(self.nodes.started_at[w]), self.lat)
-        self.keeper.observe_silent(last, (w,))
-        self.port.rearm(now)
-        if stall:
-            self._member_silent(now, w)
-
-    def _member_silent(self, now: float, w: int) -> None:
-        if self.nodes.is_member[w]:
-            self.silent_members += 1
-            if self.silent_members == 1:
-                self.stall(now)
-
-    def process_gone(self, now: float, w: int, kind: str) -> None:
-        """Node ``w`` went down (:meth:`sim.machines.Machines.node_down`):
-        after a ``kill`` or a ``blame`` its host reports its process's exit
-        (:meth:`sim.keeper_port.KeeperPort.exited`); after a ``crash`` nobody reports anything (the
-        detector decides). Its silence stalls the job if it was a member."""
-        if self.nodes.proc[w]:
-            if kind != "crash":
-                self.nodes.exit_seen[w] = self.nodes.life_of(w)
-                self.at(now + self.exit_notice_s, self.port.exited, w, self.nodes.life_of(w))
-            self.nodes.proc[w] = False
-            if self.nodes.paused[w]:
-                self.nodes.paused[w] = False  # already silent; its verdict is scheduled
-                self.nodes.pause_epoch[w] += 1
-                if w in self.isolated:  # its peers reached it: now its collective hangs
-                    self.isolated.discard(w)
-                    self._member_silent(now, w)
-            else:
-                self._go_silent(now, w)
-        self.agents.discard(w)
-
-    def cut_off(self, now: float, w: int, peers: bool = False) -> bool:
-        """Node ``w``'s process reaches nobody from now on (stopped, or on the
-        far side of a partition), or with ``peers`` only its peers and not
-        the keeper: it keeps its agent's state, and what it and the keeper
-        send each other waits (TCP holds it) until :meth:`resume`. False
-        when it runs no live process."""
-        if not self.alive(w):
-            return False
-        if self.runs:  # the votes that reached the keeper while it voted count
-            self.cast_votes(now)
-        self.agents.single(now, w)
-        self.nodes.paused[w] = True
-        self.nodes.pause_epoch[w] += 1
-        if peers:
-            self.isolated.add(w)
-        self._go_silent(now, w, stall=not peers)
-        return True
-
-    def hold_beats(self, now: float, w: int, last: float) -> bool:
-        """``late_heartbeats``: node ``w``'s beats after the one that reached
-        the keeper at ``last`` are held (the worker holds them); all else it
-        sends and hears is on time: it answers roll calls, votes and trains.
-        The verdict is the keeper's detector's. False when it runs no live
-        process or its beats are held already."""
-        if not self.alive(w) or w in self.beats_held:
-            return False
-        self.beats_held[w] = float(self.nodes.started_at[w])
-        self.keeper.observe_silent(last, (w,))  # the keeper's clock: when it saw the beat
-        self.port.rearm(now)
-        return True
-
-    def release_beats(self, w: int, phase: float) -> None:
-        """The held beat of ``w``'s process started at ``phase`` leaves now and
-        reaches the keeper a latency later; its beats are on time again. A
-        life the keeper evicted meanwhile learns so from the answer and
-        comes back as a newcomer."""
-        if self.state == DONE or self.beats_held.get(w) != phase:
-            return
-        del self.beats_held[w]
-        if not self.alive(w):
-            return  # stopped since: it beats when it wakes
-        self.agents.beat_again(self.env.now, w)
-
-    def resume(self, w: int, epoch: int, record: bool = True) -> None:
-        if self.nodes.pause_epoch[w] != epoch or not self.nodes.paused[w] or self.state == DONE:
-            return
-        now = self.env.now
-        if record:
-            self.write(rec(now, "info", "fault", NEMESIS, kind="resume", workers=[w]))
-        self.nodes.paused[w] = False
-        stalled_it = w not in self.isolated
-        self.isolated.discard(w)
-        self.agents.beat_again(now, w)
-        if self.nodes.is_member[w] and stalled_it:
-            self.silent_members -= 1
-            if self.silent_members == 0:
-                self._unstall(now)
 
     # ------------------------------------------------------------------ job process
 
@@ -704,7 +603,7 @@ class Simulation:
         self._set_due(None)
         self._clock(now)
 
-    def _unstall(self, now: float) -> None:
+    def unstall(self, now: float) -> None:
         if not self.stalled:
             return
         self._acct(now)
@@ -765,14 +664,8 @@ class Simulation:
         if f.reason == "start":
             cost += self.sc.workload.warmup_s
         self.stale = IdRuns.of(f.stale)
-        self.silent_members = self._count_silent()
+        self.silences.recount()
         self.at(now + self.lat, self._enter, f.generation, cost)
-
-    def _count_silent(self) -> int:
-        """Members of the current generation whose process does not beat (and
-        so hangs the collective: one only the keeper lost does not)."""
-        silent = int(np.count_nonzero(self.nodes.member_flags & ~(self.nodes.proc & ~self.nodes.paused)))
-        return silent - sum(1 for w in self.isolated if self.nodes.member_flags[w])
 
     def membership(self, to: IdRuns, m: Membership) -> None:
         """A generation's member list reaches the agents it was sent to."""
@@ -789,9 +682,9 @@ class Simulation:
         now = self.env.now
         self._acct(now)
         self.state = SYNC
-        self.silent_members = self._count_silent()
+        silent = self.silences.recount()
         self.stall_remaining = cost
-        if self.silent_members:
+        if silent:
             self.stalled = True
             self._set_due(None)
         else:
@@ -935,10 +828,9 @@ class Simulation:
         self.nodes.proc &= ~members
         self.nodes.paused &= ~members
         self.nodes.starting[members] = -1
-        self.isolated = {w for w in self.isolated if not members[w]}
+        self.silences.torn_down(members)
         self.agents.tear_down(members, teardown)
         self.nodes.is_member[:] = False
-        self.silent_members = 0
         self.state = IDLE
         self._set_due(None)
         self._clock(now)

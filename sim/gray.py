@@ -11,10 +11,10 @@ straggler, the keeper's straggler policy) must tell them from it.
   bursts), then the usual cadence: :func:`sim.network.held_beat_gaps` with
   a constant cost. Over a silence past the detector's tolerance (its
   nominal ``silence_s``: the sim's beats are on time) the driver holds the
-  worker's beats (``World.hold_beats``): the keeper last saw it at the
+  worker's beats (``Silences.hold_beats``): the keeper last saw it at the
   gap's last beat, while the worker answers roll calls, votes and trains
   on time, so the keeper decides; if it evicts, the worker learns so when
-  its late beat arrives (``World.release_beats``) and comes back as a
+  its late beat arrives (``Silences.release_beats``) and comes back as a
   newcomer, as on real.
 * ``slow: W, factor: F, for_s: S``: W computes its share of each step F
   times slower for S seconds (a straggler: thermal throttling, a noisy
@@ -139,8 +139,8 @@ class GrayFaults:
         sim = self.sim
         if sim.state == DONE or float(sim.nodes.started_at[w]) != phase:
             return  # the run ended, or another process runs there now
-        if sim.hold_beats(sim.env.now, w, last):
-            sim.at(arrival - sim.lat, sim.release_beats, w, phase)
+        if sim.silences.hold_beats(sim.env.now, w, last):
+            sim.at(arrival - sim.lat, sim.silences.release_beats, w, phase)
 
     def _on_time(self, w: int, phase: float) -> None:
         """The beats W sends from now on leave on time (the backlog drains)."""

@@ -80,6 +80,13 @@ class Carrier(Protocol):
     def carry_out(self, now: float, due: Due) -> None: ...
 
 
+class LateBeats(Protocol):
+    """Whose beats are held back (:class:`sim.silence.Silences`)."""
+
+    @property
+    def late_beats(self) -> tuple[int, ...]: ...
+
+
 class PortHost(Protocol):
     """What the keeper's side needs of the simulation."""
 
@@ -113,8 +120,7 @@ class PortHost(Protocol):
     def voting(self) -> bool: ...
 
     @property
-    def late_beats(self) -> tuple[int, ...]:
-        """Live workers whose beats are held back (``late_heartbeats``)."""
+    def silences(self) -> LateBeats: ...
 
     def at(self, t: float, fn: Callable[..., Any], *args: Any) -> None: ...
 
@@ -179,7 +185,7 @@ class KeeperPort:
         host = self._host
         nodes = host.nodes
         silent = ids_of_flags(~(nodes.proc & ~nodes.paused))
-        late = host.late_beats
+        late = host.silences.late_beats
         if late:  # live, but their beats are late
             silent = silent | late
         host.keeper.observe_beating_except(now, silent)

@@ -8,7 +8,7 @@ follows: a repair done when, a retirement, a healthy node blamed instead,
 a spare pulled, a warm standby chosen. This module carries those answers
 out on the simulated clock and starts processes on the nodes that come
 back; what happens to a lost node's process (its exit reported, its
-silence, the stall) is the simulation's (:meth:`MachineHost.process_gone`).
+silence, the stall) is :mod:`sim.silence`'s.
 """
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ class Failover(Protocol):
 
     @property
     def back_at(self) -> Optional[float]: ...
+
+
+class ProcessLoss(Protocol):
+    """What a lost node's process does (:class:`sim.silence.Silences`)."""
+
+    def process_gone(self, now: float, w: int, kind: str) -> None:
+        """Node ``w`` went down ``kind``: its process, if any, is gone."""
 
 
 class MachineHost(Protocol):
@@ -93,8 +100,8 @@ class MachineHost(Protocol):
     def launch(self, now: float, w: int, incarnation: int) -> list:
         """A process starts on node ``w``: what its agent sends first."""
 
-    def process_gone(self, now: float, w: int, kind: str) -> None:
-        """Node ``w`` went down ``kind``: its process, if any, is gone."""
+    @property
+    def silences(self) -> ProcessLoss: ...
 
 
 class Machines:
@@ -207,7 +214,7 @@ class Machines:
         if not host.failover.down:  # else the supervisor tells the next keeper
             host.keeper.node_down(now, w)
             host.port.rearm(now)  # a restarting group's loss fails the restart
-        host.process_gone(now, w, kind)
+        host.silences.process_gone(now, w, kind)
         if kind != "blame":  # a blamed node's trip to the shop came with the blame
             self._to_shop(now, w)
 

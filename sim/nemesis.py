@@ -142,8 +142,8 @@ class Nemesis:
         sim = self.sim
         sim.count("pauses")
         sim.write(rec(now, "info", "fault", NEMESIS, kind="pause", workers=[w], for_s=for_s))
-        if sim.cut_off(now, w):
-            sim.at(now + for_s, sim.resume, w, int(sim.nodes.pause_epoch[w]))
+        if sim.silences.cut_off(now, w):
+            sim.at(now + for_s, sim.silences.resume, w, int(sim.nodes.pause_epoch[w]))
 
     def _cut_hosts(self, now: float, f: Any) -> None:
         """A ``partition`` or an ``isolate_keeper``, for ``for_s``.
@@ -167,7 +167,7 @@ class Nemesis:
         sim.write(rec(now, "info", "fault", NEMESIS, kind=f.action, **where, workers=cut,
                       for_s=float(f.for_s)))
         held = [(w, int(sim.nodes.pause_epoch[w])) for w in cut
-                if sim.cut_off(now, w, peers=peers)]
+                if sim.silences.cut_off(now, w, peers=peers)]
         sim.at(now + float(f.for_s), self._heal, hosts, held)
 
     def _heal(self, hosts: list[int], held: list[tuple[int, int]]) -> None:
@@ -179,4 +179,4 @@ class Nemesis:
         sim.write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal", hosts=hosts,
                       workers=workers))
         for w, epoch in held:
-            sim.resume(w, epoch, record=False)
+            sim.silences.resume(w, epoch, record=False)

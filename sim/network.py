@@ -359,7 +359,7 @@ class NetFaults:
         now = sim.env.now
         if sim.state == DONE or float(sim.nodes.started_at[w]) != phase:
             return  # the run ended, or another process runs there now (its own beats)
-        if not sim.cut_off(now, w, peers=True):
+        if not sim.silences.cut_off(now, w, peers=True):
             return  # no live process (or already silent: its own verdict runs)
         sim.keeper.observe_silent(last, (w,))  # the keeper's clock: when it saw the beat
         sim.port.rearm(now)
@@ -369,7 +369,7 @@ class NetFaults:
     def _release(self, w: int, epoch: int) -> None:
         """The late beat leaves (priced already: it reaches the keeper at its arrival)."""
         self._pinned.add(w)
-        self.sim.resume(w, epoch, record=False)
+        self.sim.silences.resume(w, epoch, record=False)
         self._pinned.discard(w)
 
     def _end(self, host: int, extra: float, rate: float, workers: list[int]) -> None:

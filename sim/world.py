@@ -24,6 +24,7 @@ from rollcall.scenario import Scenario
 from sim.agents import Agents
 from sim.keeper_port import KeeperPort
 from sim.machines import Machines
+from sim.silence import Silences
 from sim.state import Nodes
 from sim.steps import StepRun
 
@@ -126,6 +127,10 @@ class World(Protocol):
         """The nodes' hardware: up, down, repaired, the faults' targets."""
 
     @property
+    def silences(self) -> Silences:
+        """Who is silent: lost, cut off, paused, or late with its beats."""
+
+    @property
     def agents(self) -> Agents:
         """Every process's core agent, and the messages to and from them."""
 
@@ -155,18 +160,6 @@ class World(Protocol):
     # -- the cluster -----------------------------------------------------------
     def alive(self, w: int) -> bool:
         """Whether node ``w`` runs a live process."""
-
-    def cut_off(self, now: float, w: int, peers: bool = False) -> bool:
-        """Node ``w`` reaches nobody (``peers``: only the keeper) from now on."""
-
-    def hold_beats(self, now: float, w: int, last: float) -> bool:
-        """Node ``w``'s beats after ``last`` are held; all else it sends is on time."""
-
-    def release_beats(self, w: int, phase: float) -> None:
-        """The held beat of ``w``'s process started at ``phase`` leaves now."""
-
-    def resume(self, w: int, epoch: int, record: bool = True) -> None:
-        """Node ``w``, cut off in pause epoch ``epoch``, reaches everyone again."""
 
     def count(self, name: str) -> None:
         """One more of ``name`` for the summary."""

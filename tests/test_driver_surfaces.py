@@ -2,8 +2,8 @@
 
 * The sim's fault carriers (keeper failover, links, gray failures) reach the
   simulation only through :class:`sim.world.World`; its agents
-  (:class:`sim.agents.Agents`), machines (:class:`sim.machines.Machines`)
-  and keeper's side (:class:`sim.keeper_port.KeeperPort`) only through
+  (:class:`sim.agents.Agents`), machines (:class:`sim.machines.Machines`),
+  silences (:class:`sim.silence.Silences`) and keeper's side (:class:`sim.keeper_port.KeeperPort`) only through
   their own host protocols.
 * The launcher's side of a keeper in its own processes
   (:class:`real.keeper_link.RemoteKeeper`) reaches the launcher only through
@@ -30,6 +30,7 @@ from real.service import Handler
 from sim.agents import AgentHost
 from sim.keeper_port import Job, PortHost
 from sim.machines import MachineHost
+from sim.silence import SilenceHost
 from sim.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +51,8 @@ SURFACES = {
     "sim-agents": Surface(AgentHost, ["sim/agents.py"], "host", set(),
                           ("sim/driver.py", "Simulation")),
     "sim-machines": Surface(MachineHost, ["sim/machines.py"], "host", set(),
+                            ("sim/driver.py", "Simulation")),
+    "sim-silences": Surface(SilenceHost, ["sim/silence.py"], "host", set(),
                             ("sim/driver.py", "Simulation")),
     "sim-keeper-port": Surface(PortHost, ["sim/keeper_port.py"], "host", set(),
                                ("sim/driver.py", "Simulation")),
