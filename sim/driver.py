@@ -117,12 +117,10 @@ load) and checkpoint (writes).
 from __future__ import annotations
 
 import dataclasses
-import gc
-from collections import deque
 import time as _time
-from contextlib import contextmanager
-from time import perf_counter as _perf
+from collections import deque
 from pathlib import Path
+from time import perf_counter as _perf
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
@@ -151,10 +149,11 @@ from sim.sharded import copy_time, replicated_copy_time
 from sim.silence import Silences
 from sim.ledger import Ledger
 from sim.state import Nodes, Recorder, Tally, flags_of_ids, ids_of_flags
+from sim.stepping import SimulationStuck, Stepper, few_collections
 from sim.steps import _EPS, StepRun
 from sim.world import CKPT, DONE, IDLE, RUN, SYNC, WAIT
 
-__all__ = ["run", "Simulation", "SimulationStuck"]
+__all__ = ["run", "Simulation", "SimulationStuck"]  # SimulationStuck: sim.stepping's
 
 # Where the job's time goes while it is in a state (running steps: see
 # Simulation._close_segment; WAIT: the last step's vote was refused and a roll
@@ -162,42 +161,11 @@ __all__ = ["run", "Simulation", "SimulationStuck"]
 _SPENT_ON = {CKPT: "checkpoint", IDLE: "recovery", SYNC: "recovery", WAIT: "lost"}
 
 
-@contextmanager
-def _few_collections(young: int = 100_000):
-    """Run with Python's cyclic collector triggered every ``young``
-    allocations instead of every 700.
-
-    A run allocates millions of short-lived, acyclic objects (records, id-set
-    results) while the history it keeps grows: at the default threshold the
-    young collections and the full ones they trigger rescan that history
-    over and over (a tenth of a 10^5-node run). Cycles (simpy's events and
-    their callbacks) are still reclaimed, just in larger batches. The old
-    thresholds come back when the run ends.
-    """
-    old = gc.get_threshold()
-    gc.set_threshold(young, *old[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-
 # a run writes the per-sample ledger by default up to this many samples
 # (steps x global batch, and the dataset an epoch's permutation spans)
 LEDGER_SAMPLES = 1_000_000
 # the records FailureTally reads (the rest pass it by)
 _TALLIED = frozenset(("fault", "evict"))
-# Events stepped at one simulated instant past which a run is stuck (a
-# livelock, a bug): no run needs more than a few per node there (the fuzzer
-# sees thousands at most), so the bound is this plus SPIN_EVENTS_PER_NODE each.
-SPIN_EVENTS = 1_000_000
-SPIN_EVENTS_PER_NODE = 16
-
-
-class SimulationStuck(Exception):
-    """The simulated clock stopped moving while events kept being stepped:
-    a livelock in the simulator, not a property of the scenario."""
-
-
 class Simulation:
     """One run of one scenario with one seed. Use :func:`run`."""
 
@@ -248,15 +216,9 @@ class Simulation:
         self.port = KeeperPort(self, self)  # the keeper's inputs and outputs (sim.keeper_port)
         self.check_s = 0.0
         self.done = self.env.event()
-        # --max-wall-s: the wall-clock deadline, whether it has passed, and
-        # the latest instant run ahead of the env's clock (the end waits for it)
-        self._wall_deadline: Optional[float] = None
-        self._max_wall_s: Optional[float] = None
-        # asked from outside whether to stop (the CLI's signal flag): a reason or None
-        self._stop: Optional[Callable[[], Optional[str]]] = None
-        self._halt: Optional[str] = None  # why the run is ending early (wall limit, signal)
-        self.interrupted = False
-        self._ahead_t = 0.0
+        # the event loop: to the end, or ended early (sim.stepping)
+        self.stepper = Stepper(self.env, self.done, self.n_nodes, self._describe,
+                               lambda now, reason: self.finish(now, False, reason))
         self._job_proc: Optional[simpy.Process] = None
         self._job_waiting = False
         self._job_wait: Optional[float] = None
@@ -385,12 +347,13 @@ class Simulation:
         while (self.due is not None and self.state in (RUN, CKPT) and not self.stalled
                and not self.agents.any_single and self._no_step_faults() and self.due < env.peek()):
             met += 1
-            if met % 64 == 0 and self._halt is None:
-                self._check_halt()  # an early end waits for a yield
-            if self._halt is not None:
+            stepper = self.stepper
+            if met % 64 == 0 and stepper.halt is None:
+                stepper.check()  # an early end waits for a yield
+            if stepper.halt is not None:
                 break
             due, self.due = self.due, None
-            self._ahead_t = due
+            stepper.ahead_t = due
             self._on_due(due)
 
     def _set_due(self, t: Optional[float]) -> None:
@@ -921,73 +884,15 @@ class Simulation:
         """Simulate to the end, or until ``max_wall_s`` seconds of wall clock have passed,
         or until ``stop()`` returns a reason (an interrupt: ``result`` "interrupted")."""
         assert max_wall_s is None or max_wall_s > 0, max_wall_s
-        self._max_wall_s, self._stop = max_wall_s, stop
-        with _few_collections():
-            return self._run()
+        with few_collections():
+            return self._run(max_wall_s, stop)
 
-    def _step_to_end(self, wall0: float) -> None:
-        """Step the events until the run ends (or is cut short: :meth:`run`)."""
-        env = self.env
-        try:
-            if self._max_wall_s is not None:
-                self._wall_deadline = wall0 + self._max_wall_s
-            self._run_until_halt()
-        except RuntimeError:
-            # simpy's "no scheduled events left" (the job can never end); any
-            # other error raised inside a callback is a bug and crashes loudly
-            if self.done.triggered or env.peek() != float("inf"):
-                raise
-            self.finish(env.now, False, "stuck: no events left")
+    def _describe(self) -> str:
+        """Where the job stands, for a stuck run's message."""
+        return f"job state {self.state}, committed {self.committed.step} steps"
 
-    def _check_halt(self) -> None:
-        """Note in ``_halt`` why the run must end early, if it must (polled, not pushed,
-        so a signal never lands in the middle of an event's effects)."""
-        reason = self._stop() if self._stop is not None else None
-        if reason is not None:
-            self._halt, self.interrupted = reason, True
-        elif self._wall_deadline is not None and _time.perf_counter() >= self._wall_deadline:
-            self._halt = f"wall limit: --max-wall-s {self._max_wall_s:g} reached"
-
-    def _run_until_halt(self) -> None:
-        """``env.run(until=self.done)``, but ending the job early when :meth:`_check_halt`
-        says so (a wall-clock deadline, or an interrupt), and raising
-        :class:`SimulationStuck` once ``SPIN_EVENTS`` (and some per node) are
-        stepped at one simulated instant.
-
-        The same events are stepped in the same order (nothing is scheduled
-        to look at the clock), so a run that is not cut short writes the very
-        history ``env.run`` would; one that is is finished as not completed,
-        its history kept up to the last event stepped.
-        """
-        env, done = self.env, self.done
-        stepped = same_instant = 0
-        instant = env.now
-        spin_limit = SPIN_EVENTS + SPIN_EVENTS_PER_NODE * self.n_nodes
-        while not done.processed:
-            try:
-                env.step()
-            except simpy.core.EmptySchedule:
-                raise RuntimeError("no scheduled events left") from None
-            stepped += 1
-            if stepped % 1024 == 0:
-                if env.now != instant:
-                    instant, same_instant = env.now, 0
-                else:
-                    same_instant += 1024
-                    if same_instant >= spin_limit:
-                        raise SimulationStuck(
-                            f"{same_instant} events stepped at simulated t={instant!r} s "
-                            f"without the clock moving (job state {self.state}, committed "
-                            f"{self.committed.step} steps)")
-                if self._halt is None:
-                    self._check_halt()
-            # the end is written once the env's clock has caught up with the
-            # job's run-ahead, so the history stays in time order
-            if self._halt is not None and not done.triggered and env.now >= self._ahead_t:
-                self.finish(env.now, False, self._halt)
-                return
-
-    def _run(self) -> dict:
+    def _run(self, max_wall_s: Optional[float],
+             stop: Optional[Callable[[], Optional[str]]]) -> dict:
         wall0 = _time.perf_counter()
         sc = self.sc
         env = self.env
@@ -1013,7 +918,7 @@ class Simulation:
         self.port.rearm(0.0)
         self.at(2 * horizon_s(sc), self._horizon)
         try:
-            self._step_to_end(wall0)
+            self.stepper.run(wall0, max_wall_s, stop)
         finally:
             self.recorder.close()  # a crash too keeps every record written before it
         self.events = next(env._eid)  # events scheduled so far (simpy's own counter)
@@ -1041,7 +946,7 @@ class Simulation:
             "completed": self.completed,
             # the real target's word for how the run ended, with the same values
             "result": "completed" if self.completed else (
-                "interrupted" if self.interrupted else "failed"),
+                "interrupted" if self.stepper.interrupted else "failed"),
             "steps_target": sc.workload.steps,
             "elapsed_s": elapsed,
             "productive_s": productive,

@@ -49,6 +49,7 @@ from rollcall.scenario import (
     MAX_EXTRA_JOINS, SCALE_HELPERS, Detector, Fault, Scenario, ScenarioError, parse_scenario,
 )
 from sim.driver import Simulation
+from sim.stepping import POLL_EVENTS
 
 ROOT = Path(__file__).resolve().parent.parent
 FAILURES_DIR = ROOT / "runs" / "fuzz-failures"
@@ -64,9 +65,8 @@ ACCEPTED_END_REASONS = (
     r"not expected to finish: ",
 )
 
-#: The sim polls its ``stop`` hook once every this many stepped events
-#: (``Simulation._run_until_halt``); the event bounds count polls.
-POLL_EVENTS = 1024
+# The sim polls its ``stop`` hook once every POLL_EVENTS stepped events
+# (``sim.stepping.Stepper``); the event bounds count polls.
 #: Stepped events at one simulated instant before a run counts as spinning
 #: there, and in one run before it counts as running away. Measured over
 #: 10^4 drawn runs (``benchmarks/fuzz_sim.py`` prints both): at most about

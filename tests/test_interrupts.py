@@ -258,10 +258,10 @@ def test_a_sim_spinning_at_one_instant_raises_and_keeps_its_history(
     instant) does not hang the run: past the bound of events at one instant
     it raises :class:`SimulationStuck` naming the instant, with or without
     a stop hook, and the history written before is on disk."""
-    from sim import driver
+    from sim import driver, stepping
 
-    monkeypatch.setattr(driver, "SPIN_EVENTS", 20_000)
-    monkeypatch.setattr(driver, "SPIN_EVENTS_PER_NODE", 0)
+    monkeypatch.setattr(stepping, "SPIN_EVENTS", 20_000)
+    monkeypatch.setattr(stepping, "SPIN_EVENTS_PER_NODE", 0)
     for stop in (None, lambda: None):
         out = tmp_path / ("hooked" if stop else "plain")
         out.mkdir()
