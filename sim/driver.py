@@ -131,7 +131,7 @@ from rollcall.config import (
     data_spec, draws, horizon_s, job_policy, keeper_config, repair_shop, scheduled_faults,
 )
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, Checkpointed, Completion, Cursor, Due, FailureTally, FaultPlan,
+    DRIVER, EMPTY, JOB, Checkpointed, Completion, Cursor, FailureTally, FaultPlan,
     Final, Formed, IdRuns, Keeper, Membership, Relaunch, RollCall, check, describe_assignment,
     rank_range, rec, step_batch, summarize_report,
 )
@@ -140,6 +140,7 @@ from rollcall.scenario import Scenario
 
 from sim.agents import Agents
 from sim.failover import KeeperFailover
+from sim.fault_timing import StepFaults
 from sim.gray import GrayFaults
 from sim.keeper_port import KeeperPort
 from sim.machines import Machines
@@ -190,7 +191,7 @@ class Simulation:
         # failures.age: computing, sim.aging times the crashes)
         self.plan = FaultPlan(scheduled_faults(sc), self.draws,
                               crashes=sc.failures.age != "computing")
-        self.held_faults: dict[int, list[Due]] = {}  # from_step -> faults handed out early
+        self.step_faults = StepFaults(self.plan)  # at_step faults: when they come due here
         self.shop = repair_shop(sc, self.draws)  # repairs, retirements, the cold pool
         self.W = sc.cluster.workers
         self.n_nodes = sc.worker_id_limit
@@ -345,7 +346,7 @@ class Simulation:
         env = self.env
         met = 0
         while (self.due is not None and self.state in (RUN, CKPT) and not self.stalled
-               and not self.agents.any_single and self._no_step_faults() and self.due < env.peek()):
+               and not self.agents.any_single and self.step_faults.none_pending() and self.due < env.peek()):
             met += 1
             stepper = self.stepper
             if met % 64 == 0 and stepper.halt is None:
@@ -387,7 +388,7 @@ class Simulation:
         self.carry = self.carry_head_s = 0.0
         self.seg_c0 = self.cursor
         stop = self.policy.next_boundary(self.cursor.step)
-        fault = self._next_fault_step()
+        fault = self.step_faults.next_stop(self.cursor.step)
         if fault is not None:
             stop = min(stop, fault)
         if self.net.touched or self.gray.touched:  # a link or member degraded once: reprice
@@ -675,7 +676,7 @@ class Simulation:
             self.state = WAIT
             self.at(now + self.lat, self._final_vote)
             return
-        due = self._step_faults_due()  # out of the plan before the next segment is cut
+        due = self.step_faults.due(step)  # out of the plan before the next segment is cut
         if self.policy.checkpoint_due(step):
             self._acct(now)
             self.state = CKPT
@@ -685,27 +686,6 @@ class Simulation:
         schedule = self.sc.failures.schedule
         for fault in due:
             self.nemesis.scripted(now, schedule[fault.index])
-
-    def _no_step_faults(self) -> bool:
-        return not self.held_faults and self.plan.next_step() is None
-
-    def _next_fault_step(self) -> Optional[int]:
-        """Where the running segment must end for a step-scripted fault: the
-        step it acts at (one a past step owes: the next)."""
-        steps = [s for s in (self.plan.next_step(), *self.held_faults) if s is not None]
-        return max(min(steps), self.cursor.step + 1) if steps else None
-
-    def _step_faults_due(self) -> list[Due]:
-        """The step-scripted faults to carry out now that ``cursor`` steps are
-        done, in schedule order: those the core's plan hands out, each at the
-        step it acts from (a ``slow`` handed out a step early waits for it)."""
-        step = self.cursor.step
-        dues = [due for key in sorted(k for k in self.held_faults if k <= step)
-                for due in self.held_faults.pop(key)] + self.plan.due_by_step(step)
-        for due in [d for d in dues if d.from_step is not None and d.from_step > step]:
-            self.held_faults.setdefault(due.from_step, []).append(due)
-        return sorted((d for d in dues if d.from_step is None or d.from_step <= step),
-                      key=lambda d: d.index)
 
     def _final_vote(self) -> None:
         if self.state != WAIT:
