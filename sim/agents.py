@@ -15,36 +15,20 @@ stopped, holds the committed state); the agents decide what to send.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
-import simpy
 
 from rollcall.core import Agent, AgentBatch, Cursor, Enter, IdRuns, Log, SendToKeeper, Stop
 
+from sim.host import Host
 from sim.keeper_port import KeeperInbox
-from sim.state import Nodes
 
 __all__ = ["Agents", "AgentHost"]
 
 
-class AgentHost(Protocol):
-    """What the agents need of the simulation: its clock, its nodes, the
-    links' latency, the history and the keeper's inbox."""
-
-    @property
-    def env(self) -> simpy.Environment: ...
-
-    @property
-    def nodes(self) -> Nodes: ...
-
-    @property
-    def lat(self) -> float:
-        """One message between the keeper and a worker on a sound link, seconds."""
-
-    def at(self, t: float, fn: Callable[..., Any], *args: Any) -> None: ...
-
-    def write(self, record: dict) -> None: ...
+class AgentHost(Host, Protocol):
+    """What the agents need more: each worker's link and the keeper's inbox."""
 
     def one_way_s(self, w: int) -> float:
         """One message between the keeper and worker ``w``, seconds."""

@@ -15,14 +15,13 @@ from __future__ import annotations
 from time import perf_counter as _perf
 from typing import Any, Callable, Optional, Protocol
 
-import simpy
-
 from rollcall.core import (
-    Broadcast, Deposed, Due, FaultPlan, Formed, IdRuns, JobFailed, Keeper, Membership, Persist,
+    Broadcast, Deposed, Due, FaultPlan, Formed, IdRuns, JobFailed, Membership, Persist,
     Record, Relaunch, RestartJob, RollCall, Send,
 )
 
-from sim.state import Nodes, ids_of_flags
+from sim.host import Host
+from sim.state import ids_of_flags
 
 __all__ = ["Job", "KeeperInbox", "KeeperPort", "PortHost"]
 
@@ -87,19 +86,8 @@ class LateBeats(Protocol):
     def late_beats(self) -> tuple[int, ...]: ...
 
 
-class PortHost(Protocol):
+class PortHost(Host, Protocol):
     """What the keeper's side needs of the simulation."""
-
-    keeper: Keeper
-
-    @property
-    def env(self) -> simpy.Environment: ...
-
-    @property
-    def lat(self) -> float: ...
-
-    @property
-    def nodes(self) -> Nodes: ...
 
     @property
     def plan(self) -> FaultPlan: ...
@@ -114,21 +102,7 @@ class PortHost(Protocol):
     def nemesis(self) -> Carrier: ...
 
     @property
-    def finished(self) -> bool: ...
-
-    @property
-    def voting(self) -> bool: ...
-
-    @property
     def silences(self) -> LateBeats: ...
-
-    def at(self, t: float, fn: Callable[..., Any], *args: Any) -> None: ...
-
-    def write(self, record: dict) -> None: ...
-
-    def count(self, name: str) -> None: ...
-
-    def cast_votes(self, t: float, everything: bool = False) -> None: ...
 
 
 class KeeperPort:

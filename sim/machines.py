@@ -15,14 +15,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional, Protocol
 
-import simpy
-
-from rollcall.core import NEMESIS, Blame, Draws, FaultPlan, IdRuns, Keeper, Pull, Repair
+from rollcall.core import NEMESIS, Blame, Draws, FaultPlan, IdRuns, Pull, Repair
 from rollcall.core import RepairShop, Retire, Warm, rec
 
 from sim.aging import ComputeAging
+from sim.host import Host
 from sim.keeper_port import KeeperInbox
-from sim.state import Nodes
 
 __all__ = ["MachineHost", "Machines"]
 
@@ -47,16 +45,8 @@ class ProcessLoss(Protocol):
         """Node ``w`` went down ``kind``: its process, if any, is gone."""
 
 
-class MachineHost(Protocol):
+class MachineHost(Host, Protocol):
     """What the machines need of the simulation."""
-
-    keeper: Keeper
-
-    @property
-    def env(self) -> simpy.Environment: ...
-
-    @property
-    def nodes(self) -> Nodes: ...
 
     @property
     def draws(self) -> Draws: ...
@@ -71,28 +61,7 @@ class MachineHost(Protocol):
     def failover(self) -> Failover: ...
 
     @property
-    def lat(self) -> float: ...
-
-    @property
     def members(self) -> IdRuns: ...
-
-    @property
-    def finished(self) -> bool:
-        """Whether the run is over (nothing more is carried out)."""
-
-    @property
-    def voting(self) -> bool:
-        """Whether commit votes are on their way to the keeper."""
-
-    def at(self, t: float, fn: Callable[..., Any], *args: Any) -> None: ...
-
-    def write(self, record: dict) -> None: ...
-
-    def count(self, name: str) -> None: ...
-
-    def alive(self, w: int) -> bool: ...
-
-    def cast_votes(self, t: float, everything: bool = False) -> None: ...
 
     @property
     def port(self) -> KeeperInbox: ...

@@ -16,14 +16,13 @@ verdicts are the simulation's and the keeper's.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
-import simpy
 
-from rollcall.core import NEMESIS, Detector, Keeper, rec
+from rollcall.core import NEMESIS, Detector, rec
 
-from sim.state import Nodes
+from sim.host import Host
 
 __all__ = ["SilenceHost", "Silences"]
 
@@ -46,22 +45,11 @@ class Singles(Protocol):
     def discard(self, w: int) -> None: ...
 
 
-class SilenceHost(Protocol):
+class SilenceHost(Host, Protocol):
     """What the silences need of the simulation."""
-
-    keeper: Keeper
-
-    @property
-    def env(self) -> simpy.Environment: ...
-
-    @property
-    def nodes(self) -> Nodes: ...
 
     @property
     def detector(self) -> Detector: ...
-
-    @property
-    def lat(self) -> float: ...
 
     @property
     def exit_notice_s(self) -> float:
@@ -72,20 +60,6 @@ class SilenceHost(Protocol):
 
     @property
     def agents(self) -> Singles: ...
-
-    @property
-    def finished(self) -> bool: ...
-
-    @property
-    def voting(self) -> bool: ...
-
-    def at(self, t: float, fn: Callable[..., Any], *args: Any) -> None: ...
-
-    def write(self, record: dict) -> None: ...
-
-    def alive(self, w: int) -> bool: ...
-
-    def cast_votes(self, t: float, everything: bool = False) -> None: ...
 
     def stall(self, now: float) -> None:
         """A member went silent: nobody can commit from now on."""

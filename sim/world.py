@@ -14,18 +14,16 @@ The job's states are named here once, for the driver and the carriers alike.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable, Final, Iterable, Optional, Protocol
+from typing import Any, Final, Iterable, Optional, Protocol
 
-import simpy
-
-from rollcall.core import Cursor, Detector, Draws, FaultPlan, IdRuns, Keeper, RepairShop
+from rollcall.core import Cursor, Detector, Draws, FaultPlan, IdRuns, RepairShop
 from rollcall.scenario import Scenario
 
 from sim.agents import Agents
+from sim.host import Host
 from sim.keeper_port import KeeperPort
 from sim.machines import Machines
 from sim.silence import Silences
-from sim.state import Nodes
 from sim.steps import StepRun
 
 # What the job is doing (``World.state``): idle between generations, copying
@@ -77,15 +75,10 @@ class KeeperFaults(Protocol):
     def cut(self, now: float, for_s: float) -> None: ...
 
 
-class World(Protocol):
+class World(Host, Protocol):
     """The simulation as its fault carriers see it."""
 
-    # -- what they read; the keeper is replaced at a takeover ---------------
-    keeper: Keeper
-
-    @property
-    def env(self) -> simpy.Environment: ...
-
+    # -- what they read (and Host: the clock, nodes, keeper, history) --------
     @property
     def sc(self) -> Scenario: ...
 
@@ -93,17 +86,10 @@ class World(Protocol):
     def seed(self) -> int: ...
 
     @property
-    def lat(self) -> float:
-        """One message between the keeper and a worker, seconds."""
-
-    @property
     def detector(self) -> Detector: ...
 
     @property
     def draws(self) -> Draws: ...
-
-    @property
-    def nodes(self) -> Nodes: ...
 
     @property
     def members(self) -> IdRuns: ...
@@ -150,29 +136,12 @@ class World(Protocol):
     @property
     def failover(self) -> KeeperFaults: ...
 
-    # -- the clock and the history -------------------------------------------
-    def at(self, t: float, fn: Callable[..., Any], *args: Any) -> None:
-        """Call ``fn(*args)`` at simulated time ``t``."""
-
-    def write(self, record: dict) -> None:
-        """Append a history record."""
-
-    # -- the cluster -----------------------------------------------------------
-    def alive(self, w: int) -> bool:
-        """Whether node ``w`` runs a live process."""
-
-    def count(self, name: str) -> None:
-        """One more of ``name`` for the summary."""
-
     # -- the keeper ------------------------------------------------------------
     @property
     def port(self) -> KeeperPort:
         """The keeper's inputs (calls, messages, liveness, its timer) and outputs."""
 
     # -- the job ---------------------------------------------------------------
-    def cast_votes(self, t: float, everything: bool = False) -> None:
-        """Cast the commit votes that reached the keeper by ``t``."""
-
     def stall(self, now: float) -> None:
         """Nobody can commit from now on: the members wait."""
 
