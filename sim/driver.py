@@ -118,7 +118,6 @@ from __future__ import annotations
 
 import dataclasses
 import time as _time
-from collections import deque
 from pathlib import Path
 from time import perf_counter as _perf
 from types import SimpleNamespace
@@ -151,7 +150,8 @@ from sim.silence import Silences
 from sim.ledger import Ledger
 from sim.state import Nodes, Recorder, Tally, flags_of_ids, ids_of_flags
 from sim.stepping import SimulationStuck, Stepper, few_collections
-from sim.steps import _EPS, StepRun
+from sim.steps import EPS, StepRun
+from sim.votes import Votes
 from sim.world import CKPT, DONE, IDLE, RUN, SYNC, WAIT
 
 __all__ = ["run", "Simulation", "SimulationStuck"]  # SimulationStuck: sim.stepping's
@@ -230,7 +230,6 @@ class Simulation:
         # strategy.stragglers: evict: the members' compute goes with each vote,
         # and while one is slow each step's vote is cast as it arrives
         self.watch_compute = config.stragglers is not None and config.strategy == "elastic"
-        self._vote_wake: Optional[float] = None
 
     def _init_job(self, ledger: Optional[bool]) -> None:
         """The job's state: where it stands, its running segment, its votes."""
@@ -240,16 +239,14 @@ class Simulation:
         self.members: IdRuns = EMPTY
         self.cursor = Cursor()     # what the members computed
         self.committed = Cursor()  # what the keeper committed (the trainers applied)
-        self.runs: deque[StepRun] = deque()  # computed steps whose votes are not all cast
         self.completion = Completion()  # the vote's verdict and the members' final reports
-        self._last_voter: Optional[int] = None
-        self._first_member: Optional[int] = None
         # the per-sample ledger (True), the compact one (False), or by size
         # (the data order of an epoch is a permutation of the whole dataset)
         if ledger is None:
             ledger = (w.steps * w.global_batch <= LEDGER_SAMPLES
                       and w.dataset_samples <= LEDGER_SAMPLES)
         self.ledger = Ledger(self.write, sc.seed, w, "samples" if ledger else "compact", self.lat)
+        self.votes = Votes(self)  # the computed steps' commit votes (sim.votes)
         self.step_s = 0.0
         self.batch = w.global_batch
         self.seg_t0 = 0.0
@@ -299,7 +296,7 @@ class Simulation:
     @property
     def voting(self) -> bool:
         """Whether commit votes are on their way to the keeper."""
-        return bool(self.runs)
+        return bool(self.votes.runs)
 
     # ------------------------------------------------------------------ nodes
 
@@ -400,11 +397,11 @@ class Simulation:
         c = self.cursor
         run = StepRun(self.gen, c.step, c.sample, self.batch, self.seg_t0, self.step_s,
                       stop - c.step, self.members, head_s=head_s)
-        self.runs.append(run)
+        self.votes.runs.append(run)
         self._set_due(self.seg_t0 + (stop - self.seg_c0.step) * self.step_s)
         if self.watch_compute:  # a slowdown's start or end starts a new segment
             run.compute = self.gray.compute(self._plans[len(self.members)][1])
-            self._watch_votes()
+            self.votes.watch()
         self._clock(now)
 
     def restart_segment(self, now: float) -> None:
@@ -421,13 +418,13 @@ class Simulation:
         abandoned (``abandon``) or carried into the next segment."""
         t0, c0, s = self.seg_t0, self.seg_c0, self.step_s
         if k is None:
-            k = min(self.seg_stop - c0.step, int((now - t0) / s + _EPS))
-        run = self.runs[-1]
+            k = min(self.seg_stop - c0.step, int((now - t0) / s + EPS))
+        run = self.votes.runs[-1]
         assert not run.closed and run.first == c0.step and run.voted <= k, (run, k)
         run.n = k
         head_s = 0.0  # the partial step's, when it is the run's first
         if k == 0:
-            self.runs.pop()
+            self.votes.runs.pop()
             head_s = run.head_s
         self.cursor = Cursor(c0.step + k, c0.sample + k * self.batch)
         partial = max(0.0, now - (t0 + k * s))
@@ -439,105 +436,18 @@ class Simulation:
 
     # ------------------------------------------------------------------ commit votes
 
-    def _voter(self) -> int:
-        """The member whose commit vote reaches the keeper first: the lowest live one."""
-        w, nodes = self._last_voter, self.nodes
-        if w is not None and nodes.member_flags[w] and nodes.proc[w] and not nodes.paused[w]:
-            if w == self._first_member or not self._alive_below(w):
-                return w
-        w = next((m for m in self.members if nodes.proc[m] and not nodes.paused[m]),
-                 self.members.first())  # none is left: their votes were already on the way
-        self._last_voter = w
-        return w
-
-    def _alive_below(self, w: int) -> bool:
-        """Whether a member below ``w`` beats (a paused one resumed, say)."""
-        return bool(np.count_nonzero(self.nodes.member_flags[:w] & self.nodes.proc[:w] & ~self.nodes.paused[:w]))
-
     def cast_votes(self, t: float, everything: bool = False) -> None:
-        """Cast the commit votes that reached the keeper by ``t`` (see
-        :mod:`sim.steps`), or, with ``everything``, all votes of the closed
-        runs: a roll call is open, so none that is still on its way can pass."""
-        runs, lat = self.runs, self.lat
-        while runs:
-            run = runs[0]
-            n = run.n  # None: the running segment (run.closed, run.done read inline)
-            assert n is not None or not everything, "a roll call closes the running segment first"
-            # a segment closed after its last computed step's vote was cast
-            # (a slowdown's start or end closes it at that step) has no vote
-            # left to wait for: it is written now, not at a vote that never comes
-            if n is None or run.voted != n:
-                k = n if everything else run.arrived(t, lat)
-                if k is None:
-                    return  # the next vote is still on its way (the common case: O(1))
-                if k > run.voted:
-                    self._vote(t, run, k)
-                if n is None or run.voted != n:
-                    return
-            runs.popleft()
-            self.ledger.run_closed(run)
+        """Cast the commit votes that reached the keeper by ``t`` (:meth:`sim.votes.Votes.cast`)."""
+        self.votes.cast(t, everything)
 
-    def _vote(self, t: float, run: StepRun, k: int) -> None:
-        """The vote on steps ``voted+1..k`` of ``run``: the keeper's commit rule."""
-        first, last = run.first + run.voted, run.first + k - 1
-        # the keeper hears the run's last vote when it arrives: no later input
-        # came since (each casts the votes that reached it first)
-        t = min(t, run.vote_at(k, self.lat))
-        if not run.refused:
-            w = self._voter()
-            verdict = self.keeper.commit(t, w, self.nodes.life_of(w), run.gen, first, last)
-            if verdict.ok:
-                assert run.vote_at(k, self.lat) <= t + _EPS, "a vote passed before it arrived"
-                assert verdict.first, "the sim votes each step once"
-                run.passed = k
-                run.voter = w if run.voter is None else run.voter
-                self.committed = run.cursor_after(k)
-                head_s = run.head_s if first == run.first else 0.0
-                self.tally.passed(first, last, run.step_s, head_s, run.t0 + k * run.step_s)
-                if verdict.complete:
-                    self.completion.job_complete(t)
-                    if self.state == WAIT:  # a vote later than the check
-                        self.at(t, self._final_vote)
-                if run.compute is not None:
-                    self._report_compute(t, run, first, last)
-            else:
-                run.refused = True  # final: the generation is over for commits
-        if run.refused:
-            self.tally.lose((k - run.voted) * run.step_s + run.unvoted_head_s())
-        run.voted = k
-
-    def _report_compute(self, t: float, run: StepRun, first: int, last: int) -> None:
-        """The members' compute in steps ``first..last``, with their vote (a
-        real member's goes with its commit request): the keeper's straggler
-        policy decides from it."""
-        assert run.compute is not None
-        typical, slow = run.compute
-        self.port.apply(t, self.keeper.report_steps(t, run.gen, first, last, typical, slow))
-
-    def _watch_votes(self) -> None:
-        """While a member is slow, each step's vote is cast when it reaches the
-        keeper, as each real step's commit request is, so the straggler
-        policy judges each step when real's does (a wake per step, only then)."""
-        if self._vote_wake is not None or not self.runs or self.state == DONE:
-            return
-        run = self.runs[-1]
-        limit = run.n if run.closed else run.cap
-        if run.refused or run.voted >= limit or run.gen != self.gen:
-            return
-        if run.compute is None or not run.compute[1]:
-            return  # nobody slow: the votes go in bulk
-        t = run.vote_at(run.voted + 1, self.lat)
-        if self.failover.back_at is not None:  # no keeper hears it before a standby takes over
-            t = max(t, self.failover.back_at)
-        self._vote_wake = t
-        self.at(t, self._on_vote_wake)
-
-    def _on_vote_wake(self) -> None:
-        self._vote_wake = None
-        if self.state == DONE:
-            return
-        self.port.tick(self.env.now, votes=True)
-        self._watch_votes()
+    def passed(self, t: float, cursor: Cursor, complete: bool) -> None:
+        """Steps up to ``cursor`` passed the vote at ``t``: the trainers hold
+        that state; ``complete``: the keeper says the job is done."""
+        self.committed = cursor
+        if complete:
+            self.completion.job_complete(t)
+            if self.state == WAIT:  # a vote later than the check
+                self.at(t, self._final_vote)
 
     def _abandon(self, now: float) -> None:
         """The step in flight (or sync / checkpoint write) is given up."""
@@ -595,7 +505,7 @@ class Simulation:
         self.cursor = self.committed = f.cursor
         self.gen = f.generation
         self.members = IdRuns.of(f.members)
-        self._first_member = self.members.first()  # the usual voter: asked once per vote
+        self.votes.new_generation(self.members)
         n = len(f.members)
         self.nodes.member_flags = flags_of_ids(f.members, len(self.nodes.proc))
         self.nodes.is_member = self.nodes.member_flags.copy()
@@ -705,7 +615,8 @@ class Simulation:
     def _checkpoint_done(self, now: float) -> None:
         if self.committed != self.cursor:
             # the checkpoint is of the step being voted on: written once it passed
-            last = self.runs[-1] if self.runs else None
+            runs = self.votes.runs
+            last = runs[-1] if runs else None
             if last is not None and not last.refused:
                 assert last.closed and last.voted < last.n, last
                 self._set_due(max(now, last.vote_at(last.n, self.lat)))
@@ -717,7 +628,7 @@ class Simulation:
         self._acct(now)
         self.tally.counts["checkpoints"] += 1
         self.write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
-        reporter = self._voter()  # the lowest live member
+        reporter = self.votes.voter()  # the lowest live member
         if self.alive(reporter):
             msg = Checkpointed(reporter, self.nodes.life_of(reporter), self.gen, self.cursor)
             t = now + self.lat
@@ -830,18 +741,18 @@ class Simulation:
         if self.state == RUN and not self.stalled:
             self._close_segment(now, None, abandon=True)
         if completed:
-            assert not self.runs, "the keeper completed the job with votes outstanding"
+            assert not self.votes.runs, "the keeper completed the job with votes outstanding"
             self.tally.spend(now, None)  # the job's time ended with its last step (elapsed_s)
             self.tally.end_s = self.tally.end_s or self.tally.elapsed_s
         else:
             self._acct(now)
             if self.state == RUN:
                 self.tally.lose(self.carry + self.carry_head_s)
-            for run in self.runs:  # votes nobody will answer: the steps are lost
+            for run in self.votes.runs:  # votes nobody will answer: the steps are lost
                 self.tally.lose((run.n - run.voted) * run.step_s + run.unvoted_head_s())
                 run.voted = run.n
                 self.ledger.run_closed(run)
-            self.runs.clear()
+            self.votes.runs.clear()
             self.tally.end_s = self.tally.end_s or now
         self.ledger.flush()
         self.state = DONE

@@ -122,8 +122,7 @@ class KeeperFailover:
                            term=sim.keeper.term))
         sim.cast_votes(now)  # the commit requests that reached it were answered
         sim.stall(now)  # nobody can commit: the members wait for a keeper
-        for run in sim.runs:  # requests still on their way find no keeper
-            run.refused = True
+        sim.votes.keeper_lost()  # requests still on their way find no keeper
         self.count += 1
         self.back_at = now + self.takeover_s if back_at is None else back_at
         sim.at(self.back_at, self.take_over)

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 
 from rollcall.core import Cursor
 
-_EPS = 1e-9  # the tolerance for "the step ended by t" (float sums of step_s), the driver's too
+EPS = 1e-9  # the tolerance for "the step ended by t" (float sums of step_s), the driver's too
 
 
 @dataclass(slots=True)
@@ -51,13 +51,13 @@ class StepRun:
         """How many of the run's steps had their vote reach the keeper by
         ``t``; None while the next vote to cast (``voted + 1``) is still on
         its way (the common case: one comparison, no division)."""
-        if t < self.t0 + (self.voted + 1) * self.step_s + latency_s - _EPS:  # vote_at(voted + 1)
+        if t < self.t0 + (self.voted + 1) * self.step_s + latency_s - EPS:  # vote_at(voted + 1)
             return None
         limit = self.cap if self.n is None else self.n
-        k = int((t - latency_s - self.t0) / self.step_s + _EPS) if self.step_s > 0 else limit
+        k = int((t - latency_s - self.t0) / self.step_s + EPS) if self.step_s > 0 else limit
         # the division rounds: far into a run (t ~ 10^5 s) it can fall short of a
         # vote whose arrival the comparison above counted (the same instant)
-        if k < limit and self.vote_at(k + 1, latency_s) <= t + _EPS:
+        if k < limit and self.vote_at(k + 1, latency_s) <= t + EPS:
             k += 1
         return max(0, min(limit, k))
 

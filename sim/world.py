@@ -13,7 +13,6 @@ The job's states are named here once, for the driver and the carriers alike.
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Final, Iterable, Optional, Protocol
 
 from rollcall.core import Cursor, Detector, Draws, FaultPlan, IdRuns, RepairShop
@@ -24,7 +23,7 @@ from sim.host import Host
 from sim.keeper_port import KeeperPort
 from sim.machines import Machines
 from sim.silence import Silences
-from sim.steps import StepRun
+from sim.votes import Votes
 
 # What the job is doing (``World.state``): idle between generations, copying
 # state into a new one, running steps, writing a checkpoint, waiting for the
@@ -105,8 +104,8 @@ class World(Host, Protocol):
         """What the job does: ``IDLE``, ``SYNC``, ``RUN``, ``CKPT``, ``WAIT`` or ``DONE``."""
 
     @property
-    def runs(self) -> deque[StepRun]:
-        """The computed steps whose votes are not all cast, oldest first."""
+    def votes(self) -> Votes:
+        """The computed steps' commit votes, cast as they reach the keeper."""
 
     @property
     def machines(self) -> Machines:

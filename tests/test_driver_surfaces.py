@@ -3,7 +3,8 @@
 * The sim's fault carriers (keeper failover, links, gray failures) reach the
   simulation only through :class:`sim.world.World`; its agents
   (:class:`sim.agents.Agents`), machines (:class:`sim.machines.Machines`),
-  silences (:class:`sim.silence.Silences`) and keeper's side (:class:`sim.keeper_port.KeeperPort`) only through
+  silences (:class:`sim.silence.Silences`), votes (:class:`sim.votes.Votes`)
+  and keeper's side (:class:`sim.keeper_port.KeeperPort`) only through
   their own host protocols.
 * The launcher's side of a keeper in its own processes
   (:class:`real.keeper_link.RemoteKeeper`) reaches the launcher only through
@@ -31,6 +32,7 @@ from sim.agents import AgentHost
 from sim.keeper_port import Job, PortHost
 from sim.machines import MachineHost
 from sim.silence import SilenceHost
+from sim.votes import VoteHost
 from sim.world import World
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +56,8 @@ SURFACES = {
                             ("sim/driver.py", "Simulation")),
     "sim-silences": Surface(SilenceHost, ["sim/silence.py"], "host", set(),
                             ("sim/driver.py", "Simulation")),
+    "sim-votes": Surface(VoteHost, ["sim/votes.py"], "host", set(),
+                         ("sim/driver.py", "Simulation")),
     "sim-keeper-port": Surface(PortHost, ["sim/keeper_port.py"], "host", set(),
                                ("sim/driver.py", "Simulation")),
     "sim-job": Surface(Job, ["sim/keeper_port.py"], "job", set(), ("sim/driver.py", "Simulation")),
