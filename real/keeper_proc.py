@@ -335,7 +335,11 @@ class KeeperProcess:
             due = [t for t in (k.get_timer(), self.renew_at, self.workers.next_due())
                    if t is not None]
             timeout = max(0.0, min(due) - self.now()) if due else 0.5
-            events = self.sel.select(min(timeout, 0.5))
+            # the launcher's link first: what it sent before a fault took
+            # effect (a node lost before its process died) is heard before
+            # what the workers say of that fault on their own links
+            events = sorted(self.sel.select(min(timeout, 0.5)),
+                            key=lambda event: event[0].data != "conn")
             # the keeper's own clock first: one that was paused past its lease
             # deposes itself before it reads (and could act on) anything
             if self.serving:

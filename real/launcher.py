@@ -506,13 +506,14 @@ class Launcher:
         stopped and its host reports the exit, as for a kill)."""
         self.nodes.lost(w)
         p = self.live_proc(w)
+        # the keeper hears of the lost node before its process can die, so
+        # before any exit notice, detector verdict or failed step a survivor
+        # reports (with direct links those reach it on links of their own)
+        self.keeper.node_down(now, w)
         if p is not None:
             p.fault = kind
             p.paused = False
             self.signal(p, signal.SIGKILL)
-        # the keeper hears of the lost node now, before any exit notice,
-        # detector verdict or failed step
-        self.keeper.node_down(now, w)
         self.faults.node_down(w)
         if kind == "blame":
             return  # its trip to the shop came with the blame
