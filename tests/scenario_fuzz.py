@@ -672,13 +672,14 @@ class FuzzCase:
 KEEPER_TERMS = 10_000
 
 
-def _bounded_keeper_terms(raw: dict) -> dict:
-    """``raw`` with ``keeper.mtbf_s`` raised, where needed, so that at most
-    :data:`KEEPER_TERMS` keeper lives fit before the job's horizon."""
+def _bounded_keeper_terms(raw: dict, scenario: Scenario) -> dict:
+    """``raw`` (validated as ``scenario``) with ``keeper.mtbf_s`` raised,
+    where needed, so that at most :data:`KEEPER_TERMS` keeper lives fit
+    before the job's horizon; ``raw`` itself when it needs nothing."""
     keeper = raw.get("keeper", {})
     if "mtbf_s" not in keeper:
         return raw
-    horizon = horizon_s(validated(to_yaml(raw)))
+    horizon = horizon_s(scenario)
     if horizon / keeper["mtbf_s"] <= KEEPER_TERMS:
         return raw
     bounded = _round(horizon / KEEPER_TERMS * 1.01)
@@ -690,9 +691,13 @@ def fuzz_cases(draw: Callable, twice_every: int = 1,
                twice_up_to: int | None = None) -> FuzzCase:
     """A valid scenario; about one in ``twice_every`` is marked to run twice
     (with ``twice_up_to``, only those of at most that many workers)."""
-    raw = _bounded_keeper_terms(draw(scenario_dicts()))
+    raw = draw(scenario_dicts())
     text = to_yaml(raw)
     scenario = validated(text)
+    bounded = _bounded_keeper_terms(raw, scenario)
+    if bounded is not raw:
+        raw, text = bounded, to_yaml(bounded)
+        scenario = validated(text)
     twice = twice_every <= 1 or _int(draw, 0, twice_every - 1) == 0
     if twice_up_to is not None and scenario.cluster.workers > twice_up_to:
         twice = False
