@@ -9,7 +9,7 @@ that they touch nothing else and that the simulation offers it all.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 import simpy
 
@@ -17,7 +17,18 @@ from rollcall.core import Keeper
 
 from sim.state import Nodes
 
-__all__ = ["Host"]
+__all__ = ["Host", "KeeperOutage"]
+
+
+class KeeperOutage(Protocol):
+    """Whether a keeper serves now, and when one serves again
+    (:class:`sim.failover.KeeperFailover`)."""
+
+    @property
+    def down(self) -> bool: ...
+
+    @property
+    def back_at(self) -> Optional[float]: ...
 
 
 class Host(Protocol):

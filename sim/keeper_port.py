@@ -20,17 +20,20 @@ from rollcall.core import (
     Record, Relaunch, RestartJob, RollCall, Send,
 )
 
-from sim.host import Host
+from sim.host import Host, KeeperOutage
 from sim.state import ids_of_flags
 
 __all__ = ["Job", "KeeperInbox", "KeeperPort", "PortHost"]
 
 
 class KeeperInbox(Protocol):
-    """What the agents and the machines send the keeper, and its wake-up."""
+    """What the agents, the machines and the silences tell the keeper, and its wake-up."""
 
     def receive_at(self, messages: list) -> None:
         """``messages`` reach the keeper now (a scheduled delivery)."""
+
+    def exited(self, w: int, incarnation: int) -> None:
+        """The host of killed node ``w`` reports its process's exit (now)."""
 
     def rearm(self, now: float) -> None:
         """Wake the keeper at its own timer, which a call may have moved."""
@@ -58,11 +61,8 @@ class Job(Protocol):
         """The run ends."""
 
 
-class Store(Protocol):
-    """The keeper's store and whether a keeper serves (:class:`sim.failover.KeeperFailover`)."""
-
-    @property
-    def down(self) -> bool: ...
+class Store(KeeperOutage, Protocol):
+    """The keeper's store, and whether a keeper serves (:class:`sim.failover.KeeperFailover`)."""
 
     def persist(self, now: float, out: Persist) -> list: ...
 

@@ -13,29 +13,19 @@ silence, the stall) is :mod:`sim.silence`'s.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Callable, Protocol
 
 from rollcall.core import NEMESIS, Blame, Draws, FaultPlan, IdRuns, Pull, Repair
 from rollcall.core import RepairShop, Retire, Warm, rec
 
 from sim.aging import ComputeAging
-from sim.host import Host
+from sim.host import Host, KeeperOutage
 from sim.keeper_port import KeeperInbox
 
 __all__ = ["MachineHost", "Machines"]
 
 # what each way down counts as in the summary
 NODE_DOWN = {"kill": "kills", "crash": "crashes", "blame": "blames"}
-
-
-class Failover(Protocol):
-    """Whether a keeper serves now (:class:`sim.failover.KeeperFailover`)."""
-
-    @property
-    def down(self) -> bool: ...
-
-    @property
-    def back_at(self) -> Optional[float]: ...
 
 
 class ProcessLoss(Protocol):
@@ -58,7 +48,7 @@ class MachineHost(Host, Protocol):
     def shop(self) -> RepairShop: ...
 
     @property
-    def failover(self) -> Failover: ...
+    def failover(self) -> KeeperOutage: ...
 
     @property
     def members(self) -> IdRuns: ...

@@ -23,16 +23,9 @@ import numpy as np
 from rollcall.core import NEMESIS, Detector, rec
 
 from sim.host import Host
+from sim.keeper_port import KeeperInbox
 
 __all__ = ["SilenceHost", "Silences"]
-
-
-class Inbox(Protocol):
-    """The keeper's side (:class:`sim.keeper_port.KeeperPort`)."""
-
-    def rearm(self, now: float) -> None: ...
-
-    def exited(self, w: int, incarnation: int) -> None: ...
 
 
 class Singles(Protocol):
@@ -56,7 +49,7 @@ class SilenceHost(Host, Protocol):
         """A killed process's exit, heard by the keeper this much later."""
 
     @property
-    def port(self) -> Inbox: ...
+    def port(self) -> KeeperInbox: ...
 
     @property
     def agents(self) -> Singles: ...

@@ -20,18 +20,11 @@ import numpy as np
 
 from rollcall.core import Cursor, IdRuns
 
-from sim.host import Host
+from sim.host import Host, KeeperOutage
 from sim.state import Tally
 from sim.steps import EPS, StepRun
 
 __all__ = ["VoteHost", "Votes"]
-
-
-class Store(Protocol):
-    """When a keeper serves again (:class:`sim.failover.KeeperFailover`)."""
-
-    @property
-    def back_at(self) -> Optional[float]: ...
 
 
 class Port(Protocol):
@@ -59,7 +52,7 @@ class VoteHost(Host, Protocol):
     def members(self) -> IdRuns: ...
 
     @property
-    def failover(self) -> Store: ...
+    def failover(self) -> KeeperOutage: ...
 
     @property
     def port(self) -> Port: ...
