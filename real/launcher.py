@@ -680,7 +680,7 @@ class Launcher:
         # A scripted join is a new worker arriving; its process is started
         # now and kept idle (torch imported) until the join fires, so the
         # arrival is the schedule's and not the seconds of a cold start.
-        joins = sum(f.join for f in self.sc.failures.schedule if f.join is not None)
+        joins = sum(f.newcomers for f in self.sc.failures.schedule)
         for _ in range(min(joins, PREWARM_MAX)):
             self.spawn(self.next_id, 0, spare=True)
             self.next_id += 1

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import yaml
 
 from rollcall.results import SUMMARY_KEYS
-from rollcall.scenario import Scenario, _Dumper, load_scenario, parse_scenario
+from rollcall.scenario import Scenario, ScenarioDumper, load_scenario, parse_scenario
 
 if TYPE_CHECKING:  # pandas is imported by .history(), compare() and sweep() only
     import pandas as pd
@@ -113,7 +113,7 @@ assert [f.name for f in fields(Summary)][: len(SUMMARY_KEYS)] == list(SUMMARY_KE
 
 def _yaml_value(value: Any) -> str:
     """A Python value as the YAML text of a ``--set`` item (types survive: 3600 stays an int)."""
-    text = yaml.dump(value, Dumper=_Dumper, default_flow_style=True, allow_unicode=False)
+    text = yaml.dump(value, Dumper=ScenarioDumper, default_flow_style=True, allow_unicode=False)
     return text.strip().removesuffix("...").strip()
 
 
@@ -141,7 +141,7 @@ def resolve(scenario_or_path: Scenario | Mapping[str, Any] | str | Path, *,
         text, source = scenario_or_path.to_yaml(), f"<Scenario {scenario_or_path.name}>"
     elif isinstance(scenario_or_path, Mapping):
         try:
-            text = yaml.dump(dict(scenario_or_path), Dumper=_Dumper, sort_keys=False)
+            text = yaml.dump(dict(scenario_or_path), Dumper=ScenarioDumper, sort_keys=False)
         except yaml.YAMLError as exc:
             raise TypeError(f"the scenario mapping holds a value YAML cannot write: {exc}") from None
         source = "<dict>"

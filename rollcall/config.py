@@ -82,11 +82,12 @@ def arrivals_end_s(sc: Scenario) -> Optional[float]:
         return None
     end = 0.0
     for f in sc.failures.schedule:
-        if f.action != "join" and f.for_s is None:
+        for_s = f.parameters.get("for_s")
+        if f.action != "join" and for_s is None:
             continue  # a fault that ends nothing it cut off (a kill, a lost host)
         if f.trigger != "at_s":
             return None
-        end = max(end, float(f.when) + float(f.for_s or 0.0) + c.launch_s)
+        end = max(end, float(f.when) + float(for_s or 0.0) + c.launch_s)
     return end
 
 
@@ -179,16 +180,8 @@ def scheduled_faults(sc: Scenario) -> tuple[ScheduledFault, ...]:
 
 
 def _scheduled_fault(index: int, f: Fault) -> ScheduledFault:
-    # what the fault hits: its action's own key; worker targets (ids or "random") for
-    # kill, pause, slow and late_heartbeats, () for kill_keeper
-    targets = {"join": f.join, "kill_rack": f.kill_rack, "lose_host": f.lose_host,
-               "partition": None if f.partition is None else tuple(f.partition),
-               "isolate_keeper": f.isolate_keeper, "loss": f.loss, "delay": f.delay,
-               "kill_etcd": f.kill_etcd, "partition_keeper": f.partition_keeper,
-               }.get(f.action, f.targets)
     return ScheduledFault(index=index, trigger=f.trigger, when=f.when, action=f.action,
-                          targets=targets, for_s=f.for_s, rate=f.rate, latency_s=f.latency_s,
-                          factor=f.factor, delay_s=f.delay_s)
+                          targets=f.subject, **f.parameters)
 
 
 def fault_plan(sc: Scenario) -> FaultPlan:

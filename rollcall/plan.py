@@ -48,32 +48,33 @@ def plan(scenario: Scenario) -> dict[str, Any]:
     timeline = []
     for i, f in enumerate(sorted(sc.failures.schedule, key=lambda f: (f.trigger, f.when))):
         entry: dict[str, Any] = {"trigger": f.trigger, "when": f.when, "action": f.action}
-        if f.action == "join":
-            entry["workers"] = [nxt, nxt + f.join - 1]
-            ids.append({"ids": [nxt, nxt + f.join - 1], "what": f"newcomers ({f.trigger} {f.when})"})
-            nxt += f.join
-        elif f.action == "kill_rack":
-            entry["rack"] = f.kill_rack
-        elif f.action == "lose_host":
-            entry["host"] = f.lose_host
-            if f.lose_host != "random":
-                entry["workers"] = list(sc.host_workers(int(f.lose_host)))
-        elif f.action in ("partition", "isolate_keeper"):
-            hosts = f.partition if f.partition is not None else (f.isolate_keeper,)
-            entry["hosts"] = list(hosts)
-            entry["workers"] = [w for h in hosts for w in sc.host_workers(h)]
-            entry["for_s"] = f.for_s
+        parameters = f.parameters
+        if f.newcomers:
+            entry["workers"] = [nxt, nxt + f.newcomers - 1]
+            ids.append({"ids": [nxt, nxt + f.newcomers - 1],
+                        "what": f"newcomers ({f.trigger} {f.when})"})
+            nxt += f.newcomers
+        elif f.rack is not None:
+            entry["rack"] = f.rack
+        elif f.host is not None:  # lose_host
+            entry["host"] = f.host
+            if f.host != "random":
+                entry["workers"] = list(sc.host_workers(int(f.host)))
+        elif f.hosts:  # partition, isolate_keeper
+            entry["hosts"] = list(f.hosts)
+            entry["workers"] = [w for h in f.hosts for w in sc.host_workers(h)]
+            entry["for_s"] = parameters["for_s"]
         elif f.link is not None:  # delay, loss
             entry["host"] = f.link
             if f.link != "random":
                 entry["workers"] = list(sc.host_workers(int(f.link)))
-            entry["for_s"] = f.for_s
-            entry.update({"latency_s": f.latency_s} if f.delay is not None else {"rate": f.rate})
+            entry["for_s"] = parameters["for_s"]
+            entry.update({key: value for key, value in parameters.items() if key != "for_s"})
         else:
             t = f.targets
             entry["workers"] = t if t == "random" else list(t)
             if f.action == "pause":
-                entry["for_s"] = f.for_s
+                entry["for_s"] = parameters["for_s"]
         timeline.append(entry)
     if sc.cluster.spare_pool:
         ids.append({"ids": [sc.pool_first_id, sc.worker_id_limit - 1],

@@ -46,7 +46,8 @@ from rollcall.core.checkers import check
 from rollcall.config import data_spec, horizon_s
 from rollcall.results import read_history
 from rollcall.scenario import (
-    MAX_EXTRA_JOINS, SCALE_HELPERS, Detector, Fault, Scenario, ScenarioError, parse_scenario,
+    FAULT_MODELS, MAX_EXTRA_JOINS, SCALE_HELPERS, Detector, FaultTrigger, Scenario, ScenarioError,
+    parse_scenario,
 )
 from sim.driver import Simulation
 from sim.stepping import POLL_EVENTS
@@ -749,9 +750,9 @@ def _schema_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[s
 
 
 def fault_families() -> list[str]:
-    """Every fault action with every trigger, read from the ``Fault`` model."""
-    actions = typing.get_args(typing.get_type_hints(Fault.action.fget)["return"])
-    triggers = typing.get_args(typing.get_type_hints(Fault.trigger.fget)["return"])
+    """Every fault action with every trigger, read from the ``Fault`` union's models."""
+    actions = list(FAULT_MODELS)
+    triggers = typing.get_args(FaultTrigger)
     assert actions and triggers
     return [f"fault {action} {trigger}" for action in actions for trigger in triggers]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -11,8 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rollcall import cli
+from rollcall.config import scheduled_faults
 from rollcall.scenario import (
-    Fault,
+    FAULT_KEYS,
+    FAULT_MODELS,
+    KillFault,
     Scenario,
     ScenarioError,
     load_scenario,
@@ -268,8 +272,82 @@ def test_any_valid_scenario_round_trips(s: Scenario) -> None:
 
 
 def test_fault_model_used_directly() -> None:
-    f = Fault(at_step=3, kill=[1, 2])
+    f = KillFault(at_step=3, kill=[1, 2])
     assert f.targets == (1, 2) and f.action == "kill" and f.when == 3
+
+
+# one fault of each action, with the keys it needs (hosts of 2 workers, racks of 4, an etcd
+# store with a standby for the keeper's faults)
+EACH_ACTION = {
+    "kill": {"kill": 1}, "kill_rack": {"kill_rack": 0}, "lose_host": {"lose_host": "random"},
+    "partition": {"partition": [1], "for_s": 2.0}, "isolate_keeper": {"isolate_keeper": 0, "for_s": 1.0},
+    "delay": {"delay": 1, "latency_s": 0.5, "for_s": 3.0}, "loss": {"loss": 0, "rate": 0.25, "for_s": 1.0},
+    "pause": {"pause": 2, "for_s": 1.5}, "slow": {"slow": "random", "factor": 3.0, "for_s": 2.0},
+    "late_heartbeats": {"late_heartbeats": 3, "delay_s": 1.0, "for_s": 4.0}, "join": {"join": 2},
+    "kill_keeper": {"kill_keeper": "active"}, "kill_etcd": {"kill_etcd": 1},
+    "partition_keeper": {"partition_keeper": "active", "for_s": 2.0},
+}
+EACH_SET = ["cluster.workers=4", "cluster.workers_per_host=2", "cluster.rack_size=4",
+            "keeper.store=etcd", "keeper.standbys=1"]
+
+
+def _each_action(trigger: str = "at_step") -> Scenario:
+    schedule = [{trigger: 3 + i, **keys} for i, keys in enumerate(EACH_ACTION.values())]
+    return parse_scenario(MINIMAL, overrides=[*EACH_SET, f"failures.schedule={json.dumps(schedule)}"])
+
+
+def test_each_action_is_its_own_model_holding_only_its_keys() -> None:
+    sc = _each_action()
+    assert tuple(EACH_ACTION) == tuple(FAULT_MODELS)
+    for fault, (action, keys) in zip(sc.failures.schedule, EACH_ACTION.items()):
+        assert type(fault) is FAULT_MODELS[action] and fault.action == action
+        # the model's keys: the three triggers, then what this action takes and nothing more
+        assert set(type(fault).model_fields) == {"at_s", "at_step", "at_roll_call", *keys}
+    # written out with the keys given, in one fixed order whatever the action
+    written = sc.to_dict()["failures"]["schedule"]
+    assert [list(f) for f in written] == [
+        [k for k in FAULT_KEYS if k in ("at_step", *keys)] for keys in EACH_ACTION.values()]
+    assert parse_scenario(sc.to_yaml()) == sc
+
+
+def test_the_fault_plan_reads_what_each_fault_hits_and_its_numbers() -> None:
+    plan = {f.action: f for f in scheduled_faults(_each_action("at_roll_call"))}
+    hits = {action: f.targets for action, f in plan.items()}
+    assert hits == {"kill": (1,), "kill_rack": 0, "lose_host": "random", "partition": (1,),
+                    "isolate_keeper": 0, "delay": 1, "loss": 0, "pause": (2,), "slow": "random",
+                    "late_heartbeats": (3,), "join": 2, "kill_keeper": (), "kill_etcd": 1,
+                    "partition_keeper": "active"}
+    numbers = ("for_s", "rate", "latency_s", "factor", "delay_s")
+    for action, keys in EACH_ACTION.items():
+        f = plan[action]
+        assert {k: getattr(f, k) for k in numbers if getattr(f, k) is not None} == \
+            {k: v for k, v in keys.items() if k in numbers}, action
+    assert {f.trigger for f in plan.values()} == {"at_roll_call"}
+
+
+@pytest.mark.parametrize(("fault", "where", "words"), [
+    ({"at_s": 1, "kill": 1, "latency_s": 2.0}, "failures.schedule.0.latency_s",
+     "only allowed with delay, not with kill"),
+    ({"at_s": 1, "slow": 1, "for_s": 1.0}, "failures.schedule.0.factor", "required with slow"),
+    ({"at_s": 1, "join": 1, "for_s": 1.0}, "failures.schedule.0.for_s", "only allowed with pause"),
+    ({"at_s": 1, "pause": "x", "for_s": 1.0}, "failures.schedule.0.pause",
+     "expected a worker id or 'random'"),
+    ({"at_s": 1, "partition": [1, 1], "for_s": 1.0}, "failures.schedule.0.partition",
+     "lists each host once"),
+    ({"at_s": 1, "delay": 0, "latency_s": 4000.0, "for_s": 1.0}, "failures.schedule.0.latency_s",
+     "must be <= 3600"),
+    ({"at_s": 1, "kill_keeper": "standby"}, "failures.schedule.0.kill_keeper", "expected 'active'"),
+    ({"at_s": 1, "join": 1, "kill": None, "rate": None}, None, None),
+])
+def test_a_faults_errors_name_the_key_without_the_model(fault: dict, where: str | None,
+                                                        words: str | None) -> None:
+    overrides = [*EACH_SET, f"failures.schedule=[{json.dumps(fault)}]"]
+    if where is None:  # null keys are unset
+        assert parse_scenario(MINIMAL, overrides=overrides).failures.schedule[0].action == "join"
+        return
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(MINIMAL, overrides=overrides)
+    assert info.value.field == where and words in info.value.message, str(info.value)
 
 
 SHARDED = """
