@@ -15,7 +15,7 @@ suite files, and prints:
 * every suite against the mean of the sets' runs.
 
 Each prediction is a sim run of the scenario calibrated by the suite
-(``rollcall.suite.calibrated``), as ``sim_vs_real.py`` runs it.
+(``rollcall.app.suite.calibrated``), as ``sim_vs_real.py`` runs it.
 
     .venv/bin/python benchmarks/sim_vs_real.py --out D1 --suite S1.yaml   # and D2/S2, D3/S3
     .venv/bin/python benchmarks/calibration_spread.py --runs D1 D2 D3 --suites S1.yaml S2.yaml S3.yaml
@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rollcall import suite  # noqa: E402
+from rollcall.app import suite  # noqa: E402
 from rollcall.results import SUMMARY_FILE, read_summary  # noqa: E402
 from rollcall.scenario import load_scenario  # noqa: E402
 

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rollcall.plan import calibrate, plan, sim_wall_estimate, sim_work  # noqa: E402
+from rollcall.app.plan import calibrate, plan, sim_wall_estimate, sim_work  # noqa: E402
 from rollcall.scenario import load_scenario  # noqa: E402
 from sim.driver import LEDGER_SAMPLES, run  # noqa: E402
 

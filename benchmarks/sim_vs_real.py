@@ -1,7 +1,7 @@
 """Predicted (sim, calibrated) vs measured (real) ``elapsed_s`` for every shipped real scenario.
 
 For each ``scenarios/real-*.yaml``: run it on the real target, measure its
-costs (``rollcall.calibrate``), run the same scenario on the sim with those
+costs (``rollcall.app.calibrate``), run the same scenario on the sim with those
 costs and print both elapsed times, the error, and whether the two agree on
 the sequence of generations and member lists. Two predictions per scenario:
 
@@ -34,7 +34,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rollcall import analysis, calibrate, suite  # noqa: E402
+from rollcall.app import analysis, calibrate, suite  # noqa: E402
 from rollcall.results import SUMMARY_FILE, prepare_out_dir, read_summary  # noqa: E402
 from rollcall.scenario import load_scenario  # noqa: E402
 

@@ -28,8 +28,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rollcall import sweeps as sweep  # noqa: E402
-from rollcall.engines import open_engine  # noqa: E402
+from rollcall.app import sweeps as sweep  # noqa: E402
+from rollcall.app.engines import open_engine  # noqa: E402
 
 WALL = ("wall_s", "check_wall_s", "keeper_wall_s", "sim_per_wall")
 

@@ -1,5 +1,5 @@
 """``python -m rollcall``: same as the ``rollcall`` console script."""
 
-from rollcall.cli import main
+from rollcall.app.cli import main
 
 raise SystemExit(main())

@@ -15,14 +15,14 @@ the end ``compare-table.csv`` gets the side-by-side table (returned in a
 :class:`Comparison` with the runs and the paired differences): per metric
 and strategy the mean over seeds, the half-width ``±95%`` and the ends
 ``lo``/``hi`` of its 95% interval and the ``method`` that made it (one per
-kind of metric, :mod:`rollcall.stats`), and ``compare-paired.csv`` the
+kind of metric, :mod:`rollcall.app.stats`), and ``compare-paired.csv`` the
 paired differences: both strategies of one seed meet the same failure
 trace, so per seed and metric ``elastic - checkpoint-restart`` is one sample
 of the difference, and its paired interval over seeds is much narrower than
-the two strategies' intervals side by side (``rollcall.verdict`` turns it
+the two strategies' intervals side by side (``rollcall.app.verdict`` turns it
 into a sentence).
 
-Each strategy runs at its own checkpoint interval (:mod:`rollcall.interval`:
+Each strategy runs at its own checkpoint interval (:mod:`rollcall.app.interval`:
 Daly's optimum for the events that send it back to its checkpoint), or both
 at the scenario's with ``fixed_interval``; :attr:`Comparison.intervals`
 says which and why. ``max_wall_s`` bounds each run's wall time: a run cut
@@ -46,13 +46,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from rollcall import stats
-from rollcall.interval import IntervalChoice, at_its_interval, checkpoint_intervals
+from rollcall.app import stats
+from rollcall.app.interval import IntervalChoice, at_its_interval, checkpoint_intervals
 from rollcall.results import (
     HISTORY_FILE, SUMMARY_FILE, finished_summary, prepare_out_dir, scenario_hash,
 )
 from rollcall.scenario import Scenario
-from rollcall.stats import t975
+from rollcall.app.stats import t975
 
 __all__ = [
     "INTERVALS_FILE", "METRICS", "PAIRED_FILE", "PAIRED_METRICS", "RUNS_FILE", "STRATEGIES",
@@ -87,7 +87,7 @@ TABLE_COLUMNS = ("mean", "±95%", "lo", "hi", "method")
 def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     """Mean and half-width of the 95% Student-t interval (NaN half-width with one value; a
     NaN value makes both NaN): the interval of times and other unbounded metrics
-    (:func:`rollcall.stats.mean_interval`)."""
+    (:func:`rollcall.app.stats.mean_interval`)."""
     interval = stats.mean_interval(values, "number")
     return interval.mean, interval.half
 
@@ -203,7 +203,7 @@ def compare(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path, run: 
     mistaken for a full one. The same compare into the same ``out_dir``
     resumes: a run whose directory holds its finished summary (see
     :func:`finished_summary`) is read back, not run again. With an
-    ``engine`` (:mod:`rollcall.engines`) the runs not yet made go through it
+    ``engine`` (:mod:`rollcall.app.engines`) the runs not yet made go through it
     all at once, each written whole as it comes back; the rows are the same.
     """
     assert seeds, "compare needs at least one seed"
@@ -250,7 +250,7 @@ def _through(engine: Any, plan: Sequence[tuple[int, str, Scenario, Path]], out: 
     """Run the plan's unmade runs through ``engine``; ``compare.csv`` holds
     every finished run (in plan order) after each one. Which were made here."""
     from rollcall.results import staging_dir, store_run
-    from rollcall.sweeps import POINT_TASK
+    from rollcall.app.sweeps import POINT_TASK
 
     have = {k: s for k, (_, _, sc, d) in enumerate(plan)
             if (s := finished_summary(d, scenario_hash(sc))) is not None}
@@ -354,7 +354,7 @@ def paired(runs: pd.DataFrame) -> pd.DataFrame:
 def _paired_interval(diffs: pd.DataFrame, metric: str,
                      runs: pd.DataFrame | None) -> stats.Interval:
     """The interval of ``metric``'s mean paired difference; for a count, within the range
-    the two strategies' counts in ``runs`` allow (:func:`rollcall.stats.count_difference_range`)."""
+    the two strategies' counts in ``runs`` allow (:func:`rollcall.app.stats.count_difference_range`)."""
     kind = stats.kind_of(metric)
     allowed = None
     if kind == "count" and runs is not None:

@@ -258,7 +258,7 @@ def quit_until_main(program: str) -> None:
     was started or written yet). Only in that command's own process (its
     console script, or ``python -m`` of its package), in the main thread, and
     for each signal only over the interpreter's default handler: importing
-    the module from elsewhere (a test, ``rollcall.api``, a host agent)
+    the module from elsewhere (a test, ``rollcall.app.api``, a host agent)
     changes nothing, and a signal the command was started with ignored (a
     shell's background job ignores SIGINT) stays ignored, the other one
     still handled."""

@@ -299,7 +299,7 @@ def staging_dir(run_dir: str | Path) -> Path:
 
 
 def store_run(run_dir: str | Path, result: Any, extra: dict[str, str] | None = None) -> None:
-    """Put a run an engine made (:func:`rollcall.sweeps.point_task`) in
+    """Put a run an engine made (:func:`rollcall.app.sweeps.point_task`) in
     ``run_dir`` as one rename, so it is on disk whole or not at all, and a
     task an engine ran twice leaves one run, not two. ``result`` is either
     ``{"run_dir": staging}``, a run the task wrote on this file system (it

@@ -18,7 +18,7 @@ schedule says) grows it back:
 
 One real run (~30 s, mostly four processes importing torch); the sim runs
 twice, with the scenario's own costs and with the costs calibrated from the
-real run (``rollcall.calibrate``).
+real run (``rollcall.app.calibrate``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from rollcall import analysis, calibrate
+from rollcall.app import analysis, calibrate
 from rollcall.results import prepare_out_dir
 from rollcall.scenario import Scenario, parse_scenario
 from real_processes import REAL_PROCESSES

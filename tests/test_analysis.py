@@ -1,4 +1,4 @@
-"""rollcall.analysis: readers over small sim runs made here, and the analytic baselines."""
+"""rollcall.app.analysis: readers over small sim runs made here, and the analytic baselines."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import pandas as pd
 import pytest
 
-from rollcall import analysis as an
+from rollcall.app import analysis as an
 from rollcall.results import SUMMARY_KEYS, prepare_out_dir
 from rollcall.scenario import load_scenario
 
@@ -240,7 +240,7 @@ detector: {heartbeat_s: 0.1, timeout_s: 1.0}
 
 
 def test_calibrate_measures_and_maps(tmp_path: Path) -> None:
-    from rollcall import calibrate
+    from rollcall.app import calibrate
     from rollcall.scenario import load_scenario
 
     run = _synthetic_real_run(tmp_path / "run")
@@ -268,7 +268,7 @@ def test_calibrate_measures_and_maps(tmp_path: Path) -> None:
 
 
 def test_cli_calibrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from rollcall.cli import main
+    from rollcall.app.cli import main
 
     run = _synthetic_real_run(tmp_path / "run")
     assert main(["calibrate", str(run)]) == 0
@@ -281,7 +281,7 @@ def test_cli_calibrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_calibrate_refuses_a_sim_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A sim run's timings are its scenario's own model: calibrating on them
     would write a calibration 75x off. One line, exit 2, nothing written."""
-    from rollcall.cli import main
+    from rollcall.app.cli import main
 
     run = tmp_path / "sim"
     assert main(["run", str(ROOT / "scenarios" / "quickstart.yaml"), "--out", str(run),

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 import rollcall
-from rollcall import cli
-from rollcall.api import Summary
-from rollcall.cli import RunRefused
+from rollcall.app import cli
+from rollcall.app.api import Summary
+from rollcall.app.cli import RunRefused
 from rollcall.results import SUMMARY_KEYS
 from rollcall.scenario import ScenarioError, load_scenario
 
@@ -112,7 +112,7 @@ def _interval_of(run_dir: Path) -> int:
 
 
 def test_compare_returns_the_tables_the_command_prints(tmp_path: Path) -> None:
-    from rollcall import verdict as vd
+    from rollcall.app import verdict as vd
 
     got = rollcall.compare(QUICKSTART, seeds=2, out=tmp_path / "cmp", set=BUSY)
     assert isinstance(got, rollcall.Compared) and got.dir == tmp_path / "cmp"

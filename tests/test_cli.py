@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rollcall import cli
+from rollcall.app import cli
 from rollcall.results import SUMMARY_KEYS, read_summary, write_summary
 from rollcall.scenario import Scenario, parse_scenario
 
@@ -119,7 +119,7 @@ def test_compare_calls_target_compare(
     module.compare = compare  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "sim.compare", module)
     assert cli.main(["compare", QUICK, "--seeds", "3", "--seed", "10", "--out", str(tmp_path)]) == 0
-    # how each strategy's interval is chosen is the compare's own (rollcall.interval)
+    # how each strategy's interval is chosen is the compare's own (rollcall.app.interval)
     assert calls == [("quickstart", [10, 11, 12], tmp_path,
                       {"fixed_interval": False, "max_wall_s": None})]
     out = capsys.readouterr().out

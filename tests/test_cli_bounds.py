@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rollcall import cli
+from rollcall.app import cli
 from rollcall.results import SUMMARY_KEYS, claim_out_dir, OutDirError, read_history, write_summary
 from rollcall.scenario import Scenario, parse_scenario
 

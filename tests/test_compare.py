@@ -26,13 +26,13 @@ import pandas as pd
 import psutil
 import pytest
 
-from rollcall import cli
+from rollcall.app import cli
 from rollcall.comparison import STRATEGIES
 from rollcall.config import data_spec
 from rollcall.core import check
 from rollcall.results import read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import load_scenario
-from rollcall.stats import kind_of
+from rollcall.app.stats import kind_of
 from real_processes import needs_pidfd, one_real_run_at_a_time
 from polling import pid_running, wait_for
 

@@ -23,12 +23,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollcall import cli
+from rollcall.app import cli
 from rollcall.comparison import PAIRED_FILE, Comparison, compare, mean_ci, paired, summarize_paired
-from rollcall.interval import checkpoint_intervals
-from rollcall.report.source import comparison_of
+from rollcall.app.interval import checkpoint_intervals
+from rollcall.app.report.source import comparison_of
 from rollcall.scenario import Scenario, load_scenario
-from rollcall.verdict import decide, human_s, human_table, to_json, unit_for
+from rollcall.app.verdict import decide, human_s, human_table, to_json, unit_for
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ROOT / "scenarios" / "quickstart.yaml"

@@ -10,7 +10,7 @@ a kill opened; ``cross-slow-late-heartbeats``: a straggler evicted, then
 late heartbeats from the roll call that opens; the last two are triggered
 by that protocol event, ``at_roll_call``) runs once on each target: all
 twenty-four have a schedule, none has random lifetimes, so none is skipped.
-:mod:`rollcall.decisions` reads the decision sequence from each history
+:mod:`rollcall.app.decisions` reads the decision sequence from each history
 alone: generations (gen, members, cursor, source, stale, reason),
 evictions (worker, incarnation, reason), restarts (gen, reason), relaunch
 sets (gen, workers, incarnations: the keeper's ``relaunch`` record), the
@@ -166,7 +166,7 @@ import pytest
 from rollcall.config import data_spec
 from rollcall.core import FailureTally, check
 from rollcall.core.history import members_of
-from rollcall.decisions import Decision, decisions, drop, first_difference, kills, mask
+from rollcall.app.decisions import Decision, decisions, drop, first_difference, kills, mask
 from rollcall.scenario import Scenario, load_scenario
 from real_processes import REAL_PROCESSES
 from shipped_runs import Pair, scenario_path

@@ -1,4 +1,4 @@
-"""rollcall.decisions: a run's decisions from its history alone, and their diff.
+"""rollcall.app.decisions: a run's decisions from its history alone, and their diff.
 
 A sim run (deterministic, a second) gives the history; the expected
 sequence follows from the scenario: a checkpoint-restart with worker 1
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollcall.decisions import NOT_COMPARED, decisions, drop, first_difference, kills, mask
+from rollcall.app.decisions import NOT_COMPARED, decisions, drop, first_difference, kills, mask
 from rollcall.results import read_history
 from rollcall.scenario import load_scenario
 from sim import driver

@@ -1,4 +1,4 @@
-"""Engines (rollcall.engines): the same rows wherever the runs execute; a
+"""Engines (rollcall.app.engines): the same rows wherever the runs execute; a
 lost task is run again, a failing one is not; nothing is left behind.
 
 The Ray tests start one local head of their own (about 5 s), in a network
@@ -22,9 +22,9 @@ import pandas as pd
 import psutil
 import pytest
 
-from rollcall import sweeps as sweep
-from rollcall.engines import EngineError, open_engine
-from rollcall.engines.local import LocalEngine
+from rollcall.app import sweeps as sweep
+from rollcall.app.engines import EngineError, open_engine
+from rollcall.app.engines.local import LocalEngine
 
 from polling import pid_running
 
@@ -142,7 +142,7 @@ def _ray_problem() -> str | None:
         import ray  # noqa: F401
     except ImportError:
         return "ray is not installed"
-    from rollcall.engines.ray_engine import namespace_prefix
+    from rollcall.app.engines.ray_engine import namespace_prefix
 
     try:
         namespace_prefix()
@@ -212,7 +212,7 @@ def test_ray_reports_a_failing_task_after_the_others(ray_engine: Any) -> None:
 def test_slurm_engine_gives_the_same_rows_and_reruns_a_lost_job(
         tmp_path: Path, here_rows: pd.DataFrame) -> None:
     pytest.importorskip("submitit")
-    from rollcall.engines.slurm import SlurmEngine
+    from rollcall.app.engines.slurm import SlurmEngine
 
     engine = SlurmEngine(folder=str(tmp_path / "jobs"), options={"timeout_min": 10},
                          retries=1, cluster="local")
@@ -304,7 +304,7 @@ one (token authentication), then the sweep joins it with --address."""
 import os, signal, socket, subprocess, sys, time
 import psutil
 from pyroute2 import IPRoute
-from rollcall.engines.local import end_processes
+from rollcall.app.engines.local import end_processes
 
 with IPRoute() as ipr:
     ipr.link("set", index=ipr.link_lookup(ifname="lo")[0], state="up")
@@ -371,7 +371,7 @@ def test_a_sweep_joins_a_token_authenticated_ray_cluster_by_address(
     assert proc.returncode == 0, proc.stderr[-2000:]
     netns = proc.stdout.splitlines()[0]
     pd.testing.assert_frame_equal(_rows(tmp_path / "sweep"), here_rows)
-    from rollcall.engines.ray_engine import _in_netns
+    from rollcall.app.engines.ray_engine import _in_netns
 
     left = _in_netns(netns)
     assert not left, [p.pid for p in left]

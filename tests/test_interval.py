@@ -1,4 +1,4 @@
-"""Each strategy's checkpoint interval when the two are compared (rollcall.interval)."""
+"""Each strategy's checkpoint interval when the two are compared (rollcall.app.interval)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollcall.analysis import daly_interval
-from rollcall.interval import checkpoint_intervals, daly_optimum_s, describe
-from rollcall.plan import failure_rates
+from rollcall.app.analysis import daly_interval
+from rollcall.app.interval import checkpoint_intervals, daly_optimum_s, describe
+from rollcall.app.plan import failure_rates
 from rollcall.scenario import parse_scenario
 
 # 1,024 nodes failing once in 50,000 h each, 30-minute writes, an hour's interval in the file

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from rollcall import cli
-from rollcall.plan import format_plan, plan
+from rollcall.app import cli
+from rollcall.app.plan import format_plan, plan
 from rollcall.scenario import load_scenario
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
@@ -59,7 +59,7 @@ def test_validate_plan_prints_the_resolved_scenario_and_the_plan(capsys) -> None
 # The wall-time estimate: its arithmetic on given unit costs (tests time
 # nothing; benchmarks/plan_estimate.py compares it with measured runs).
 
-from rollcall.plan import (  # noqa: E402
+from rollcall.app.plan import (  # noqa: E402
     UnitCosts, calibrate, expected_run, real_wall_estimate, sim_wall_estimate, sim_work,
     wall_estimate,
 )

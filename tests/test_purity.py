@@ -12,7 +12,7 @@
   wrong way: app -> core, sim -> rollcall, real -> rollcall, never sim <-> real.
   A driver imports only the rollcall modules in ``DRIVER_MAY_IMPORT`` (no
   part of the CLI, the sweeps or the engines), and the app finds a driver
-  only through its registry, ``rollcall/targets.py``: nowhere else in
+  only through its registry, ``rollcall/app/targets.py``: nowhere else in
   ``rollcall/`` is a driver imported by a name in a string.
 * No import circle among the modules of ``rollcall/``, ``sim/`` or ``real/``
   (imports inside functions and under ``TYPE_CHECKING`` count).
@@ -45,9 +45,9 @@ DRIVER_MAY_IMPORT = {
     "rollcall.interrupts", "rollcall.comparison", "rollcall.cli_args",
 }
 # The one file of rollcall/ that may import a driver by a name in a string.
-REGISTRY = "rollcall/targets.py"
+REGISTRY = "rollcall/app/targets.py"
 # Files of rollcall/ that import modules they are handed by name (never a driver's).
-NAME_LOADERS = {"rollcall/engines/base.py"}  # an engine's task, "module:function"
+NAME_LOADERS = {"rollcall/app/engines/base.py"}  # an engine's task, "module:function"
 # The drivers' import circles today: sim's failover, gray and network import
 # sim.driver.Simulation under TYPE_CHECKING; real's Launcher imports RemoteKeeper inside
 # a function and keeper_link imports Launcher under TYPE_CHECKING. The split of the
@@ -138,7 +138,7 @@ def _driver_lookups(path: Path, named_anything: bool = False) -> list[str]:
     """Calls in ``path`` that import a module by a name in a string: a literal under
     ``sim``/``real``, or any name not written out (a variable, an f-string, a sum),
     which may be a driver's, unless ``named_anything`` (a loader of whatever module
-    it is handed, such as ``rollcall.engines.base.load_fn``'s task functions)."""
+    it is handed, such as ``rollcall.app.engines.base.load_fn``'s task functions)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     out = []
     for node in ast.walk(tree):
@@ -269,7 +269,7 @@ def test_graph_scanners_catch_violations(tmp_path: Path, monkeypatch) -> None:
                               "    __import__('real.etcd')\n    importlib.import_module(t)\n"
                               "    importlib.import_module('json')\n")
     (sim / "driver.py").write_text("def f():\n    from sim import gray\n")
-    (sim / "gray.py").write_text("import sim.driver\nfrom rollcall.cli import main\n")
+    (sim / "gray.py").write_text("import sim.driver\nfrom rollcall.app.cli import main\n")
     graph = _import_graph()
     assert graph["rollcall.a"] == {"rollcall.b", "rollcall.c"}
     assert graph["rollcall"] == {"rollcall.a"}
@@ -278,4 +278,4 @@ def test_graph_scanners_catch_violations(tmp_path: Path, monkeypatch) -> None:
     lines = [h.split(":")[0] for h in _driver_lookups(app / "c.py")]
     assert lines == ["line 3", "line 4", "line 5"]  # f-string, literal, variable
     assert [h.split(":")[0] for h in _driver_lookups(app / "c.py", True)] == ["line 4"]
-    assert "rollcall.cli" in _targets(sim / "gray.py", _modules())
+    assert "rollcall.app.cli" in _targets(sim / "gray.py", _modules())

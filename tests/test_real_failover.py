@@ -289,7 +289,7 @@ def test_a_users_etcd_cluster_with_a_user_of_its_own(tmp_path: Path, links: str)
         sc = _scenario("{at_step: 12, kill_keeper: active}", steps=40, keeper=(
             f", etcd_endpoints: [{urls}], etcd_user: trainer, etcd_password_file: '{pw}',"
             f" worker_links: {links}"))
-        from rollcall.cli import _keeper_problem
+        from rollcall.app.cli import _keeper_problem
 
         assert _keeper_problem(sc) is None, "the CLI's check lets these credentials through"
         s, recs = _run(sc, tmp_path / "run")
@@ -323,7 +323,7 @@ def test_a_users_etcd_cluster_that_will_not_do_is_refused_in_one_line(
     be read, or a cluster that does not answer: ``rollcall run`` says which
     in one line and exits 2 before it starts anything."""
     from real.etcd import free_ports
-    from rollcall import cli
+    from rollcall.app import cli
 
     cluster, _ = _users_cluster(tmp_path, "root-pw-of-the-user")
     try:

@@ -29,7 +29,7 @@ import psutil
 import pytest
 
 from real.netns import NETNS_DIR, Network, netns_available
-from rollcall import cli
+from rollcall.app import cli
 from rollcall.results import read_history, read_summary
 from rollcall.scenario import Scenario, load_scenario
 from polling import pid_running, signal_when, wait_for

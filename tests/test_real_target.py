@@ -412,7 +412,7 @@ def test_a_signal_to_the_launcher_leaves_no_process_and_keeps_history(
 def test_max_wall_s_ends_a_real_run_with_its_results(tmp_path: Path) -> None:
     """``run --max-wall-s`` on the real target, as on the sim: not completed,
     the same reason, the history valid, every process stopped."""
-    from rollcall import cli
+    from rollcall.app import cli
 
     out = tmp_path / "run"
     code = cli.main(["run", str(SCENARIOS / "real-kill-one.yaml"), "--target", "real",
@@ -432,7 +432,7 @@ def test_a_run_directory_given_relative_serves_the_workers_too(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The worker processes run from the project's root, not the caller's
     directory: ``--out`` relative to the caller reaches them whole."""
-    from rollcall import cli
+    from rollcall.app import cli
 
     monkeypatch.chdir(tmp_path)
     code = cli.main(["run", str(SCENARIOS / "real-kill-one.yaml"), "--target", "real",

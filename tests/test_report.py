@@ -29,13 +29,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rollcall import analysis as an
-from rollcall import cli
-from rollcall.report import REPORT_FILE, ReportError, build
-from rollcall.report import data, figures, source
+from rollcall.app import analysis as an
+from rollcall.app import cli
+from rollcall.app.report import REPORT_FILE, ReportError, build
+from rollcall.app.report import data, figures, source
 from rollcall.results import LATEST_LINK, prepare_out_dir, update_latest
 from rollcall.scenario import load_scenario
-from rollcall.stats import mean_interval
+from rollcall.app.stats import mean_interval
 from polling import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

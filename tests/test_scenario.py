@@ -11,7 +11,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rollcall import cli
+from rollcall.app import cli
 from rollcall.config import scheduled_faults
 from rollcall.scenario import (
     FAULT_KEYS,

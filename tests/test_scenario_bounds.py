@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rollcall import cli
+from rollcall.app import cli
 from rollcall.scenario import (
     MAX_ALIAS_NODES, MAX_EXTRA_JOINS, MAX_NESTING, MAX_SCENARIO_BYTES, ScenarioError, parse_scenario,
 )

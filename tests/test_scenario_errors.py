@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rollcall import cli
+from rollcall.app import cli
 
 BAD = Path(__file__).parent / "data" / "bad"
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from rollcall import cli
-from rollcall import sweeps as sw
+from rollcall.app import cli
+from rollcall.app import sweeps as sw
 from rollcall.results import scenario_hash
 from rollcall.scenario import NODE_DAYS_S, ScenarioError, load_scenario, parse_scenario
 

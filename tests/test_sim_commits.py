@@ -121,7 +121,7 @@ def test_large_runs_write_the_compact_ledger_and_it_is_checked(tmp_path: Path) -
 
 
 def test_cli_ledger_flag_forces_the_per_sample_ledger(tmp_path: Path) -> None:
-    from rollcall.cli import main
+    from rollcall.app.cli import main
 
     rc = main(["run", str(ROOT / "scenarios" / "llama3-54d.yaml"), "--ledger", "--quiet",
                "--out", str(tmp_path / "big")])

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rollcall.core.history import members_of
-from rollcall.plan import plan
+from rollcall.app.plan import plan
 from rollcall.scenario import ScenarioError, load_scenario
 from sim.driver import Simulation, run
 from sim.network import RETRIES_MAX, RTO_MAX_S, RTO_MIN_S, Links

@@ -1,4 +1,4 @@
-"""rollcall.stats: the one Student-t quantile, one interval method per kind of metric,
+"""rollcall.app.stats: the one Student-t quantile, one interval method per kind of metric,
 and the significance rule.
 
 The quantile is checked against closed forms (1 and 2 degrees of freedom),
@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rollcall import analysis, stats
+from rollcall.app import analysis, stats
 from rollcall import comparison as compare
-from rollcall.stats import (
+from rollcall.app.stats import (
     MIN_PAIRS, count_difference_range, difference_interval, kind_of, mean_interval,
     significance, t975, t_quantile,
 )

@@ -1,4 +1,4 @@
-"""The calibration suite (:mod:`rollcall.suite`) and ``--calibration FILE``.
+"""The calibration suite (:mod:`rollcall.app.suite`) and ``--calibration FILE``.
 
 A calibration models costs only: evaluated at each scenario's own size, it
 sets the sim's cost keys and never what the scenario means (its faults, its
@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from real_processes import REAL_PROCESSES
-from rollcall import calibrate, suite
-from rollcall.cli import main
+from rollcall.app import calibrate, suite
+from rollcall.app.cli import main
 from rollcall.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""rollcall.sweeps and `rollcall sweep`: grid expansion, resume, interruption, sweep.csv."""
+"""rollcall.app.sweeps and `rollcall sweep`: grid expansion, resume, interruption, sweep.csv."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rollcall import sweeps as sw
-from rollcall.cli import main
+from rollcall.app import sweeps as sw
+from rollcall.app.cli import main
 from rollcall.results import SUMMARY_KEYS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +170,7 @@ def _adaptive(out: Path, jobs: int, rel: float, max_seeds: int, sets=RANDOM) -> 
 
 
 def test_adaptive_replication_adds_seeds_until_each_point_is_known(tmp_path: Path) -> None:
-    from rollcall.analysis import mean_ci
+    from rollcall.app.analysis import mean_ci
 
     rel = 0.06
     df = _adaptive(tmp_path / "a", 1, rel, 20)

@@ -1369,7 +1369,7 @@ class Keeper:
         limit = self._config.max_restarts
         if limit is not None and self._restarts >= limit:
             # the cause is not in the reason: a kill reads "failure" or
-            # "step-failed" by which report came first (rollcall.decisions)
+            # "step-failed" by which report came first (rollcall.app.decisions)
             self._fail(now, f"max_restarts={limit} reached ({self._restarts} restarts)")
             return
         if self._hopeless(now):

@@ -3,7 +3,7 @@
 A job whose failures come faster than it recovers never finishes: each
 recovery (a checkpoint-restart's restart, an elastic roll call after a loss)
 is cut short by the next failure, and the run goes on until something
-outside it is killed. The plan's analytic estimate (``rollcall.plan``) can
+outside it is killed. The plan's analytic estimate (``rollcall.app.plan``) can
 say so before the run; this rule says so *during* it, from what the keeper
 sees, on both targets alike. Two measurements, either of which ends the
 job (the keeper's :class:`~rollcall.core.keeper.JobFailed`):

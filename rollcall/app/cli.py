@@ -2,7 +2,7 @@
 
 The CLI is the only part of the core that may read the wall clock (for the
 default run directory name). It reaches a driver only through
-:mod:`rollcall.targets`, when a command runs, so ``rollcall`` itself never
+:mod:`rollcall.app.targets`, when a command runs, so ``rollcall`` itself never
 imports ``sim`` or ``real``.
 """
 
@@ -17,7 +17,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from rollcall import interrupts, targets
+from rollcall import interrupts
+from rollcall.app import targets
 
 interrupts.quit_until_main("rollcall")  # before the slow imports: a signal there is one line
 
@@ -51,7 +52,7 @@ def _load(args: argparse.Namespace) -> Scenario:
     _warn(args.scenario, scenario)
     doc = _calibration(args, scenario)
     if doc is not None:
-        from rollcall import suite
+        from rollcall.app import suite
 
         scenario = suite.calibrated(scenario, doc)
     return scenario
@@ -66,7 +67,7 @@ def _calibration(args: argparse.Namespace, scenario: Scenario) -> dict[str, Any]
     if scenario.target != "sim":
         raise ScenarioError(path, None, "a calibration gives the sim a machine's costs; "
                                         f"the target is {scenario.target}")
-    from rollcall import suite
+    from rollcall.app import suite
 
     try:
         return suite.read_any(path)
@@ -157,7 +158,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     scenario = _load(args)
     print(f"ok: {scenario.name} ({scenario.target}, {scenario.strategy.kind})")
     if args.plan:
-        from rollcall.plan import format_plan, plan, wall_estimate
+        from rollcall.app.plan import format_plan, plan, wall_estimate
 
         print(scenario.to_yaml().rstrip())
         p = plan(scenario)
@@ -349,8 +350,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_keeper(args: argparse.Namespace) -> int:
-    """``rollcall keeper`` (:mod:`rollcall.cli_hosts`): a real run whose hosts run apart."""
-    from rollcall.cli_hosts import keeper_problem
+    """``rollcall keeper`` (:mod:`rollcall.app.cli_hosts`): a real run whose hosts run apart."""
+    from rollcall.app.cli_hosts import keeper_problem
 
     scenario = _load(args)  # target real (the parser's default)
     problem = keeper_problem(scenario, args.bind, args.max_wall_s)
@@ -387,8 +388,8 @@ def _compare_output(args: argparse.Namespace, scenario: Scenario, cmp: Any,
     """Print the compare's answer (table, intervals, verdict; or one JSON object); the exit code."""
     import json
 
-    from rollcall import verdict as vd
-    from rollcall.interval import describe
+    from rollcall.app import verdict as vd
+    from rollcall.app.interval import describe
 
     code = 1 if cmp.problems else 0
     for line in cmp.problems:
@@ -439,7 +440,7 @@ def _make_dir(out_dir: Path, scenario: Scenario) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from rollcall.interval import checkpoint_intervals, describe
+    from rollcall.app.interval import checkpoint_intervals, describe
 
     scenario = _load(args)
     try:
@@ -453,7 +454,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     _err(describe(checkpoint_intervals(scenario, fixed=args.fixed_interval)))
     options: dict[str, Any] = {"fixed_interval": args.fixed_interval,
                                "max_wall_s": args.max_wall_s}
-    from rollcall.engines import EngineError
+    from rollcall.app.engines import EngineError
 
     engine, started = None, False
     stop = interrupts.Stop()  # rebound by the block; here for a signal before it is entered
@@ -482,7 +483,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     import hashlib
     import json
 
-    from rollcall import analysis, sweeps
+    from rollcall.app import analysis, sweeps
 
     try:
         grid = sweeps.parse_grid(args.grid)
@@ -520,7 +521,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         # each real point is a whole process group; two at once share the CPUs and time out
         _err(f"sweep --target real: one run at a time (not --jobs {jobs})")
         jobs = 1
-    from rollcall.engines import EngineError
+    from rollcall.app.engines import EngineError
 
     engine, started = None, False
     stop = interrupts.Stop()  # rebound by the block; here for a signal before it is entered
@@ -578,7 +579,7 @@ def _interrupt_code(stop: interrupts.Stop, named: str) -> int:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from rollcall import calibrate
+    from rollcall.app import calibrate
 
     if args.suite:
         return _cmd_calibrate_suite(args)
@@ -600,7 +601,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from rollcall.report import ReportError, build
+    from rollcall.app.report import ReportError, build
 
     try:
         path = build(args.dir)
@@ -779,7 +780,7 @@ def _build_parser() -> argparse.ArgumentParser:
                                               "the last one written under runs/)")
     p.set_defaults(func=_cmd_report)
 
-    from rollcall import cli_hosts
+    from rollcall.app import cli_hosts
 
     cli_hosts.add_commands(sub, common, keeper=_cmd_keeper)
 
@@ -790,7 +791,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="a run directory of the real target")
     p.add_argument("--suite", action="store_true",
                    help="run the calibration suite: four short real runs, each cost measured "
-                        "on its own and fitted by size (rollcall/suite.py); --out is its file")
+                        "on its own and fitted by size (rollcall/app/suite.py); --out is its file")
     p.add_argument("--runs", metavar="DIR",
                    help="--suite: where its real runs go (default FILE's name + .runs/)")
     p.add_argument("--out", metavar="FILE",
@@ -828,7 +829,7 @@ def _engine_failed(command: str, exc: Exception, out_dir: Path, started: bool) -
 def _open_engine(args: argparse.Namespace, scenario: Scenario, out_dir: Path, jobs: int) -> Any:
     """The engine the flags ask for (None: the command's own default), or
     EngineError with the one line that says why not."""
-    from rollcall.engines import EngineError, open_engine
+    from rollcall.app.engines import EngineError, open_engine
 
     if args.engine is None or (args.engine == "local" and args.func is _cmd_sweep):
         if args.address or args.engine_opt:
@@ -870,7 +871,7 @@ def _calibration_option(p: argparse.ArgumentParser) -> None:
 def _cmd_calibrate_suite(args: argparse.Namespace) -> int:
     import time
 
-    from rollcall import suite
+    from rollcall.app import suite
 
     if args.out is None:
         _err("calibrate --suite: give --out FILE (the calibration file to write)")

@@ -5,7 +5,7 @@ long-lived cluster: each batch of tasks goes out as one ``sbatch`` array
 (``executor.map_array``), and the results are read back as they finish.
 submitit moves a task's function and arguments through files in
 ``folder`` (which must be on a file system the compute nodes share), not
-through a socket; the arguments are JSON text (:func:`rollcall.engines.call`).
+through a socket; the arguments are JSON text (:func:`rollcall.app.engines.call`).
 
 Options are submitit's own ``update_parameters`` keys, given on the command
 line as ``--engine-opt KEY=VALUE`` (``slurm_partition=gpu``,
@@ -21,7 +21,7 @@ import json
 import shutil
 from typing import Any, Mapping, Sequence
 
-from rollcall.engines.base import Done, EngineError, call
+from rollcall.app.engines.base import Done, EngineError, call
 
 __all__ = ["SlurmEngine"]
 

@@ -20,9 +20,9 @@ import pandas as pd
 
 from rollcall import comparison as cmp_mod
 from rollcall.comparison import Comparison
-from rollcall.interval import IntervalChoice
+from rollcall.app.interval import IntervalChoice
 from rollcall.results import HISTORY_FILE, SCENARIO_FILE, SUMMARY_FILE, read_summary
-from rollcall.sweeps import CSV_FILE, POINT_FILE
+from rollcall.app.sweeps import CSV_FILE, POINT_FILE
 
 __all__ = ["Kind", "ReportError", "Source", "comparison_of", "grid_keys", "kind_of", "load",
            "points"]

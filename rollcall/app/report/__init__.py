@@ -10,7 +10,7 @@ files and draws; it decides nothing the core decides.
 
 from __future__ import annotations
 
-from rollcall.report.build import REPORT_FILE, build
-from rollcall.report.source import ReportError
+from rollcall.app.report.build import REPORT_FILE, build
+from rollcall.app.report.source import ReportError
 
 __all__ = ["REPORT_FILE", "ReportError", "build"]

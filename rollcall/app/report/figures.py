@@ -3,7 +3,7 @@
 Why no pyplot: the report is made inside the CLI (and in tests beside other
 plots); a ``Figure`` made directly has no global state and renders with
 Agg whatever backend the process has. Each function takes the frames
-:mod:`rollcall.report.data` computed and returns the figure, so a test can
+:mod:`rollcall.app.report.data` computed and returns the figure, so a test can
 look at what was drawn.
 """
 
@@ -18,9 +18,9 @@ import pandas as pd
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from rollcall import analysis as an
-from rollcall import verdict as vd
-from rollcall.report.data import UCurve, point_label
+from rollcall.app import analysis as an
+from rollcall.app import verdict as vd
+from rollcall.app.report.data import UCurve, point_label
 
 __all__ = ["COLOURS", "break_even_heatmap", "break_even_line", "metrics", "save",
            "timelines", "u_curve"]
@@ -28,7 +28,7 @@ __all__ = ["COLOURS", "break_even_heatmap", "break_even_line", "metrics", "save"
 COLOURS = {"checkpoint-restart": "tab:red", "elastic": "tab:blue"}
 _DPI = 100
 # under a break-even cell: nothing when significant; n.s. when the interval holds 0;
-# "no claim" with fewer than three seeds or no spread (rollcall.stats.significance)
+# "no claim" with fewer than three seeds or no spread (rollcall.app.stats.significance)
 _SURE = {False: "\nn.s.", None: "\nno claim"}
 
 
@@ -57,7 +57,7 @@ def _errorbars(ax: Any, x: Sequence[float], frame: pd.DataFrame, metric: str, sc
 
 def metrics(stats: pd.DataFrame, keys: Sequence[str]) -> Figure:
     """Goodput, ETTR and elapsed time per strategy with 95% intervals (one panel each):
-    logit t for goodput and ETTR (inside [0, 1]), t for elapsed (:mod:`rollcall.stats`).
+    logit t for goodput and ETTR (inside [0, 1]), t for elapsed (:mod:`rollcall.app.stats`).
 
     x is the grid point (its values in order; a compare is one point).
     """

@@ -8,12 +8,12 @@ The verdict decides on ``elapsed_s``, the time to finish the same work
 (DECIDING_METRIC): both strategies of one seed meet the same failure trace,
 so the paired difference ``elastic - checkpoint-restart`` per seed is the
 sample, and the result is *significant* when its paired t interval over
-seeds excludes 0 (:func:`rollcall.stats.significance`). There is no claim
+seeds excludes 0 (:func:`rollcall.app.stats.significance`). There is no claim
 either way (``significant`` None) with fewer than three pairs ("too few
 seeds") or when every seed gave the same difference ("no spread"). Every
-interval printed is made by its metric's method (:mod:`rollcall.stats`),
+interval printed is made by its metric's method (:mod:`rollcall.app.stats`),
 and the sentence and the table name it, and the checkpoint interval each
-strategy ran at (:mod:`rollcall.interval`). When a run did not complete or
+strategy ran at (:mod:`rollcall.app.interval`). When a run did not complete or
 is not valid there is no time-to-finish to compare, so no paired verdict:
 but where one strategy completed on every seed and the keeper ended the
 other's runs as not expected to finish (:mod:`rollcall.core.progress`),
@@ -28,7 +28,7 @@ from typing import Any
 
 import pandas as pd
 
-from rollcall import stats
+from rollcall.app import stats
 from rollcall.comparison import STRATEGIES, Comparison
 from rollcall.core import NOT_EXPECTED
 

@@ -12,7 +12,7 @@ is the first ``generation`` record (training start), the same clock zero the
 drivers use for ``elapsed_s``, so the two targets can be drawn on one axis.
 
 The intervals over seeds (:func:`summarize`, :func:`mean_ci`, :func:`ci95`)
-are :mod:`rollcall.stats`'s, one method per kind of metric.
+are :mod:`rollcall.app.stats`'s, one method per kind of metric.
 
 The analytic helpers are Young (1974) and Daly (2006) for periodic
 checkpointing with exponential failures (Young 1974, Daly 2006: the optimum interval and the expected wall time).
@@ -28,11 +28,11 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from rollcall import stats
-from rollcall.decisions import KILL_KINDS
+from rollcall.app import stats
+from rollcall.app.decisions import KILL_KINDS
 from rollcall.results import SCENARIO_FILE, SUMMARY_FILE, read_history, read_summary
 from rollcall.core.types import from_ranges
-from rollcall.stats import t975
+from rollcall.app.stats import t975
 
 # fault kinds after which the survivors wait on a silent peer (a stall)
 SILENCING = KILL_KINDS + ("pause",)
@@ -71,7 +71,7 @@ def _present(values: Iterable[float]) -> list[float]:
 
 def ci95(values: Iterable[float]) -> float:
     """Half-width of the 95% Student-t interval of the mean (nan with < 2 values); the
-    interval of times and other unbounded metrics (:mod:`rollcall.stats`)."""
+    interval of times and other unbounded metrics (:mod:`rollcall.app.stats`)."""
     return stats.mean_interval(_present(values), "number").half
 
 
@@ -89,7 +89,7 @@ def summarize(df: pd.DataFrame, by: Sequence[str] | str, metrics: Sequence[str] 
 
     The tidy frame a sweep produces has one row per seed; this is the one
     reduction every plot with error bars needs. Each metric's interval is its
-    kind's (:func:`rollcall.stats.kind_of`, or ``kinds[m]`` for a column of
+    kind's (:func:`rollcall.app.stats.kind_of`, or ``kinds[m]`` for a column of
     another name): t for times, logit t for ratios (inside [0, 1]), root t for
     counts (never below 0). ``differences``: each metric column holds paired
     differences (one per seed), which get the paired intervals (ratios inside
@@ -249,7 +249,7 @@ def load_summary(run_dir: str | Path) -> pd.Series:
 def load_summaries(paths: Iterable[str | Path] | str | Path) -> pd.DataFrame:
     """One row per run: a list of run dirs, or a root searched for ``summary.json``.
 
-    A ``point.json`` beside the summary (written by :mod:`rollcall.sweeps`)
+    A ``point.json`` beside the summary (written by :mod:`rollcall.app.sweeps`)
     adds the sweep's grid values as columns, so grid keys survive without
     ``sweep.csv``. List-valued keys (``violations``) are kept as JSON text so
     the frame stays flat and CSV-safe.

@@ -12,7 +12,7 @@ expected time under Daly's model (Daly 2006)::
 
 with ``delta = strategy.checkpoint_write_s`` and ``M`` the mean time
 between the events that send that strategy back to its checkpoint
-(``rollcall.plan.failure_rates``):
+(``rollcall.app.plan.failure_rates``):
 
 - checkpoint-restart: any failure of the job's workers (``job``);
 - elastic: a loss it cannot recover from its survivors (``rollback``: every
@@ -40,7 +40,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
-from rollcall.plan import failure_rates
+from rollcall.app.plan import failure_rates
 from rollcall.scenario import Scenario
 
 __all__ = ["INTERVAL_KEY", "IntervalChoice", "at_its_interval", "checkpoint_intervals",

@@ -3,7 +3,7 @@
 Why a function and not ``subprocess.run(["rollcall", "run", ...])``: a
 notebook wants the numbers as attributes and the history as a DataFrame,
 and a sweep of its own in a ``for`` loop. It is the very code of ``rollcall
-run`` (:func:`rollcall.cli.run_scenario`: the same checks, the same run
+run`` (:func:`rollcall.app.cli.run_scenario`: the same checks, the same run
 directory, the same driver, loaded lazily by target name), not a second
 runner, so a result made here is one the CLI, ``rollcall report`` and the
 analysis helpers read like any other.
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pandas is imported by .history(), compare() and sweep() onl
     import pandas as pd
 
     from rollcall.comparison import Comparison
-    from rollcall.verdict import Verdict
+    from rollcall.app.verdict import Verdict
 
 __all__ = ["Compared", "Summary", "Swept", "compare", "resolve", "run", "sweep"]
 
@@ -101,8 +101,8 @@ class Summary:
         return {**{k: getattr(self, k) for k in SUMMARY_KEYS}, **self.extras}
 
     def history(self) -> "pd.DataFrame":
-        """Every ``history.jsonl`` record as a row (see :func:`rollcall.analysis.load_history`)."""
-        from rollcall.analysis import load_history
+        """Every ``history.jsonl`` record as a row (see :func:`rollcall.app.analysis.load_history`)."""
+        from rollcall.app.analysis import load_history
 
         return load_history(self.dir)
 
@@ -168,13 +168,13 @@ def run(scenario_or_path: Scenario | Mapping[str, Any] | str | Path, *,
     ``runs/<name>/<utc>-seed<S>/``). ``ledger`` and ``max_wall_s`` are
     ``--ledger`` and ``--max-wall-s``.
 
-    Raises ScenarioError for a bad scenario and :class:`rollcall.cli.RunRefused`
+    Raises ScenarioError for a bad scenario and :class:`rollcall.app.cli.RunRefused`
     for a run that cannot start as asked (both one line, what the CLI
     prints before exiting 2). Warnings (a fault that never fires) are
     Python warnings. A Ctrl-C ends the run cleanly: the Summary comes back
     with ``result == "interrupted"`` (a second Ctrl-C raises KeyboardInterrupt).
     """
-    from rollcall.cli import run_scenario
+    from rollcall.app.cli import run_scenario
 
     scenario = resolve(scenario_or_path, set=set, target=target, seed=seed, strategy=strategy,
                        **overrides)
@@ -201,7 +201,7 @@ class Compared:
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document of ``rollcall compare``."""
-        from rollcall import verdict as vd
+        from rollcall.app import verdict as vd
 
         return vd.to_json(self.comparison, self.verdict, 1 if self.comparison.problems else 0)
 
@@ -216,9 +216,9 @@ def compare(scenario_or_path: Scenario | Mapping[str, Any] | str | Path, *, seed
     Each strategy at its own checkpoint interval (``fixed_interval``: both at
     the scenario's); ``max_wall_s`` bounds each run. Raises ScenarioError or
     RunRefused (one line) where the command exits 2."""
-    from rollcall import verdict as vd
-    from rollcall.cli import prepare_compare
-    from rollcall.interval import describe
+    from rollcall.app import verdict as vd
+    from rollcall.app.cli import prepare_compare
+    from rollcall.app.interval import describe
 
     scenario = resolve(scenario_or_path, set=set, target=target, **overrides)
     run_compare, out_dir = prepare_compare(scenario, out)
@@ -248,8 +248,8 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Any], *, seeds: int = 3,
     in ``out``; overrides as for :func:`run`. Each strategy runs at its own
     checkpoint interval, as :func:`compare` runs it, unless the grid sets it or
     ``fixed_interval``; ``max_wall_s`` bounds each run."""
-    from rollcall import analysis
-    from rollcall import sweeps
+    from rollcall.app import analysis
+    from rollcall.app import sweeps
 
     items = _override_items(set, overrides)
     df = sweeps.sweep(scenario_path, {k: list(v) for k, v in grid.items()}, seeds=seeds,

@@ -15,8 +15,8 @@ network namespace. Across real machines the same programs run apart:
   command line.
 
 Like the rest of the CLI, this reaches the real target only when a command
-runs, through :mod:`rollcall.targets`. ``rollcall keeper`` is a run as
-``rollcall run`` makes it, so its command is :mod:`rollcall.cli`'s
+runs, through :mod:`rollcall.app.targets`. ``rollcall keeper`` is a run as
+``rollcall run`` makes it, so its command is :mod:`rollcall.app.cli`'s
 (``_cmd_keeper``, handed to :func:`add_commands`) and only its own checks
 (:func:`keeper_problem`) are here: the CLI imports this module, never the
 other way round.
@@ -29,7 +29,7 @@ import ipaddress
 import socket
 from typing import TYPE_CHECKING, Any, Callable
 
-from rollcall import targets
+from rollcall.app import targets
 from rollcall.cli_args import parse_keeper
 
 __all__ = ["NETWORK_FAULTS", "add_commands", "keeper_problem", "parse_bind", "parse_keeper"]

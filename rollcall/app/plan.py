@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from rollcall import targets
+from rollcall.app import targets
 from rollcall.scenario import Scenario
 
 __all__ = ["UnitCosts", "calibrate", "expected_run", "failure_rates", "format_plan", "plan",

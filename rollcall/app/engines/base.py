@@ -1,5 +1,5 @@
 """What the engines and their callers share: the task contract and the
-interface (see :mod:`rollcall.engines` for the whole story).
+interface (see :mod:`rollcall.app.engines` for the whole story).
 
 Why a module of its own: the package opens its engines (``local``,
 ``ray_engine``, ``slurm``), and the engines need these names. Below both,
@@ -23,7 +23,7 @@ class EngineError(RuntimeError):
 
 
 class Engine(Protocol):
-    """Runs batches of tasks; see :mod:`rollcall.engines` for the contract."""
+    """Runs batches of tasks; see :mod:`rollcall.app.engines` for the contract."""
 
     name: str
     #: whether its tasks run where the caller's files are (then a task writes

@@ -2,7 +2,7 @@
 fitted as functions of a scenario's size, so one calibration predicts
 scenarios it never ran.
 
-Why: a calibration taken from one real run (:mod:`rollcall.calibrate`) holds
+Why: a calibration taken from one real run (:mod:`rollcall.app.calibrate`) holds
 that run's numbers (its step time at its member counts, the costs of the
 faults it happened to have) and predicts only runs like it. The suite runs
 four micro-scenarios (:data:`MICRO`) on the real target, two strategies at
@@ -10,7 +10,7 @@ two model sizes, whose faults exercise every cost: a kill (the exit notice,
 the roll call, a restart and the checkpoint read), a pause (detection by
 timeout), joins (the state copy), a spare pulled in (a fresh process's
 start-up) and member counts from 2 to 4. Each run is
-measured by :func:`rollcall.calibrate.measure`; :func:`fit` then turns the
+measured by :func:`rollcall.app.calibrate.measure`; :func:`fit` then turns the
 measurements into a model:
 
 - step time: least squares with non-negative coefficients on the relative
@@ -41,8 +41,8 @@ detector's timeout and heartbeat, the faults and the sizes stay the
 scenario's (detection by timeout is measured and reported, not applied).
 
 :func:`read_any` and :func:`calibrated` take a calibration file of either
-kind, this suite's model or one run's (:mod:`rollcall.calibrate`): they
-live here, above :mod:`rollcall.calibrate`, which imports nothing of this
+kind, this suite's model or one run's (:mod:`rollcall.app.calibrate`): they
+live here, above :mod:`rollcall.app.calibrate`, which imports nothing of this
 module.
 """
 
@@ -57,7 +57,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from rollcall import targets
+from rollcall.app import targets
 from rollcall.scenario import Scenario, parse_scenario
 
 __all__ = ["ETCD_MICRO", "KIND", "MICRO", "calibrated", "fit", "fit_step", "is_suite", "overrides",
@@ -209,7 +209,7 @@ def _median_of(ms: Sequence[Mapping[str, Any]], key: str) -> float | None:
 
 def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, Any]:
     """The suite's model from its real runs (see the module docstring)."""
-    from rollcall import calibrate
+    from rollcall.app import calibrate
     from rollcall.core.types import from_ranges
     from rollcall.results import read_history
 
@@ -405,7 +405,7 @@ def read(path: str | Path) -> dict[str, Any]:
 
 def read_any(path: str | Path) -> dict[str, Any]:
     """A calibration file of either kind: a suite's model (this module's) or one
-    run's ``calibration.yaml`` (:mod:`rollcall.calibrate`). ValueError (one line) otherwise."""
+    run's ``calibration.yaml`` (:mod:`rollcall.app.calibrate`). ValueError (one line) otherwise."""
     path = Path(path)
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -424,7 +424,7 @@ def read_any(path: str | Path) -> dict[str, Any]:
 def calibrated(scenario: Scenario, doc: Mapping[str, Any]) -> Scenario:
     """``scenario`` on the sim with the costs of a calibration file (:func:`read_any`):
     a suite's model evaluated at the scenario's size, or one run's costs as measured."""
-    from rollcall import calibrate
+    from rollcall.app import calibrate
 
     keys = overrides(doc, scenario) if is_suite(doc) else calibrate.overrides(doc["measured"])
     return calibrate.with_keys(scenario, keys, "sim")

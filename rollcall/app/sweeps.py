@@ -18,14 +18,14 @@ one with another hash is stale (the scenario file or ``--set`` changed, or
 another scenario wrote to the same ``out``), and both are redone from
 scratch. ``sweep.csv`` lists only points that are done in that sense.
 
-Points run here one by one, or through an engine (:mod:`rollcall.engines`:
+Points run here one by one, or through an engine (:mod:`rollcall.app.engines`:
 a local process pool, Ray, Slurm): the engine gets each point's resolved
 scenario as YAML text; the run is written into the point's staging
 directory (by the task itself where it sees this file system, else from the
 files it sends back as text) and renamed in place when whole
 (:func:`store_point`), so a point is on disk whole or not at all, wherever
 it ran. The driver is loaded when a point runs, through
-:mod:`rollcall.targets` as the CLI does, so importing this module loads none.
+:mod:`rollcall.app.targets` as the CLI does, so importing this module loads none.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import pandas as pd
 import yaml
 
-from rollcall import stats, targets
-from rollcall.engines import Engine
-from rollcall.interval import INTERVAL_KEY, at_its_interval
+from rollcall.app import stats, targets
+from rollcall.app.engines import Engine
+from rollcall.app.interval import INTERVAL_KEY, at_its_interval
 from rollcall.results import (
     SUMMARY_FILE, SUMMARY_KEYS, finished_summary, prepare_out_dir, read_summary, scenario_hash,
     staging_dir, store_run, yaml_hash,
@@ -129,12 +129,12 @@ def resolve(scenario_path: str, sets: Sequence[str], point: Point, target: str |
     """The scenario one point runs: the file, ``--set`` items, then the point's
     grid, seed, strategy; then a calibration's costs at that point's size; then
     the point's strategy at its checkpoint interval, as ``compare`` runs it
-    (:func:`rollcall.interval.at_its_interval`: the grid's where the grid sets
+    (:func:`rollcall.app.interval.at_its_interval`: the grid's where the grid sets
     it, the scenario's with ``fixed_interval``)."""
     sc = load_scenario(scenario_path, list(sets) + point.sets(), seed=point.seed,
                        target=target, strategy=point.strategy)
     if calibration is not None:
-        from rollcall.suite import calibrated
+        from rollcall.app.suite import calibrated
 
         sc = calibrated(sc, calibration)
     return at_its_interval(sc, fixed=fixed_interval, grid=INTERVAL_KEY in point.grid)
@@ -169,8 +169,8 @@ def _point_text(point: Point, sha256: str) -> str:
                        "scenario_sha256": sha256}, sort_keys=True) + "\n"
 
 
-#: the task an engine runs per point (:mod:`rollcall.engines`)
-POINT_TASK = "rollcall.sweeps:point_task"
+#: the task an engine runs per point (:mod:`rollcall.app.engines`)
+POINT_TASK = "rollcall.app.sweeps:point_task"
 
 
 def point_task(payload: dict[str, Any]) -> dict[str, Any]:
@@ -266,7 +266,7 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
     """Run every point not yet done; write and return ``sweep.csv`` (all finished points).
 
     ``first_seed`` defaults to the scenario's seed. ``engine`` runs the points
-    (:mod:`rollcall.engines`; the caller opens and closes it); without one,
+    (:mod:`rollcall.app.engines`; the caller opens and closes it); without one,
     ``jobs`` > 1 runs them in a local process pool and ``jobs == 1`` here (no
     pool start-up, easier to debug). Every engine gives the same rows.
     ``limit`` runs at most that many pending points (an interruption on
@@ -276,7 +276,7 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
 
     ``rel_accuracy`` (adaptive replication, as AIReSim's): after ``seeds``
     seeds, each grid point and strategy gets one more seed per round until
-    the half-width of its ``metric``'s 95% interval (:mod:`rollcall.stats`:
+    the half-width of its ``metric``'s 95% interval (:mod:`rollcall.app.stats`:
     Student t for times) is at most ``rel_accuracy`` of its mean, or it has
     ``max_seeds``. A round adds the same next seed to every point still
     short of it, so the rows do not depend on ``jobs``; column ``seeds``
@@ -297,7 +297,7 @@ def sweep(scenario_path: str | Path, grid: Mapping[str, Sequence[Any]], *, seeds
     root = Path(out)
     own = None
     if engine is None and jobs > 1:
-        from rollcall.engines.local import LocalEngine
+        from rollcall.app.engines.local import LocalEngine
 
         engine = own = LocalEngine(jobs)
     run = _Runner(scenario_path, list(sets), target, root, calibration, engine, fixed_interval,

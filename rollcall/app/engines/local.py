@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import psutil
 
-from rollcall.engines.base import Done, EngineError, call
+from rollcall.app.engines.base import Done, EngineError, call
 
 __all__ = ["LocalEngine", "end_processes"]
 

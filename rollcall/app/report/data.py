@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rollcall import analysis as an
-from rollcall import stats
-from rollcall import verdict as vd
-from rollcall.interval import INTERVAL_KEY, checkpoint_intervals
-from rollcall.report.source import Source, comparison_of, finite, points
+from rollcall.app import analysis as an
+from rollcall.app import stats
+from rollcall.app import verdict as vd
+from rollcall.app.interval import INTERVAL_KEY, checkpoint_intervals
+from rollcall.app.report.source import Source, comparison_of, finite, points
 from rollcall.results import SCENARIO_FILE
 from rollcall.scenario import ScenarioError, load_scenario
 
@@ -36,7 +36,7 @@ def point_label(values: dict[str, Any]) -> str:
 
 def per_strategy(src: Source) -> pd.DataFrame:
     """Per grid point and strategy: ``n`` and, of goodput, ettr and elapsed_s, the mean and
-    its 95% interval (half-width, lo, hi, method: :func:`rollcall.analysis.summarize`)."""
+    its 95% interval (half-width, lo, hi, method: :func:`rollcall.app.analysis.summarize`)."""
     present = [m for m in METRICS if m in src.runs.columns]
     runs = src.runs.astype({m: float for m in present})
     return an.summarize(runs, list(src.keys) + ["strategy"], present)

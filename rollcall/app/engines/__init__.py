@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from rollcall.engines.base import Done, Engine, EngineError, call, load_fn
+from rollcall.app.engines.base import Done, Engine, EngineError, call, load_fn
 
 __all__ = ["ENGINES", "Done", "Engine", "EngineError", "call", "load_fn", "open_engine"]
 
@@ -42,15 +42,15 @@ def open_engine(name: str, *, jobs: int, address: str | None = None,
     the engine cannot start here."""
     assert retries >= 0, retries
     if name == "local":
-        from rollcall.engines.local import LocalEngine
+        from rollcall.app.engines.local import LocalEngine
 
         return LocalEngine(jobs=jobs, retries=retries)
     if name == "ray":
-        from rollcall.engines.ray_engine import RayEngine
+        from rollcall.app.engines.ray_engine import RayEngine
 
         return RayEngine(jobs=jobs, address=address, log_path=log_path, retries=retries)
     if name == "slurm":
-        from rollcall.engines.slurm import SlurmEngine
+        from rollcall.app.engines.slurm import SlurmEngine
 
         assert folder is not None, "the slurm engine needs a folder for its job files"
         return SlurmEngine(folder=folder, options=dict(options or {}), retries=retries)

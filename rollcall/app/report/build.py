@@ -9,10 +9,10 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from rollcall import verdict as vd
-from rollcall.report import data, figures
-from rollcall.report.page import Section, render
-from rollcall.report.source import Source, comparison_of, finite, load, points
+from rollcall.app import verdict as vd
+from rollcall.app.report import data, figures
+from rollcall.app.report.page import Section, render
+from rollcall.app.report.source import Source, comparison_of, finite, load, points
 
 __all__ = ["REPORT_FILE", "build"]
 

@@ -12,10 +12,10 @@ Ray reads it (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH`` or
 
 On pickle: Ray moves task arguments and results between its processes in
 its own serialisation, which is pickle. rollcall hands it JSON text only
-(:func:`rollcall.engines.call`), reads answers with a JSON parser, and lets
+(:func:`rollcall.app.engines.call`), reads answers with a JSON parser, and lets
 Ray's transport run only between processes that hold the token. The
 sweep process itself never unpickles anything: it reads JSON lines from
-the host process's stdout (:mod:`rollcall.engines.ray_host`).
+the host process's stdout (:mod:`rollcall.app.engines.ray_host`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from typing import IO, Any, Sequence
 
 import psutil
 
-from rollcall.engines.base import Done, EngineError
-from rollcall.engines.local import end_processes
+from rollcall.app.engines.base import Done, EngineError
+from rollcall.app.engines.local import end_processes
 
 __all__ = ["RayEngine", "namespace_prefix"]
 
@@ -56,7 +56,7 @@ def namespace_prefix() -> list[str]:
 
 
 class RayEngine:
-    """Tasks through a :mod:`rollcall.engines.ray_host` process."""
+    """Tasks through a :mod:`rollcall.app.engines.ray_host` process."""
 
     name = "ray"
 
@@ -68,7 +68,7 @@ class RayEngine:
         if importlib.util.find_spec("ray") is None:  # fail here, in one line
             raise EngineError("--engine ray: the ray package is not installed")
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
-        cmd = [sys.executable, "-m", "rollcall.engines.ray_host", "--retries", str(retries)]
+        cmd = [sys.executable, "-m", "rollcall.app.engines.ray_host", "--retries", str(retries)]
         if address:
             if env.get("RAY_AUTH_MODE") != "token":
                 raise EngineError("--engine ray --address: the cluster must use token "

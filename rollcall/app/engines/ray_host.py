@@ -1,4 +1,4 @@
-"""The process that talks to Ray for a sweep (``python -m rollcall.engines.ray_host``).
+"""The process that talks to Ray for a sweep (``python -m rollcall.app.engines.ray_host``).
 
 Why a process of its own: Ray's services listen on every interface of the
 machine they start on (Ray 2.60 binds its gRPC servers to ``*`` unless the
@@ -29,7 +29,7 @@ import sys
 import tempfile
 from typing import Any, TextIO
 
-from rollcall.engines.base import call
+from rollcall.app.engines.base import call
 
 __all__ = ["main"]
 
@@ -74,7 +74,7 @@ def _stop(signum: int, frame: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="rollcall.engines.ray_host")
+    p = argparse.ArgumentParser(prog="rollcall.app.engines.ray_host")
     p.add_argument("--address", help="an existing Ray cluster (else a local head)")
     p.add_argument("--cpus", type=int, default=1, help="CPUs of the local head")
     p.add_argument("--retries", type=int, default=2)
