@@ -99,29 +99,25 @@ def test_target_not_built(
 def test_compare_calls_target_compare(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from rollcall import comparison as shared
-
     calls = []
 
-    def run(scenario: Scenario, run_dir: Path) -> dict[str, object]:
+    def run(scenario: Scenario, run_dir: Path, max_wall_s: Any = None,
+            stop: Any = None) -> dict[str, object]:
         """A target whose elastic runs take 90 s and checkpoint-restart 100 s + (seed - 10)."""
+        assert stop() is None  # the sim's runs poll the CLI's interrupt flag
+        calls.append((scenario.strategy.kind, scenario.seed, run_dir.relative_to(tmp_path),
+                      max_wall_s))
         cr = scenario.strategy.kind == "checkpoint-restart"
         return {"completed": True, "valid": True,
                 "elapsed_s": 90.0 + scenario.seed if cr else 90.0, "goodput": 0.9}
 
-    def compare(scenario: Scenario, seeds: list[int], out_dir: Path, stop: Any = None,
-                **options: object) -> object:
-        assert stop() is None  # the sim's runs poll the CLI's interrupt flag
-        calls.append((scenario.name, seeds, Path(out_dir), options))
-        return shared.compare(scenario, seeds, out_dir, run, log=lambda _: None, **options)
-
-    module = types.ModuleType("sim.compare")
-    module.compare = compare  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "sim.compare", module)
+    module = types.ModuleType("sim.driver")
+    module.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sim.driver", module)
     assert cli.main(["compare", QUICK, "--seeds", "3", "--seed", "10", "--out", str(tmp_path)]) == 0
-    # how each strategy's interval is chosen is the compare's own (rollcall.app.interval)
-    assert calls == [("quickstart", [10, 11, 12], tmp_path,
-                      {"fixed_interval": False, "max_wall_s": None})]
+    # one run per seed and strategy, each in its own directory, in that order
+    assert calls == [(kind, seed, Path(f"{kind}-seed{seed}"), None) for seed in (10, 11, 12)
+                     for kind in ("checkpoint-restart", "elastic")]
     out = capsys.readouterr().out
     # d = -10, -11, -12 s: mean -11, half-width 4.303 * 1 / sqrt(3) = 2.48
     assert "verdict: elastic saves 11 [9, 13] of 101 s" in out and "; significant" in out

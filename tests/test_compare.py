@@ -4,7 +4,7 @@ The real compare runs a tiny shipped scenario (3 gloo workers, 30 steps, one
 scripted kill) for both strategies and 2 seeds, and its rows are checked
 against the run directories' own histories (re-checked here with the core's
 checker), not against numbers written down in the test. The sim compare is
-checked against the loop it had before it moved into ``rollcall.comparison``
+checked against the loop it had before it moved into ``rollcall.app.comparison``
 (one ``sim.driver.run`` per strategy and seed, the columns it wrote) and
 against means and t-intervals computed here from those runs. The Ctrl-C
 test interrupts a real compare in its second run and checks that the
@@ -27,7 +27,7 @@ import psutil
 import pytest
 
 from rollcall.app import cli
-from rollcall.comparison import STRATEGIES
+from rollcall.app.comparison import STRATEGIES
 from rollcall.config import data_spec
 from rollcall.core import check
 from rollcall.results import read_history, read_jsonl_so_far, read_summary
@@ -41,7 +41,7 @@ TINY_REAL = ROOT / "scenarios" / "real-checkpoint-restart.yaml"
 QUICK = ROOT / "scenarios" / "quickstart.yaml"
 # failures every 7.5 s against 5 s restarts: busy, yet both strategies finish
 SIM_SETS = ["failures.worker_mtbf_s=60", "cluster.repair_s=10", "strategy.restart_s=5"]
-# compare.csv's metric columns as sim/compare.py wrote them before the loop moved
+# compare.csv's metric columns of the sim's own loop, before the one loop for both targets
 SIM_METRICS_BEFORE = (
     "completed", "valid", "elapsed_s", "ettr", "goodput", "productive_s", "lost_work_s",
     "stall_s", "recovery_s", "checkpoint_s", "failures", "generations", "restarts",

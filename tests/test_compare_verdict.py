@@ -3,7 +3,7 @@ checkpoint-restart interval and the exit codes of ``compare`` and ``sweep``.
 
 The paired statistics are checked against numbers worked out by hand from
 small synthetic tables (a target's ``run`` function handed to the shared
-loop returns them, the way ``sim.compare`` hands in the sim driver), and
+loop returns them, the way ``rollcall.app.targets.compare`` hands in a driver's run), and
 with hypothesis against the definition (mean of the per-seed differences,
 Student-t over seeds). The verdict's rules (no claim without spread or
 with fewer than three pairs) are checked on comparisons built from rows
@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollcall.app import cli
-from rollcall.comparison import PAIRED_FILE, Comparison, compare, mean_ci, paired, summarize_paired
+from rollcall.app.comparison import PAIRED_FILE, Comparison, compare, mean_ci, paired, summarize_paired
 from rollcall.app.interval import checkpoint_intervals
 from rollcall.app.report.source import comparison_of
 from rollcall.scenario import Scenario, load_scenario

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from rollcall import interrupts
-from rollcall.comparison import RUNS_FILE, compare
+from rollcall.app.comparison import RUNS_FILE, compare
 from rollcall.results import SUMMARY_KEYS, read_summary
 from rollcall.scenario import load_scenario
 from polling import pid_running, signal_when, wait_for

@@ -42,7 +42,7 @@ DRIVERS = ("sim", "real")
 # with X in its __all__ (test_drivers_use_only_the_core_public_api).
 DRIVER_MAY_IMPORT = {
     "rollcall.core", "rollcall.config", "rollcall.scenario", "rollcall.results",
-    "rollcall.interrupts", "rollcall.comparison", "rollcall.cli_args",
+    "rollcall.interrupts", "rollcall.cli_args",
 }
 # The one file of rollcall/ that may import a driver by a name in a string.
 REGISTRY = "rollcall/app/targets.py"

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from rollcall.scenario import load_scenario
-from sim.compare import METRICS, STRATEGIES, compare, mean_ci, t975
+from rollcall.app.comparison import METRICS, STRATEGIES, mean_ci, t975
+from rollcall.app.comparison import on_target
+
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +27,7 @@ def test_t_interval() -> None:
 def test_compare_table_and_runs(tmp_path: Path) -> None:
     sc = load_scenario(ROOT / "scenarios" / "quickstart.yaml",
                        ["failures.worker_mtbf_s=60", "cluster.repair_s=10"])
-    table = compare(sc, [4, 5], tmp_path).rounded_table()
+    table = on_target("sim")(sc, [4, 5], tmp_path).rounded_table()
     assert list(table.columns) == [(s, c) for s in STRATEGIES for c in ("mean", "±95%")]
     assert list(table.index) == list(METRICS)
     assert table.loc["valid", ("elastic", "mean")] == 1.0

@@ -52,7 +52,7 @@ import math
 import pytest
 
 from rollcall.scenario import parse_scenario
-from sim.compare import mean_ci
+from rollcall.app.comparison import mean_ci
 from sim.driver import Simulation
 
 N = 4

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rollcall.app import analysis, stats
-from rollcall import comparison as compare
+from rollcall.app import comparison as compare
 from rollcall.app.stats import (
     MIN_PAIRS, count_difference_range, difference_interval, kind_of, mean_interval,
     significance, t975, t_quantile,
@@ -64,10 +64,7 @@ def test_t975_falls_with_the_degrees_of_freedom(df: int) -> None:
 
 
 def test_one_t_quantile_for_the_whole_project() -> None:
-    from sim import compare as sim_compare
-
     assert compare.t975 is stats.t975 and analysis.t975 is stats.t975
-    assert sim_compare.t975 is stats.t975
     assert not hasattr(compare, "_T975") and not hasattr(analysis, "_T975")
 
 

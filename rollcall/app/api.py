@@ -34,7 +34,7 @@ from rollcall.scenario import Scenario, ScenarioDumper, load_scenario, parse_sce
 if TYPE_CHECKING:  # pandas is imported by .history(), compare() and sweep() only
     import pandas as pd
 
-    from rollcall.comparison import Comparison
+    from rollcall.app.comparison import Comparison
     from rollcall.app.verdict import Verdict
 
 __all__ = ["Compared", "Summary", "Swept", "compare", "resolve", "run", "sweep"]

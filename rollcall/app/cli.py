@@ -413,8 +413,10 @@ def prepare_compare(scenario: Scenario, out: str | Path | None = None, *,
     """What ``rollcall compare`` does before its runs, for the command and for
     :func:`rollcall.compare`: the target's ``compare`` and the compare directory,
     made. Raises :class:`RunRefused` (one line) when it cannot run as asked."""
+    from rollcall.app import comparison
+
     try:
-        compare = targets.compare(scenario.target)
+        compare = comparison.on_target(scenario.target)
     except targets.NotBuilt as exc:
         raise RunRefused(str(exc)) from None
     problem = _hosts_problem(scenario, False) or _device_problem(scenario) or \

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, Sequence, c
 if TYPE_CHECKING:
     from rollcall.scenario import Scenario
 
-__all__ = ["DRIVERS", "TARGETS", "Driver", "NotBuilt", "UnknownTarget", "compare", "device_problem",
+__all__ = ["DRIVERS", "TARGETS", "Driver", "NotBuilt", "UnknownTarget", "device_problem",
            "driver", "etcd_binary", "etcd_cluster_problem", "ledger_samples", "netns_problem",
            "serve_host"]
 
@@ -82,14 +82,6 @@ def driver(target: str) -> Driver:
     if mod is None or not callable(getattr(mod, "run", None)):
         raise NotBuilt(f"target '{target}' is not built yet")
     return cast(Driver, mod)
-
-
-def compare(target: str) -> Callable[..., Any]:
-    """The target's ``compare`` (``<package>/compare.py``); :class:`NotBuilt` without one."""
-    fn = _part(target, "compare", "compare")
-    if fn is None:
-        raise NotBuilt(f"target '{target}' is not built yet (no {target}.compare)")
-    return fn
 
 
 def ledger_samples(target: str) -> int:

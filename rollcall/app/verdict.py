@@ -1,6 +1,6 @@
 """The answer of ``rollcall compare``: a verdict sentence, a table in human units, JSON.
 
-Why a module of its own: :mod:`rollcall.comparison` runs and tabulates (CSV,
+Why a module of its own: :mod:`rollcall.app.comparison` runs and tabulates (CSV,
 seconds, machine-readable); this one says what the numbers mean to a person
 (days rather than ``5621060.0``) and to a script (one JSON object).
 
@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 
 from rollcall.app import stats
-from rollcall.comparison import STRATEGIES, Comparison
+from rollcall.app.comparison import STRATEGIES, Comparison
 from rollcall.core import NOT_EXPECTED
 
 __all__ = ["DECIDING_METRIC", "EXIT_MEANING", "Verdict", "decide", "human_s",

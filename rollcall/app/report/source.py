@@ -4,7 +4,7 @@ Why a module of its own: the report reads only what ``rollcall run``,
 ``compare`` and ``sweep`` wrote (``summary.json``, ``compare.csv``,
 ``sweep.csv``, ``point.json``, ``scenario.yaml``) and never runs anything, so
 telling the three apart, refusing what is none of them, and turning the CSVs
-back into the :class:`rollcall.comparison.Comparison` that the verdict reads are
+back into the :class:`rollcall.app.comparison.Comparison` that the verdict reads are
 done here, once, and tested without drawing.
 """
 
@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from rollcall import comparison as cmp_mod
-from rollcall.comparison import Comparison
+from rollcall.app import comparison as cmp_mod
+from rollcall.app.comparison import Comparison
 from rollcall.app.interval import IntervalChoice
 from rollcall.results import HISTORY_FILE, SCENARIO_FILE, SUMMARY_FILE, read_summary
 from rollcall.app.sweeps import CSV_FILE, POINT_FILE

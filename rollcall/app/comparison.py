@@ -1,10 +1,9 @@
 """Both strategies on the same failure traces, on any target: ``compare(scenario, seeds, out_dir, run)``.
 
-The target-independent half of ``rollcall compare``. A target's
-``compare`` module (``sim.compare``, ``real.compare``) hands in its driver's
-``run(scenario, out_dir) -> summary``; this module never imports a target
-(``tests/test_purity.py``), so the loop, the rows and the table are the same
-code for both.
+``rollcall compare`` for every target: :func:`rollcall.app.targets.compare`
+hands in the target driver's ``run(scenario, out_dir) -> summary``; this
+module never imports a target (``tests/test_purity.py``), so the loop, the
+rows and the table are the same code for both.
 
 For each seed the scenario runs once as ``checkpoint-restart`` and once as
 ``elastic``, each in its own run directory ``<strategy>-seed<S>/`` under
@@ -46,7 +45,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from rollcall.app import stats
+from rollcall.app import stats, targets
 from rollcall.app.interval import IntervalChoice, at_its_interval, checkpoint_intervals
 from rollcall.results import (
     HISTORY_FILE, SUMMARY_FILE, finished_summary, prepare_out_dir, scenario_hash,
@@ -57,7 +56,8 @@ from rollcall.app.stats import t975
 __all__ = [
     "INTERVALS_FILE", "METRICS", "PAIRED_FILE", "PAIRED_METRICS", "RUNS_FILE", "STRATEGIES",
     "TABLE_COLUMNS",
-    "TABLE_FILE", "Comparison", "compare", "interval_table", "mean_ci", "paired", "run_problems",
+    "TABLE_FILE", "Comparison", "compare", "interval_table", "mean_ci", "on_target", "paired",
+    "run_problems",
     "strategy_interval", "summarize", "summarize_paired", "t975", "with_strategy",
 ]
 
@@ -376,3 +376,31 @@ def summarize_paired(diffs: pd.DataFrame, runs: pd.DataFrame | None = None) -> p
                        "n": float(len(diffs)), "method": iv.describe()}
     return pd.DataFrame.from_dict(out, orient="index",
                                   columns=["mean", "±95%", "lo", "hi", "n", "method"])
+
+
+def on_target(target: str) -> Callable[..., Comparison]:
+    """Both strategies per seed on the target: :func:`compare` handed the
+    target driver's ``run``; :class:`~rollcall.app.targets.NotBuilt` without a driver.
+
+    The function returned takes ``(scenario, seeds, out_dir, stop=None,
+    max_wall_s=None, **options)``: ``stop`` and ``max_wall_s`` go to every
+    run (``stop`` as the driver's ``run`` takes it), ``options`` to the
+    comparison. A run that ends interrupted raises KeyboardInterrupt with
+    its end reason, so the compare stops with the finished runs written.
+    """
+    run = targets.driver(target).run
+
+    def both_strategies(scenario: Scenario, seeds: Sequence[int], out_dir: str | Path,
+                        stop: Any = None, max_wall_s: float | None = None,
+                        **options: Any) -> Comparison:
+        def run_or_raise(sc: Scenario, run_dir: Path) -> dict[str, Any]:
+            extra = {} if stop is None else {"stop": stop}
+            summary = run(sc, run_dir, max_wall_s=max_wall_s, **extra)
+            if summary.get("result") == "interrupted":
+                raise KeyboardInterrupt(summary.get("end_reason") or "interrupted")
+            return summary
+
+        return compare(scenario, seeds, out_dir, run_or_raise, max_wall_s=max_wall_s,
+                       **options)
+
+    return both_strategies
