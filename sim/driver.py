@@ -120,10 +120,8 @@ import dataclasses
 import time as _time
 from pathlib import Path
 from time import perf_counter as _perf
-from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
-import numpy as np
 import simpy
 
 from rollcall.config import (
@@ -131,8 +129,7 @@ from rollcall.config import (
 )
 from rollcall.core import (
     DRIVER, EMPTY, JOB, Checkpointed, Completion, Cursor, FailureTally, FaultPlan,
-    Final, Formed, IdRuns, Keeper, Membership, Relaunch, RollCall, check, describe_assignment,
-    rank_range, rec, step_batch, summarize_report,
+    Final, Formed, IdRuns, Keeper, Membership, Relaunch, RollCall, check, rec, summarize_report,
 )
 from rollcall.results import check_summary_keys, ettr, goodput, write_summary
 from rollcall.scenario import Scenario
@@ -145,12 +142,12 @@ from sim.keeper_port import KeeperPort
 from sim.machines import Machines
 from sim.nemesis import Nemesis
 from sim.network import NetFaults
-from sim.sharded import copy_time, replicated_copy_time
+from sim.sharded import entry_cost_s
 from sim.silence import Silences
 from sim.ledger import Ledger
-from sim.state import Nodes, Recorder, Tally, flags_of_ids, ids_of_flags
+from sim.state import Nodes, Recorder, Tally, flags_of_ids
 from sim.stepping import SimulationStuck, Stepper, few_collections
-from sim.steps import EPS, StepRun
+from sim.steps import EPS, StepPlans, StepRun
 from sim.votes import Votes
 from sim.world import CKPT, DONE, IDLE, RUN, SYNC, WAIT
 
@@ -200,8 +197,8 @@ class Simulation:
         # hardware lives and the repair shop's answers (sim.machines); under
         # failures.age: computing (AIReSim's assumption) only members age, while computing
         self.machines = Machines(self, sc.failures.age == "computing", sc.cluster.launch_s,
-                                 self._wake_faults)
-        self._plans: dict[int, tuple[int, float, dict]] = {}  # members -> batch, step time, shards
+                                 sc.strategy.restart_s, self._wake_faults)
+        self.plans = StepPlans(sc)  # each member count's batch, step time and shards
         # --- random streams ------------------------------------------------
         self.seed = sc.seed
         self._init_job(ledger)
@@ -259,8 +256,6 @@ class Simulation:
         self.carry_head_s = 0.0  # the carried partial step's head_s (see StepRun)
         self.stale: IdRuns = EMPTY  # members copying / loading the state
         self.answered = 0  # the latest round the members answered
-        self.state_bytes = w.model_params * w.bytes_per_param
-        self.transfer_s = self.state_bytes / sc.network.bandwidth_Bps + self.lat  # one receiver's
 
     # ------------------------------------------------------------------ plumbing
 
@@ -390,7 +385,7 @@ class Simulation:
             stop = min(stop, fault)
         if self.net.touched or self.gray.touched:  # a link or member degraded once: reprice
             t0 = self.seg_t0
-            base_s = self.gray.step_s(self._plans[len(self.members)][1])  # slow members stretch it
+            base_s = self.gray.step_s(self.plans.step_s(len(self.members)))  # slow members stretch it
             stop, self.step_s, self.seg_t0 = self.net.segment(now, stop, base_s, self.step_s, t0)
             head_s += self.seg_t0 - t0  # the step in flight is charged what it cost
         self.seg_stop = stop
@@ -400,7 +395,7 @@ class Simulation:
         self.votes.runs.append(run)
         self._set_due(self.seg_t0 + (stop - self.seg_c0.step) * self.step_s)
         if self.watch_compute:  # a slowdown's start or end starts a new segment
-            run.compute = self.gray.compute(self._plans[len(self.members)][1])
+            run.compute = self.gray.compute(self.plans.step_s(len(self.members)))
             self.votes.watch()
         self._clock(now)
 
@@ -510,33 +505,10 @@ class Simulation:
         self.nodes.member_flags = flags_of_ids(f.members, len(self.nodes.proc))
         self.nodes.is_member = self.nodes.member_flags.copy()
         self.tally.min_members = min(self.tally.min_members, n)
-        plan = self._plans.get(n)
-        if plan is None:
-            w = self.sc.workload
-            batch = step_batch(self.sc.strategy.batch, w.global_batch, w.micro_batch, n, self.W)
-            shards = batch // w.micro_batch
-            lo, hi = rank_range(shards, n, 0)  # rank 0 carries the most micro-batches
-            step_s = w.step_s_by_workers.get(n)
-            if step_s is None:
-                step_s = (hi - lo) * w.micro_batch_s + self.sc.exchange_s(n)
-            assignment = describe_assignment(SimpleNamespace(members=f.members, n_shards=shards))
-            plan = self._plans[n] = (batch, step_s, assignment)
-        self.batch, self.step_s, assignment = plan
+        self.batch, self.step_s, assignment = self.plans.of(f.members)
         self.write(rec(now, "info", "assign", JOB, gen=f.generation, batch=self.batch,
                         step_s=round(self.step_s, 9), **assignment))
-        if f.source is None and f.cursor != Cursor():
-            cost = self.sc.strategy.checkpoint_read_s
-        elif f.recovery is not None:  # sharded: only the plan's peer copies move
-            spec = self.keeper.config.sharding
-            cost = copy_time(f.recovery, spec.shard_bytes, self.sc.network.bandwidth_Bps, self.lat)
-        elif f.source is not None and f.stale:
-            k = len(f.stale)  # striped over every member that holds the state
-            cost = self.transfer_s if k <= len(f.members) - k else replicated_copy_time(
-                self.state_bytes, k, len(f.members) - k, self.sc.network.bandwidth_Bps, self.lat)
-        else:
-            cost = 0.0
-        if f.reason == "start":
-            cost += self.sc.workload.warmup_s
+        cost = entry_cost_s(f, self.sc, self.keeper.config.sharding, self.lat)
         self.stale = IdRuns.of(f.stale)
         self.silences.recount()
         self.at(now + self.lat, self._enter, f.generation, cost)
@@ -663,77 +635,25 @@ class Simulation:
             self.at(now + self.lat, self.port.receive_at, msgs)
 
     def restart(self, now: float, teardown: IdRuns) -> None:
-        """Checkpoint-restart: the process of every worker in ``teardown`` (the
-        members, or the lives a restart that failed had started) is torn
-        down, and one still starting never starts; the keeper's
-        :class:`Relaunch` that follows says which nodes get a fresh process
-        (a stopped process is killed by the teardown too, and its node
-        relaunched)."""
+        """Checkpoint-restart: the job's step is given up and the process of
+        every worker in ``teardown`` torn down (:meth:`sim.machines.Machines.tear_down`);
+        the keeper's :class:`Relaunch` that follows says which nodes get a
+        fresh process (a stopped process is killed by the teardown too, and
+        its node relaunched)."""
         self.tally.counts["restarts"] += 1
         if self.state in (SYNC, RUN, CKPT, WAIT):
             self._abandon(now)
         self.cast_votes(now, everything=True)
         self._acct(now)
         self.stalled = False
-        members = flags_of_ids(teardown, len(self.nodes.proc))
-        # every member, or (restart_failure: repeat) the lives a failed restart started
-        assert not (members & ~self.nodes.member_flags).any(), "the keeper tears down members"
-        self.nodes.pause_epoch += members  # a stopped process is killed too: no resume
-        self.nodes.proc &= ~members
-        self.nodes.paused &= ~members
-        self.nodes.starting[members] = -1
-        self.silences.torn_down(members)
-        self.agents.tear_down(members, teardown)
-        self.nodes.is_member[:] = False
+        self.machines.tear_down(teardown)
         self.state = IDLE
         self._set_due(None)
         self._clock(now)
 
     def relaunch(self, now: float, order: Relaunch) -> None:
-        """The keeper relaunched the nodes it names: a fresh process starts on
-        each, as the life the keeper names, ``restart_s`` later (the
-        scenario's restart time, physics the keeper does not decide), unless
-        its node fails or a teardown voids it meanwhile."""
-        if self.state == DONE:
-            return
-        ids = order.workers
-        up = flags_of_ids(ids, len(self.nodes.proc))
-        assert not (up & ~self.nodes.hw).any(), "the keeper relaunches no node it was told is down"
-        assert not (up & self.nodes.proc).any(), "a relaunched node runs no process"
-        # Each process starts as the life the keeper names: the keeper alone
-        # counts lives (a life it handed out and a restart then voided is
-        # skipped, so a node's next life is not always its last plus one).
-        # Checked in full on small jobs, at both ends on large ones.
-        sample = ids if len(ids) <= 64 else (ids.first(), ids.last())
-        assert all(order.incarnations.of(w) > self.nodes.life_of(w) for w in sample), \
-            "a relaunch starts a newer life on each node"
-        number = self.nodes.relaunch_ordered(up, order.incarnations)
-        restart_s = self.sc.strategy.restart_s
-        if restart_s > 0:
-            self.at(now + restart_s, self._relaunched, order, number)
-        else:
-            self._relaunched(order, number)
-
-    def _relaunched(self, order: Relaunch, number: int) -> None:
-        """The processes relaunch ``number`` ordered are up: each that was not
-        voided meanwhile runs its life and asks to join."""
-        if self.state == DONE:
-            return
-        now = self.env.now
-        up = self.nodes.relaunch_started(number)
-        count = int(np.count_nonzero(up))
-        if not count:
-            return
-        ids = order.workers if count == len(order.workers) else ids_of_flags(up)
-        self.nodes.proc |= up
-        self.nodes.paused &= ~up
-        np.copyto(self.nodes.started_at, now, where=up)
-        self.agents.forget_flagged(up)
-        # each relaunched agent sends Join(w, new incarnation, no state): one
-        # batch of new lives, the keeper's own sparse table, so a relaunch of
-        # 10^4 workers is admitted in O(changes)
-        msgs = self.agents.start(now, ids, order.incarnations)
-        self.at(now + self.lat, self.port.receive_at, msgs)
+        """The keeper relaunched the nodes it names (:meth:`sim.machines.Machines.relaunch`)."""
+        self.machines.relaunch(now, order)
 
     def finish(self, now: float, completed: bool, reason: str) -> None:
         if self.state == DONE:

@@ -35,11 +35,36 @@ lost worker's slice costs ``1/shards`` of a full copy to restore.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from typing import Optional, Sequence
 
-from rollcall.core import RecoveryPlan
+from rollcall.core import Cursor, Formed, RecoveryPlan, ShardSpec
+from rollcall.scenario import Scenario
 
-__all__ = ["copy_time", "replicated_copy_time"]
+__all__ = ["copy_time", "entry_cost_s", "replicated_copy_time"]
+
+
+def entry_cost_s(formed: Formed, sc: Scenario, sharding: Optional[ShardSpec],
+                 latency_s: float) -> float:
+    """Seconds before the members of generation ``formed`` compute: the
+    checkpoint's load (no source holds the state), the peer copies of a
+    sharded plan, or the stale members' copy of the replicated state; and
+    the warm-up at the job's start."""
+    bandwidth_Bps = sc.network.bandwidth_Bps
+    state_bytes = sc.workload.model_params * sc.workload.bytes_per_param
+    if formed.source is None and formed.cursor != Cursor():
+        cost = sc.strategy.checkpoint_read_s
+    elif formed.recovery is not None:  # sharded: only the plan's peer copies move
+        assert sharding is not None, "a recovery plan is sharded state's"
+        cost = copy_time(formed.recovery, sharding.shard_bytes, bandwidth_Bps, latency_s)
+    elif formed.source is not None and formed.stale:
+        k, n = len(formed.stale), len(formed.members)  # striped over every member that holds it
+        cost = state_bytes / bandwidth_Bps + latency_s if k <= n - k else replicated_copy_time(
+            state_bytes, k, n - k, bandwidth_Bps, latency_s)
+    else:
+        cost = 0.0
+    if formed.reason == "start":
+        cost += sc.workload.warmup_s
+    return cost
 
 
 def copy_time(plan: RecoveryPlan, shard_bytes: Sequence[int], bandwidth_Bps: float,

@@ -15,9 +15,11 @@ steps that passed) once its last vote is cast.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from types import SimpleNamespace
+from typing import Any, Optional, Sequence
 
-from rollcall.core import Cursor
+from rollcall.core import Cursor, describe_assignment, rank_range, step_batch
+from rollcall.scenario import Scenario
 
 EPS = 1e-9  # the tolerance for "the step ended by t" (float sums of step_s), the driver's too
 
@@ -82,3 +84,35 @@ class StepRun:
 
     def cursor_after(self, k: int) -> Cursor:
         return Cursor(self.first + k, self.sample + k * self.batch)
+
+
+class StepPlans:
+    """Each member count's step, worked out once: the global batch
+    (``strategy.batch``), the step's seconds (the busiest rank's
+    micro-batches and the exchange, or a measured ``step_s_by_workers``) and
+    the shards' assignment as the ``assign`` record writes it."""
+
+    def __init__(self, sc: Scenario) -> None:
+        self._sc = sc
+        self._plans: dict[int, tuple[int, float, dict[str, Any]]] = {}
+
+    def of(self, members: Sequence[int]) -> tuple[int, float, dict[str, Any]]:
+        """``(batch, step_s, assignment)`` of a generation of ``members``."""
+        n = len(members)
+        plan = self._plans.get(n)
+        if plan is None:
+            sc, w = self._sc, self._sc.workload
+            batch = step_batch(sc.strategy.batch, w.global_batch, w.micro_batch, n,
+                               sc.cluster.workers)
+            shards = batch // w.micro_batch
+            lo, hi = rank_range(shards, n, 0)  # rank 0 carries the most micro-batches
+            step_s = w.step_s_by_workers.get(n)
+            if step_s is None:
+                step_s = (hi - lo) * w.micro_batch_s + sc.exchange_s(n)
+            assignment = describe_assignment(SimpleNamespace(members=members, n_shards=shards))
+            plan = self._plans[n] = (batch, step_s, assignment)
+        return plan
+
+    def step_s(self, n: int) -> float:
+        """The healthy step's seconds with ``n`` members (a generation of them was formed)."""
+        return self._plans[n][1]
