@@ -107,12 +107,15 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
     end_t = launcher.end_t if launcher.end_t is not None else launcher.now()
     lineage = report.lineage
     last_commit_t = max((c["t"] for c in lineage), default=None)
-    # elapsed_s runs to the last committed step, as on the sim, also when the
-    # run failed: the time spent before giving up is stall, not progress
-    if train_start is None or last_commit_t is None:
+    # elapsed_s runs to the last committed step of a completed run, and to
+    # the end of one that did not complete (it gave up or was stopped), as on
+    # the sim: the time spent before giving up is stall, not progress
+    if train_start is None:
         elapsed = 0.0
+    elif launcher.result != "completed":
+        elapsed = max(0.0, end_t - train_start)
     else:
-        elapsed = max(0.0, last_commit_t - train_start)
+        elapsed = max(0.0, (last_commit_t or train_start) - train_start)
     productive = sum(c["t"] - c["t0"] for c in lineage)
     in_lineage = {(c["gen"], c["step"]) for c in lineage}
     lost = sum(r["t"] - r["t0"] for r in records

@@ -746,7 +746,9 @@ class Simulation:
         sc = self.sc
         report = self.report
         productive = self.tally.productive_s()
-        elapsed = self.tally.elapsed_s
+        # a run that did not complete took until it ended (it gave up or was
+        # stopped), not until its last committed step
+        elapsed = self.tally.elapsed_s if self.completed else self.tally.end_s
         ideal = sc.ideal_step_s
         out = {
             "scenario": sc.name,

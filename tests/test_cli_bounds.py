@@ -173,6 +173,8 @@ def test_max_wall_s_ends_the_sim_with_summary_and_history(tmp_path: Path,
     assert summary["completed"] is False and summary["valid"] is True
     assert summary["end_reason"] == "wall limit: --max-wall-s 0.2 reached"
     assert 0 < summary["steps_committed"] < 1_000_000_000
+    # a run that did not complete took until it was stopped
+    assert summary["elapsed_s"] == summary["end_s"] > 0
     records = list(read_history(out))
     assert records[-1]["f"] == "end" and records[-1]["completed"] is False
     times = [r["t"] for r in records if r.get("f") != "contribute"]
