@@ -63,6 +63,7 @@ from real.processes import Processes
 from real.procs import Proc, last_line, worker_log
 from real.service import Conn, Service
 from real.fleet import Fleet
+from real.host_links import HostLinks
 from real.netns import Network
 
 # Scripted joins whose processes are started (idle) at launch; more are
@@ -123,6 +124,8 @@ class Launcher:
         self.sel = selectors.DefaultSelector()
         self.service = Service(self.sel, self.secret, self.run_id, self.now, self.write)
         self.service.handler = self
+        self.host_links = HostLinks(self)  # hosts mode: the host agents' links
+        self.service.host_handler = self.host_links
         if scenario.keeper.store == "etcd":  # keeper processes, one active, found through etcd
             from real.keeper_link import RemoteKeeper
 
@@ -340,57 +343,6 @@ class Launcher:
             self.spawn(w, inc, batch=batch)
 
     # --- service I/O ------------------------------------------------------------------
-
-    # --- host agents (hosts mode, see real/fleet.py) -----------------------------------
-
-    def host_hello(self, conn: Conn, frame: tuple) -> None:
-        """A host agent proves the run's key and names its host: it gets the
-        run's setup and the orders that waited for it."""
-        host = frame[1]
-        if not wire.host_hello_ok(self.secret, conn.nonce, self.run_id, frame):
-            self.service.reject(conn, "host hello without the run's key")
-        elif self.fleet is None or host >= len(self.fleet.hosts):
-            self.service.reject(conn, f"host {host} is not a host of this run")
-        elif not self.fleet.hosts[host].up:
-            self.service.reject(conn, f"host {host} is down (lost, not yet repaired)")
-        else:
-            conn.authed, conn.host = True, host
-            conn.reader.authenticated()
-            old = self.fleet.hosts[host].conn
-            if old is not None and old is not conn:
-                self.service.drop(old)  # a host has one agent: the newest
-            self.fleet.connected(host, conn, self.fleet.setup_frame(self.out, self.t0, self.now()))
-
-    def disconnected(self, conn: Conn) -> None:
-        """A host agent's link is gone (the service dropped it)."""
-        if self.fleet is not None:
-            self.fleet.disconnected(conn)
-
-    def host_frame(self, conn: Conn, frame: tuple) -> None:
-        """A fact from a host agent: a life it started runs (its pid), or ended
-        (as the local pidfd path, :meth:`on_exit`, would have seen it)."""
-        if conn.host is None or frame[0] not in ("started", "exited"):
-            self.service.reject(conn, f"{frame[0]} from a {'worker' if conn.host is None else 'host'}'s connection")
-            return
-        kind, w, inc, value = frame
-        p = self.processes.of_life(w, inc)
-        if p is None or p.host != conn.host:
-            self.service.reject(conn, f"{kind} of worker {w}.{inc}, not a life host {conn.host} runs")
-        elif kind == "started":
-            p.remote_pid = value
-        elif p.exited_t is None:
-            p.returncode = value
-            self.processes.ended(p)
-            self.on_exit(p)
-
-    def take_down_host(self, host: int) -> None:
-        """Hosts mode, ``lose_host``: the machine goes (link down, every process
-        on it killed at once, see :meth:`Fleet.take_down`); its lives are over
-        without an exit report, so only the detector can tell."""
-        assert self.fleet is not None
-        self.fleet.take_down(host)
-        self.processes.host_lost(host)
-        self.nemesis.forget_dead()
 
     def authenticated_frame(self, conn: Conn, frame: tuple, now: float) -> None:
         kind = frame[0]

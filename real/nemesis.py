@@ -28,6 +28,13 @@ from real.procs import Proc
 Heal = tuple[float, Any, list[int], list[tuple[int, int]]]
 
 
+class HostLoss(Protocol):
+    """How a host is lost (:class:`real.host_links.HostLinks`)."""
+
+    def take_down(self, number: int) -> None:
+        """The machine goes: its link, and every process on it at once."""
+
+
 class Cluster(Protocol):
     """What the nemesis needs of the launcher (:class:`real.launcher.Launcher`)."""
 
@@ -81,7 +88,8 @@ class Cluster(Protocol):
 
     def join(self, n: int) -> list[int]: ...
 
-    def take_down_host(self, host: int) -> None: ...
+    @property
+    def host_links(self) -> HostLoss: ...
 
 
 class Nemesis:
@@ -188,7 +196,7 @@ class Nemesis:
         targets = self._targets(due, fields)
         if due.kind == "lose_host" and cluster.fleet is not None and fields["host"] is not None:
             if any(w in cluster.nodes_up for w in targets):
-                cluster.take_down_host(fields["host"])
+                cluster.host_links.take_down(fields["host"])
         self.hitting = set(targets)
         for w in targets:
             if w in cluster.nodes_up:  # a node already down is not lost again

@@ -46,13 +46,17 @@ class Conn:
 
 
 class Handler(Protocol):
-    """What the frames of the service's links mean (the launcher)."""
+    """What the frames of the workers' links mean (the launcher)."""
+
+    def authenticated_frame(self, conn: Conn, frame: tuple, now: float) -> None: ...
+
+
+class HostHandler(Protocol):
+    """What the frames of the host agents' links mean (:class:`real.host_links.HostLinks`)."""
 
     def host_hello(self, conn: Conn, frame: tuple) -> None: ...
 
     def host_frame(self, conn: Conn, frame: tuple) -> None: ...
-
-    def authenticated_frame(self, conn: Conn, frame: tuple, now: float) -> None: ...
 
     def disconnected(self, conn: Conn) -> None: ...
 
@@ -64,6 +68,7 @@ class Service:
                  now: Callable[[], float], write: Callable[[dict], None]) -> None:
         self.sel, self.secret, self.run_id, self.now, self.write = sel, secret, run_id, now, write
         self.handler: Optional[Handler] = None
+        self.host_handler: Optional[HostHandler] = None
         self.conns: dict[socket.socket, Conn] = {}
         self.conn_of: dict[tuple[int, int], Conn] = {}  # each life's link
         self.latest_conn: dict[int, Conn] = {}  # each worker's latest life's link
@@ -130,8 +135,8 @@ class Service:
             self.reject(conn, "no hello in time")
 
     def drop(self, conn: Conn) -> None:
-        if conn.host is not None and self.handler is not None:
-            self.handler.disconnected(conn)
+        if conn.host is not None and self.host_handler is not None:
+            self.host_handler.disconnected(conn)
         wire.close_watched(self.sel, conn.sock)
         self.conns.pop(conn.sock, None)
 
@@ -170,12 +175,12 @@ class Service:
 
     def frame(self, conn: Conn, frame: tuple) -> None:
         """One whole frame: the hello's proof first, then the handler's."""
-        assert self.handler is not None
+        assert self.handler is not None and self.host_handler is not None
         kind = frame[0]
         now = self.now()
         if not conn.authed:
             if kind == "host_hello":
-                self.handler.host_hello(conn, frame)
+                self.host_handler.host_hello(conn, frame)
             elif kind != "hello":
                 self.reject(conn, f"unauthenticated {kind}")
             elif not wire.hello_ok(self.secret, conn.nonce, self.run_id, frame):
@@ -187,7 +192,7 @@ class Service:
         elif kind in ("hello", "host_hello"):
             self.reject(conn, "a second hello")
         elif kind in ("started", "exited") or conn.host is not None:
-            self.handler.host_frame(conn, frame)
+            self.host_handler.host_frame(conn, frame)
         else:
             self.handler.authenticated_frame(conn, frame, now)
 

@@ -10,8 +10,10 @@
   (:class:`real.keeper_link.RemoteKeeper`) reaches the launcher only through
   :class:`real.keeper_port.Supervisor`, the real nemesis
   (:class:`real.nemesis.Nemesis`) only through :class:`real.nemesis.Cluster`,
-  and the keeper service's links (:class:`real.service.Service`) only
-  through :class:`real.service.Handler`.
+  the keeper service's links (:class:`real.service.Service`) only through
+  :class:`real.service.Handler` and, for the host agents' links,
+  :class:`real.service.HostHandler`, and those host links
+  (:class:`real.host_links.HostLinks`) only through their own protocol.
 
 Each user is scanned for the members it touches through its handle; the
 class behind the protocol is scanned for the members it defines.
@@ -27,7 +29,8 @@ import pytest
 
 from real.keeper_port import Supervisor
 from real.nemesis import Cluster
-from real.service import Handler
+from real.host_links import HostLinksHost
+from real.service import Handler, HostHandler
 from sim.agents import AgentHost
 from sim.keeper_port import Job, PortHost
 from sim.machines import MachineHost
@@ -67,6 +70,10 @@ SURFACES = {
                             ("real/launcher.py", "Launcher")),
     "real-service": Surface(Handler, ["real/service.py"], "handler", set(),
                             ("real/launcher.py", "Launcher")),
+    "real-service-hosts": Surface(HostHandler, ["real/service.py"], "host_handler", set(),
+                                  ("real/host_links.py", "HostLinks")),
+    "real-host-links": Surface(HostLinksHost, ["real/host_links.py"], "host", set(),
+                               ("real/launcher.py", "Launcher")),
 }
 
 
