@@ -129,9 +129,9 @@ from rollcall.config import (
 )
 from rollcall.core import (
     DRIVER, EMPTY, JOB, Checkpointed, Completion, Cursor, FailureTally, FaultPlan,
-    Final, Formed, IdRuns, Keeper, Membership, Relaunch, RollCall, check, rec, summarize_report,
+    Final, Formed, IdRuns, Keeper, Membership, Relaunch, RollCall, check, rec,
 )
-from rollcall.results import check_summary_keys, ettr, goodput, write_summary
+from rollcall.results import write_summary
 from rollcall.scenario import Scenario
 
 from sim.agents import Agents
@@ -148,6 +148,7 @@ from sim.ledger import Ledger
 from sim.state import Nodes, Recorder, Tally, flags_of_ids
 from sim.stepping import SimulationStuck, Stepper, few_collections
 from sim.steps import EPS, StepPlans, StepRun
+from sim.summary import RunFacts, run_summary
 from sim.votes import Votes
 from sim.world import CKPT, DONE, IDLE, RUN, SYNC, WAIT
 
@@ -743,61 +744,12 @@ class Simulation:
         return self.summary()
 
     def summary(self) -> dict:
-        sc = self.sc
-        report = self.report
-        productive = self.tally.productive_s()
-        # a run that did not complete took until it ended (it gave up or was
-        # stopped), not until its last committed step
-        elapsed = self.tally.elapsed_s if self.completed else self.tally.end_s
-        ideal = sc.ideal_step_s
-        out = {
-            "scenario": sc.name,
-            "target": "sim",
-            "strategy": sc.strategy.kind,
-            "seed": sc.seed,
-            **summarize_report(report),
-            "completed": self.completed,
-            # the real target's word for how the run ended, with the same values
-            "result": "completed" if self.completed else (
-                "interrupted" if self.stepper.interrupted else "failed"),
-            "steps_target": sc.workload.steps,
-            "elapsed_s": elapsed,
-            "productive_s": productive,
-            "ettr": ettr(productive, elapsed),
-            "goodput": goodput(report.steps_committed, ideal, elapsed),
-            "lost_work_s": self.tally.acc["lost"],
-            "stall_s": self.tally.acc["stall"],
-            "recovery_s": self.tally.acc["recovery"],
-            "checkpoint_s": self.tally.acc["checkpoint"],
-            "failures": self.failures.count,
-            "wall_s": self.wall_s,
-            # extras
-            "end_s": self.tally.end_s,
-            "end_reason": self.end_reason,
-            "ideal_step_s": ideal,
-            "checkpoints": self.tally.counts["checkpoints"],
-            "detections": self.tally.counts["detections"],
-            "evictions": self.tally.counts["evictions"],
-            "crashes": self.tally.counts["crashes"],
-            "kills": self.tally.counts["kills"],
-            "rack_kills": self.tally.counts["rack_kills"],
-            "pauses": self.tally.counts["pauses"],
-            "joins": self.tally.counts["joins"],
-            "repairs": self.tally.counts["repairs"],
-            "retired": self.tally.counts["retired"],
-            "blames": self.tally.counts["blames"],
-            "pulled": self.tally.counts["pulled"],
-            "rounds": self.tally.counts["rounds"],
-            "keeper_failovers": self.failover.count,
-            "min_members": self.tally.min_members,
-            "events": self.events,
-            "keeper_calls": self.tally.counts["keeper_calls"],
-            "sim_per_wall": (self.tally.end_s / self.wall_s) if self.wall_s > 0 else 0.0,
-            "keeper_wall_s": self.port.wall_s,
-            "check_wall_s": self.check_s,
-        }
-        check_summary_keys(out, "sim")
-        return out
+        """The run's summary (``summary.json``): :func:`sim.summary.run_summary` of its facts."""
+        return run_summary(self.sc, self.report, self.tally, RunFacts(
+            completed=self.completed, interrupted=self.stepper.interrupted,
+            end_reason=self.end_reason, failures=self.failures.count, wall_s=self.wall_s,
+            keeper_failovers=self.failover.count, events=self.events,
+            keeper_wall_s=self.port.wall_s, check_wall_s=self.check_s))
 
 
 def run(scenario: Scenario, out_dir: str | Path, ledger: Optional[bool] = None,

@@ -1,0 +1,87 @@
+"""A sim run's summary (``summary.json``), from its history's report, its
+time accounting and the facts of how it ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rollcall.core import CheckReport, summarize_report
+from rollcall.results import check_summary_keys, ettr, goodput
+from rollcall.scenario import Scenario
+
+from sim.state import Tally
+
+__all__ = ["RunFacts", "run_summary"]
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """How a run ended, and what it cost (wall seconds, events, keeper failovers)."""
+
+    completed: bool
+    interrupted: bool
+    end_reason: str
+    failures: int
+    wall_s: float
+    keeper_failovers: int
+    events: int
+    keeper_wall_s: float
+    check_wall_s: float
+
+
+def run_summary(sc: Scenario, report: CheckReport, tally: Tally, facts: RunFacts) -> dict[str, Any]:
+    """Every summary key of a sim run (``docs/results.md``), checked against the list."""
+    productive = tally.productive_s()
+    # a run that did not complete took until it ended (it gave up or was
+    # stopped), not until its last committed step
+    elapsed = tally.elapsed_s if facts.completed else tally.end_s
+    ideal = sc.ideal_step_s
+    out = {
+        "scenario": sc.name,
+        "target": "sim",
+        "strategy": sc.strategy.kind,
+        "seed": sc.seed,
+        **summarize_report(report),
+        "completed": facts.completed,
+        # the real target's word for how the run ended, with the same values
+        "result": "completed" if facts.completed else (
+            "interrupted" if facts.interrupted else "failed"),
+        "steps_target": sc.workload.steps,
+        "elapsed_s": elapsed,
+        "productive_s": productive,
+        "ettr": ettr(productive, elapsed),
+        "goodput": goodput(report.steps_committed, ideal, elapsed),
+        "lost_work_s": tally.acc["lost"],
+        "stall_s": tally.acc["stall"],
+        "recovery_s": tally.acc["recovery"],
+        "checkpoint_s": tally.acc["checkpoint"],
+        "failures": facts.failures,
+        "wall_s": facts.wall_s,
+        # extras
+        "end_s": tally.end_s,
+        "end_reason": facts.end_reason,
+        "ideal_step_s": ideal,
+        "checkpoints": tally.counts["checkpoints"],
+        "detections": tally.counts["detections"],
+        "evictions": tally.counts["evictions"],
+        "crashes": tally.counts["crashes"],
+        "kills": tally.counts["kills"],
+        "rack_kills": tally.counts["rack_kills"],
+        "pauses": tally.counts["pauses"],
+        "joins": tally.counts["joins"],
+        "repairs": tally.counts["repairs"],
+        "retired": tally.counts["retired"],
+        "blames": tally.counts["blames"],
+        "pulled": tally.counts["pulled"],
+        "rounds": tally.counts["rounds"],
+        "keeper_failovers": facts.keeper_failovers,
+        "min_members": tally.min_members,
+        "events": facts.events,
+        "keeper_calls": tally.counts["keeper_calls"],
+        "sim_per_wall": (tally.end_s / facts.wall_s) if facts.wall_s > 0 else 0.0,
+        "keeper_wall_s": facts.keeper_wall_s,
+        "check_wall_s": facts.check_wall_s,
+    }
+    check_summary_keys(out, "sim")
+    return out
