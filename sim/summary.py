@@ -14,6 +14,10 @@ from sim.state import Tally
 
 __all__ = ["RunFacts", "run_summary"]
 
+# the tally's counters a summary reports, in its order (keeper_calls comes later)
+COUNTED = ("checkpoints", "detections", "evictions", "crashes", "kills", "rack_kills", "pauses",
+           "joins", "repairs", "retired", "blames", "pulled", "rounds")
+
 
 @dataclass(frozen=True)
 class RunFacts:
@@ -62,19 +66,7 @@ def run_summary(sc: Scenario, report: CheckReport, tally: Tally, facts: RunFacts
         "end_s": tally.end_s,
         "end_reason": facts.end_reason,
         "ideal_step_s": ideal,
-        "checkpoints": tally.counts["checkpoints"],
-        "detections": tally.counts["detections"],
-        "evictions": tally.counts["evictions"],
-        "crashes": tally.counts["crashes"],
-        "kills": tally.counts["kills"],
-        "rack_kills": tally.counts["rack_kills"],
-        "pauses": tally.counts["pauses"],
-        "joins": tally.counts["joins"],
-        "repairs": tally.counts["repairs"],
-        "retired": tally.counts["retired"],
-        "blames": tally.counts["blames"],
-        "pulled": tally.counts["pulled"],
-        "rounds": tally.counts["rounds"],
+        **{name: tally.counts[name] for name in COUNTED},
         "keeper_failovers": facts.keeper_failovers,
         "min_members": tally.min_members,
         "events": facts.events,
