@@ -48,10 +48,8 @@ DRIVER_MAY_IMPORT = {
 REGISTRY = "rollcall/app/targets.py"
 # Files of rollcall/ that import modules they are handed by name (never a driver's).
 NAME_LOADERS = {"rollcall/app/engines/base.py"}  # an engine's task, "module:function"
-# The drivers' import circles today: sim's failover, gray and network import
-# sim.driver.Simulation under TYPE_CHECKING; real's Launcher imports RemoteKeeper inside
-# a function and keeper_link imports Launcher under TYPE_CHECKING. The split of the
-# driver classes removes them; until then a circle not listed here fails the test.
+
+
 def _imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
     """Every import in ``path`` as (absolute module, names imported from it)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
