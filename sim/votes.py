@@ -170,7 +170,7 @@ class Votes:
         if self._wake is not None or not self.runs or host.finished:
             return
         run = self.runs[-1]
-        limit = run.n if run.closed else run.cap
+        limit = run.cap if run.n is None else run.n  # a closed run's steps, or its cap
         if run.refused or run.voted >= limit or run.gen != host.gen:
             return
         if run.compute is None or not run.compute[1]:
