@@ -303,6 +303,12 @@ def test_each_action_is_its_own_model_holding_only_its_keys() -> None:
         assert type(fault) is FAULT_MODELS[action] and fault.action == action
         # the model's keys: the three triggers, then what this action takes and nothing more
         assert set(type(fault).model_fields) == {"at_s", "at_step", "at_roll_call", *keys}
+    # how many workers each affects: newcomers, a whole domain or link as one, the hosts cut
+    # off, the workers named; none for a fault of the keeper or etcd
+    assert {f.action: f.count for f in sc.failures.schedule} == {
+        "kill": 1, "kill_rack": 1, "lose_host": 1, "partition": 1, "isolate_keeper": 1,
+        "delay": 1, "loss": 1, "pause": 1, "slow": 1, "late_heartbeats": 1, "join": 2,
+        "kill_keeper": 0, "kill_etcd": 0, "partition_keeper": 0}
     # written out with the keys given, in one fixed order whatever the action
     written = sc.to_dict()["failures"]["schedule"]
     assert [list(f) for f in written] == [

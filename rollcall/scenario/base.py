@@ -131,3 +131,13 @@ def dotted(path: Sequence[str | int]) -> str:
     return ".".join(str(p) for p in path)
 
 
+#: the most times slower a slowdown may make a worker (a scripted ``slow``, the random ones)
+MAX_SLOWDOWN = 1000
+
+
+def check_slowdown(key: str, factor: float) -> None:
+    """A slowdown ``factor`` (``key``, relative to the model that checks it)
+    is more than 1 and at most :data:`MAX_SLOWDOWN` times slower."""
+    if not 1 < factor <= MAX_SLOWDOWN:
+        raise Problem((key,), f"must be > 1 and <= {MAX_SLOWDOWN} (times slower), got "
+                              f"{num(factor)}")

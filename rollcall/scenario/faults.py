@@ -26,7 +26,8 @@ from pydantic import BeforeValidator, Discriminator, Tag, model_serializer, mode
 from pydantic_core import PydanticCustomError
 
 from rollcall.scenario.base import (
-    MAX_WORKER_IDS, NonNegFloat, NonNegInt, PosFloat, PosInt, Problem, Section, num, show,
+    MAX_WORKER_IDS, NonNegFloat, NonNegInt, PosFloat, PosInt, Problem, Section, check_slowdown, num,
+    show,
 )
 
 FaultTrigger = Literal["at_s", "at_step", "at_roll_call"]
@@ -223,8 +224,15 @@ class FaultBase(Section):
 
     @property
     def count(self) -> int:
-        """How many workers the fault affects (newcomers for a join; racks or
-        hosts, 1, for a whole domain; 0 for a fault of the keeper or etcd)."""
+        """How many workers the fault affects: newcomers for a join; 1 for a
+        whole rack or host or a host's link; the hosts a partition cuts off;
+        its targets for a worker fault; 0 for a fault of the keeper or etcd."""
+        if self.newcomers:
+            return self.newcomers
+        if self.domain is not None or self.link is not None:
+            return 1
+        if self.hosts:
+            return len(self.hosts)
         targets = self.targets
         return 1 if targets == "random" else len(targets)
 
@@ -260,10 +268,6 @@ class KillRackFault(FaultBase):
     def domain(self) -> tuple[str, int | Literal["random"]]:
         return ("rack", self.kill_rack)
 
-    @property
-    def count(self) -> int:
-        return 1
-
 
 class LoseHostFault(FaultBase):
     """``lose_host``: a host index, or "random": the machine dies, every
@@ -275,10 +279,6 @@ class LoseHostFault(FaultBase):
     @property
     def domain(self) -> tuple[str, int | Literal["random"]]:
         return ("host", self.lose_host)
-
-    @property
-    def count(self) -> int:
-        return 1
 
 
 class PartitionFault(FaultBase):
@@ -297,16 +297,8 @@ class PartitionFault(FaultBase):
         return self
 
     @property
-    def subject(self) -> tuple[int, ...]:
-        return tuple(self.partition)
-
-    @property
     def hosts(self) -> tuple[int, ...]:
-        return tuple(self.partition)
-
-    @property
-    def count(self) -> int:
-        return len(self.partition)
+        return self.partition
 
 
 class IsolateKeeperFault(FaultBase):
@@ -321,10 +313,6 @@ class IsolateKeeperFault(FaultBase):
     @property
     def hosts(self) -> tuple[int, ...]:
         return (self.isolate_keeper,)
-
-    @property
-    def count(self) -> int:
-        return 1
 
 
 class DelayFault(FaultBase):
@@ -346,10 +334,6 @@ class DelayFault(FaultBase):
     @property
     def link(self) -> int | Literal["random"]:
         return self.delay
-
-    @property
-    def count(self) -> int:
-        return 1
 
 
 class LossFault(FaultBase):
@@ -374,10 +358,6 @@ class LossFault(FaultBase):
     def link(self) -> int | Literal["random"]:
         return self.loss
 
-    @property
-    def count(self) -> int:
-        return 1
-
 
 class PauseFault(_WorkerFault):
     """``pause``: one id or "random", for ``for_s`` seconds (SIGSTOP, SIGCONT)."""
@@ -399,9 +379,7 @@ class SlowFault(_WorkerFault):
 
     @model_validator(mode="after")
     def _slower(self) -> "SlowFault":
-        if not 1 < self.factor <= 1000:
-            raise Problem(("factor",), f"must be > 1 and <= 1000 (times slower), got "
-                                       f"{num(self.factor)}")
+        check_slowdown("factor", self.factor)
         return self
 
 
@@ -431,10 +409,6 @@ class JoinFault(FaultBase):
     def newcomers(self) -> int:
         return self.join
 
-    @property
-    def count(self) -> int:
-        return self.join
-
 
 class KillKeeperFault(FaultBase):
     """``kill_keeper: active``: the active record-keeper dies, a standby
@@ -447,10 +421,6 @@ class KillKeeperFault(FaultBase):
     def subject(self) -> tuple[int, ...]:
         return ()  # no worker
 
-    @property
-    def count(self) -> int:
-        return 0
-
 
 class KillEtcdFault(FaultBase):
     """``kill_etcd``: the index of one member of the keeper's etcd cluster,
@@ -459,10 +429,6 @@ class KillEtcdFault(FaultBase):
 
     ACTION = "kill_etcd"
     kill_etcd: NonNegInt
-
-    @property
-    def count(self) -> int:
-        return 0
 
 
 class PartitionKeeperFault(FaultBase):
@@ -475,9 +441,6 @@ class PartitionKeeperFault(FaultBase):
     for_s: PosFloat
     partition_keeper: Literal["active"]
 
-    @property
-    def count(self) -> int:
-        return 0
 
 
 FAULT_MODELS: dict[str, type[FaultBase]] = {model.ACTION: model for model in (

@@ -10,7 +10,8 @@ from typing import Annotated, Literal, Union
 from pydantic import Field, Strict, model_validator
 
 from rollcall.scenario.base import (
-    NonNegFloat, NonNegInt, PosFloat, PosInt, Problem, Section, SomeText, Text, num,
+    NonNegFloat, NonNegInt, PosFloat, PosInt, Problem, Section, SomeText, Text, check_slowdown,
+    num,
 )
 from rollcall.scenario.faults import Fault
 
@@ -186,9 +187,7 @@ class SlowFactor(Section):
 
     @model_validator(mode="after")
     def _above_one(self) -> "SlowFactor":
-        if not 1 < self.median <= 1000:
-            raise Problem(("median",), f"must be > 1 and <= 1000 (times slower), got "
-                                        f"{num(self.median)}")
+        check_slowdown("median", self.median)
         return self
 
 
@@ -226,9 +225,8 @@ class Failures(Section):
 
     @model_validator(mode="after")
     def _slow_factor_above_one(self) -> "Failures":
-        if isinstance(self.slow_factor, float) and not 1 < self.slow_factor <= 1000:
-            raise Problem(("slow_factor",), f"must be > 1 and <= 1000 (times slower), got "
-                                             f"{num(self.slow_factor)}")
+        if isinstance(self.slow_factor, float):
+            check_slowdown("slow_factor", self.slow_factor)
         return self
 
 
