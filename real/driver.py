@@ -110,12 +110,8 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
     # elapsed_s runs to the last committed step of a completed run, and to
     # the end of one that did not complete (it gave up or was stopped), as on
     # the sim: the time spent before giving up is stall, not progress
-    if train_start is None:
-        elapsed = 0.0
-    elif launcher.result != "completed":
-        elapsed = max(0.0, end_t - train_start)
-    else:
-        elapsed = max(0.0, (last_commit_t or train_start) - train_start)
+    end = last_commit_t if launcher.result == "completed" else end_t
+    elapsed = 0.0 if train_start is None or end is None else max(0.0, end - train_start)
     productive = sum(c["t"] - c["t0"] for c in lineage)
     in_lineage = {(c["gen"], c["step"]) for c in lineage}
     lost = sum(r["t"] - r["t0"] for r in records
