@@ -387,9 +387,11 @@ def read_jsonl_so_far(path: str | Path) -> list[dict[str, Any]]:
 
 _STDLIB_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
 _ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
-# orjson 3.13 writes 1e-6 where the standard library writes 1e-06 (an exponent
-# of one digit): such a line is the standard library's to write
-_SHORT_NEGATIVE_EXPONENT = re.compile(r"[0-9]e-[0-9](?![0-9])")
+# where orjson 3.13 writes a small float otherwise than the standard library: 1e-6
+# for 1e-06 (an exponent of one digit), and 0.00001 or -0.000025 for 1e-05 and
+# -2.5e-05 (below 1e-4 the standard library writes an exponent); such a line is
+# the standard library's to write
+_ORJSON_SMALL_FLOAT = re.compile(r"[0-9]e-[0-9](?![0-9])|(?<![0-9])0\.0000[0-9]")
 
 
 def history_line(record: dict[str, Any]) -> str:
@@ -401,8 +403,8 @@ def history_line(record: dict[str, Any]) -> str:
     large sim run. Where the two would differ, the standard library writes
     the line instead: a record with non-string keys or an integer beyond 64
     bits (orjson refuses them) or with non-ASCII text or DEL (orjson writes
-    them raw, the standard library escapes them) or a float below 1e-4 whose
-    exponent has one digit (orjson ``1e-6``, the standard library ``1e-06``).
+    them raw, the standard library escapes them) or a float below 1e-4
+    (orjson ``1e-6`` and ``0.00001``, the standard library ``1e-06`` and ``1e-05``).
     A NaN or an infinity, which JSON cannot carry (orjson would write
     ``null``), is an error.
     """
@@ -415,7 +417,8 @@ def history_line(record: dict[str, Any]) -> str:
     if line.isascii():
         text = line.decode("ascii")  # searched as text: `bytes in bytes` raises and clears a TypeError
         if "null" not in text and "\x7f" not in text and (
-                "e-" not in text or not _SHORT_NEGATIVE_EXPONENT.search(text)):
+                ("e-" not in text and "0.0000" not in text)
+                or not _ORJSON_SMALL_FLOAT.search(text)):
             return text
     # same bytes where both can write it; raises on a NaN or an infinity
     return _STDLIB_ENCODER.encode(record) + "\n"

@@ -146,6 +146,7 @@ _VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4)
 @given(st.dictionaries(st.text(max_size=6), _VALUES, max_size=8))
 @example({"\x7f": []})  # DEL: ASCII, yet the standard library escapes it
 @example({"": 1e-6, "e-1": "1e-7"})  # orjson 3.13 writes 1e-6
+@example({"": 1e-05, "b": -2.5e-05, "c": 10.00001})  # orjson 3.13 writes 0.00001
 def test_history_line_is_the_standard_librarys_bytes(record):
     """Every record (non-ASCII text, ints beyond 64 bits, floats of every size,
     nulls, nesting) is written exactly as json.dumps(sort_keys=True) writes it."""
