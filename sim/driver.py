@@ -107,11 +107,8 @@ What is simulated, and where the core decides
   failure is replaced at the roll call (or the restart) that follows it.
   Standbys fail like any node.
 
-Time accounting: every simulated second from 0 to the end belongs to exactly
-one of productive (steps finally committed), lost (steps rolled back or
-abandoned mid-flight), stall (a silent member blocks the exchange until it
-resumes or is evicted), recovery (rounds, restarts, state copy, checkpoint
-load) and checkpoint (writes).
+The job itself (segments of steps, stalls, checkpoints, the end) and the
+accounting of every simulated second are :mod:`sim.job`'s.
 """
 
 from __future__ import annotations
@@ -124,41 +121,28 @@ from typing import Any, Callable, Optional
 
 import simpy
 
-from rollcall.config import (
-    data_spec, draws, horizon_s, job_policy, keeper_config, repair_shop, scheduled_faults,
-)
-from rollcall.core import (
-    DRIVER, EMPTY, JOB, Checkpointed, Completion, Cursor, FailureTally, FaultPlan,
-    Final, Formed, IdRuns, Keeper, Membership, Relaunch, RollCall, check, rec,
-)
+from rollcall.config import data_spec, draws, horizon_s, keeper_config, repair_shop, scheduled_faults
+from rollcall.core import DRIVER, Cursor, FailureTally, FaultPlan, IdRuns, Keeper, check, rec
 from rollcall.results import write_summary
 from rollcall.scenario import Scenario
 
 from sim.agents import Agents
 from sim.failover import KeeperFailover
-from sim.fault_timing import StepFaults
 from sim.gray import GrayFaults
+from sim.job import Job
 from sim.keeper_port import KeeperPort
+from sim.ledger import Ledger
 from sim.machines import Machines
 from sim.nemesis import Nemesis
 from sim.network import NetFaults
-from sim.sharded import entry_cost_s
 from sim.silence import Silences
-from sim.ledger import Ledger
-from sim.state import Nodes, Recorder, Tally, flags_of_ids
+from sim.state import Nodes, Recorder, Tally
 from sim.stepping import SimulationStuck, Stepper, few_collections
-from sim.steps import EPS, StepPlans, StepRun
 from sim.summary import RunFacts, run_summary
 from sim.votes import Votes
-from sim.world import CKPT, DONE, IDLE, RUN, SYNC, WAIT
+from sim.world import DONE
 
 __all__ = ["run", "Simulation", "SimulationStuck"]  # SimulationStuck: sim.stepping's
-
-# Where the job's time goes while it is in a state (running steps: see
-# Simulation._close_segment; WAIT: the last step's vote was refused and a roll
-# call comes, so the wait is lost work).
-_SPENT_ON = {CKPT: "checkpoint", IDLE: "recovery", SYNC: "recovery", WAIT: "lost"}
-
 
 # a run writes the per-sample ledger by default up to this many samples
 # (steps x global batch, and the dataset an epoch's permutation spans)
@@ -183,13 +167,11 @@ class Simulation:
         self.detector = config.detector
         self.keeper = Keeper(config)
         self.keeper.observe_beating_except(0.0, ())  # the workers it will track beat on time
-        self.policy = job_policy(sc)
         self.draws = draws(sc)  # node lifetimes and random targets, as on real
         # which fault is due when: the core's plan, as on real (under
         # failures.age: computing, sim.aging times the crashes)
         self.plan = FaultPlan(scheduled_faults(sc), self.draws,
                               crashes=sc.failures.age != "computing")
-        self.step_faults = StepFaults(self.plan)  # at_step faults: when they come due here
         self.shop = repair_shop(sc, self.draws)  # repairs, retirements, the cold pool
         self.W = sc.cluster.workers
         self.n_nodes = sc.worker_id_limit
@@ -199,45 +181,13 @@ class Simulation:
         # failures.age: computing (AIReSim's assumption) only members age, while computing
         self.machines = Machines(self, sc.failures.age == "computing", sc.cluster.launch_s,
                                  sc.strategy.restart_s, self._wake_faults)
-        self.plans = StepPlans(sc)  # each member count's batch, step time and shards
         # --- random streams ------------------------------------------------
         self.seed = sc.seed
-        self._init_job(ledger)
-        # every process's core agent (sim.agents)
-        self.agents = Agents(self, sc.detector.heartbeat_s, self.ledger.kind == "samples")
-        self.silences = Silences(self)  # lost, paused, cut off, late (sim.silence)
         self.tally = Tally(self.W)  # where the simulated time went, and counters
         self.failures = FailureTally()
-        self.completed = False
-        self.end_reason = ""
         self.recorder = Recorder(Path(out_dir) if out_dir is not None else None, flush_every)
         self.records = self.recorder.records  # the history, kept for the checkers
-        self.port = KeeperPort(self, self)  # the keeper's inputs and outputs (sim.keeper_port)
-        self.check_s = 0.0
-        self.done = self.env.event()
-        # the event loop: to the end, or ended early (sim.stepping)
-        self.stepper = Stepper(self.env, self.done, self.n_nodes, self._describe,
-                               lambda now, reason: self.finish(now, False, reason))
-        self._job_proc: Optional[simpy.Process] = None
-        self._job_waiting = False
-        self._job_wait: Optional[float] = None
-        self.failover = KeeperFailover(self)  # the keeper's deaths and takeovers (sim.failover)
-        self.net = NetFaults(self)  # per-host links: delay, loss (sim.network)
-        self.gray = GrayFaults(self)  # slow workers, late heartbeats (sim.gray)
-        self.nemesis = Nemesis(self)  # carries out each fault the plan hands out (sim.nemesis)
-        # strategy.stragglers: evict: the members' compute goes with each vote,
-        # and while one is slow each step's vote is cast as it arrives
-        self.watch_compute = config.stragglers is not None and config.strategy == "elastic"
-
-    def _init_job(self, ledger: Optional[bool]) -> None:
-        """The job's state: where it stands, its running segment, its votes."""
-        sc, w = self.sc, self.sc.workload
-        self.state = IDLE
-        self.gen = 0
-        self.members: IdRuns = EMPTY
-        self.cursor = Cursor()     # what the members computed
-        self.committed = Cursor()  # what the keeper committed (the trainers applied)
-        self.completion = Completion()  # the vote's verdict and the members' final reports
+        w = sc.workload
         # the per-sample ledger (True), the compact one (False), or by size
         # (the data order of an epoch is a permutation of the whole dataset)
         if ledger is None:
@@ -245,18 +195,19 @@ class Simulation:
                       and w.dataset_samples <= LEDGER_SAMPLES)
         self.ledger = Ledger(self.write, sc.seed, w, "samples" if ledger else "compact", self.lat)
         self.votes = Votes(self)  # the computed steps' commit votes (sim.votes)
-        self.step_s = 0.0
-        self.batch = w.global_batch
-        self.seg_t0 = 0.0
-        self.seg_c0 = Cursor()
-        self.seg_stop = 0
-        self.due: Optional[float] = None
-        self.stalled = False
-        self.stall_remaining = 0.0
-        self.carry = 0.0
-        self.carry_head_s = 0.0  # the carried partial step's head_s (see StepRun)
-        self.stale: IdRuns = EMPTY  # members copying / loading the state
-        self.answered = 0  # the latest round the members answered
+        self.job = Job(self, config, self.plan, self.ledger, self.votes)  # the job (sim.job)
+        # every process's core agent (sim.agents)
+        self.agents = Agents(self, sc.detector.heartbeat_s, self.ledger.kind == "samples")
+        self.silences = Silences(self)  # lost, paused, cut off, late (sim.silence)
+        self.port = KeeperPort(self, self.job)  # the keeper's inputs and outputs (sim.keeper_port)
+        self.check_s = 0.0
+        # the event loop: to the end, or ended early (sim.stepping)
+        self.stepper = Stepper(self.env, self.job.done, self.n_nodes, self.job.describe,
+                               lambda now, reason: self.job.finish(now, False, reason))
+        self.failover = KeeperFailover(self)  # the keeper's deaths and takeovers (sim.failover)
+        self.net = NetFaults(self)  # per-host links: delay, loss (sim.network)
+        self.gray = GrayFaults(self)  # slow workers, late heartbeats (sim.gray)
+        self.nemesis = Nemesis(self)  # carries out each fault the plan hands out (sim.nemesis)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -284,15 +235,53 @@ class Simulation:
         """A node came up: the fault plan may have something due sooner."""
         self.nemesis.wake()
 
+    # ------------------------------------------------------------------ the job, as the parts read it
+
     @property
     def finished(self) -> bool:
         """Whether the run is over: nothing more is carried out."""
-        return self.state == DONE
+        return self.job.state == DONE
 
     @property
     def voting(self) -> bool:
         """Whether commit votes are on their way to the keeper."""
         return bool(self.votes.runs)
+
+    @property
+    def state(self) -> str:
+        return self.job.state
+
+    @property
+    def gen(self) -> int:
+        return self.job.gen
+
+    @property
+    def members(self) -> IdRuns:
+        return self.job.members
+
+    @property
+    def cursor(self) -> Cursor:
+        return self.job.cursor
+
+    @property
+    def batch(self) -> int:
+        return self.job.batch
+
+    def cast_votes(self, t: float, everything: bool = False) -> None:
+        """Cast the commit votes that reached the keeper by ``t`` (:meth:`sim.votes.Votes.cast`)."""
+        self.votes.cast(t, everything)
+
+    def passed(self, t: float, cursor: Cursor, complete: bool) -> None:
+        self.job.passed(t, cursor, complete)
+
+    def stall(self, now: float) -> None:
+        self.job.stall(now)
+
+    def unstall(self, now: float) -> None:
+        self.job.unstall(now)
+
+    def restart_segment(self, now: float) -> None:
+        self.job.restart_segment(now)
 
     # ------------------------------------------------------------------ nodes
 
@@ -308,386 +297,8 @@ class Simulation:
 
     # ------------------------------------------------------------------ job process
 
-    def _job_process(self):
-        while self.state != DONE:
-            due = self.due
-            self._job_wait = due
-            self._job_waiting = True
-            try:
-                if due is None:
-                    yield self.env.event()
-                else:
-                    yield self.env.timeout(max(0.0, due - self.env.now))
-            except simpy.Interrupt:
-                continue
-            finally:
-                self._job_waiting = False
-            if self.due == due and due is not None:
-                self.due = None
-                self._on_due(self.env.now)
-                self._run_ahead()
-
-    def _run_ahead(self) -> None:
-        """Meet the job's next deadlines here while no other event comes first.
-
-        Between failures a job only runs segments and writes checkpoints. When
-        nothing else is scheduled up to the next deadline, meeting it inline
-        instead of through a simpy timeout writes the same history (every
-        instant used is explicit; the env's clock lags until the next yield)
-        with a third of the events.
-        """
-        env = self.env
-        met = 0
-        while (self.due is not None and self.state in (RUN, CKPT) and not self.stalled
-               and not self.agents.any_single and self.step_faults.none_pending() and self.due < env.peek()):
-            met += 1
-            stepper = self.stepper
-            if met % 64 == 0 and stepper.halt is None:
-                stepper.check()  # an early end waits for a yield
-            if stepper.halt is not None:
-                break
-            due, self.due = self.due, None
-            stepper.ahead_t = due
-            self._on_due(due)
-
-    def _set_due(self, t: Optional[float]) -> None:
-        self.due = t
-        # A later (or no) deadline needs no wake-up: the stale timeout fires,
-        # finds the deadline changed and waits again.
-        if (t is not None and self._job_waiting and self._job_proc is not None
-                and (self._job_wait is None or t < self._job_wait)
-                and self.env.active_process is not self._job_proc):
-            self._job_waiting = False
-            self._job_proc.interrupt()
-
-    def _acct(self, now: float) -> None:
-        """Attribute [mark, now) to the category of the current job state.
-
-        Running time is attributed by :meth:`_close_segment` (committed steps
-        are productive until a rollback, a step abandoned mid-flight is lost).
-        """
-        self.tally.spend(now, "stall" if self.stalled else _SPENT_ON.get(self.state))
-
-    def _clock(self, now: float) -> None:
-        """Tell the compute clock (``failures.age: computing``) whether the job computes."""
-        if self.machines.aging is not None:
-            self.machines.aging.clock(now, self.state in (RUN, CKPT) and not self.stalled)
-
-    def _start_segment(self, now: float) -> None:
-        self._acct(now)
-        self.state = RUN
-        self.seg_t0 = now - self.carry
-        head_s = self.carry_head_s
-        self.carry = self.carry_head_s = 0.0
-        self.seg_c0 = self.cursor
-        stop = self.policy.next_boundary(self.cursor.step)
-        fault = self.step_faults.next_stop(self.cursor.step)
-        if fault is not None:
-            stop = min(stop, fault)
-        if self.net.touched or self.gray.touched:  # a link or member degraded once: reprice
-            t0 = self.seg_t0
-            base_s = self.gray.step_s(self.plans.step_s(len(self.members)))  # slow members stretch it
-            stop, self.step_s, self.seg_t0 = self.net.segment(now, stop, base_s, self.step_s, t0)
-            head_s += self.seg_t0 - t0  # the step in flight is charged what it cost
-        self.seg_stop = stop
-        c = self.cursor
-        run = StepRun(self.gen, c.step, c.sample, self.batch, self.seg_t0, self.step_s,
-                      stop - c.step, self.members, head_s=head_s)
-        self.votes.runs.append(run)
-        self._set_due(self.seg_t0 + (stop - self.seg_c0.step) * self.step_s)
-        if self.watch_compute:  # a slowdown's start or end starts a new segment
-            run.compute = self.gray.compute(self.plans.step_s(len(self.members)))
-            self.votes.watch()
-        self._clock(now)
-
-    def restart_segment(self, now: float) -> None:
-        """A price changed (a link or a member's speed): a running segment is
-        closed where it stands and started again at the new price (the
-        partial step carried over)."""
-        if self.state == RUN and not self.stalled:
-            self._close_segment(now, None, abandon=False)
-            self._start_segment(now)
-
-    def _close_segment(self, now: float, k: Optional[int], abandon: bool) -> None:
-        """Close the running segment: its steps finished by ``now`` are
-        computed (their votes decide whether they count), the rest is
-        abandoned (``abandon``) or carried into the next segment."""
-        t0, c0, s = self.seg_t0, self.seg_c0, self.step_s
-        if k is None:
-            k = min(self.seg_stop - c0.step, int((now - t0) / s + EPS))
-        run = self.votes.runs[-1]
-        assert not run.closed and run.first == c0.step and run.voted <= k, (run, k)
-        run.n = k
-        head_s = 0.0  # the partial step's, when it is the run's first
-        if k == 0:
-            self.votes.runs.pop()
-            head_s = run.head_s
-        self.cursor = Cursor(c0.step + k, c0.sample + k * self.batch)
-        partial = max(0.0, now - (t0 + k * s))
-        if abandon:
-            self.tally.lose(partial + head_s)
-        else:
-            self.carry, self.carry_head_s = partial, head_s
-        self.tally.spend(now, None)
-
-    # ------------------------------------------------------------------ commit votes
-
-    def cast_votes(self, t: float, everything: bool = False) -> None:
-        """Cast the commit votes that reached the keeper by ``t`` (:meth:`sim.votes.Votes.cast`)."""
-        self.votes.cast(t, everything)
-
-    def passed(self, t: float, cursor: Cursor, complete: bool) -> None:
-        """Steps up to ``cursor`` passed the vote at ``t``: the trainers hold
-        that state; ``complete``: the keeper says the job is done."""
-        self.committed = cursor
-        if complete:
-            self.completion.job_complete(t)
-            if self.state == WAIT:  # a vote later than the check
-                self.at(t, self._final_vote)
-
-    def _abandon(self, now: float) -> None:
-        """The step in flight (or sync / checkpoint write) is given up."""
-        if self.state == RUN:
-            if self.stalled:
-                self._acct(now)
-                self.tally.lose(self.carry + self.carry_head_s)
-                self.carry = self.carry_head_s = 0.0
-            else:
-                self._close_segment(now, None, abandon=True)
-        else:
-            self._acct(now)
-        self.stalled = False
-        self.state = IDLE
-        self._set_due(None)
-        self._clock(now)
-
-    def stall(self, now: float) -> None:
-        if self.state not in (SYNC, RUN, CKPT) or self.stalled:
-            return
-        if self.state == RUN:
-            self._close_segment(now, None, abandon=False)
-        else:
-            self._acct(now)
-            self.stall_remaining = max(0.0, (self.due or now) - now)
-        self.stalled = True
-        self._set_due(None)
-        self._clock(now)
-
-    def unstall(self, now: float) -> None:
-        if not self.stalled:
-            return
-        self._acct(now)
-        self.stalled = False
-        if self.state == RUN:
-            self._start_segment(now)
-        else:
-            self._set_due(now + self.stall_remaining)
-
-    def formed(self, now: float, f: Formed) -> None:
-        """The keeper closed a generation: the members enter it after the latency."""
-        if self.state == DONE:
-            return
-        if self.state in (SYNC, RUN, CKPT, WAIT):
-            self._abandon(now)  # cannot happen without a roll call; be safe
-        self.cast_votes(now, everything=True)  # a new generation: the old one's votes fail
-        self.ledger.flush()
-        self._acct(now)
-        self.state = IDLE
-        self.stalled = False
-        self._clock(now)
-        self.carry = self.carry_head_s = 0.0
-        if f.cursor < self.committed:
-            self.tally.rollback(f.cursor.step)
-        self.cursor = self.committed = f.cursor
-        self.gen = f.generation
-        self.members = IdRuns.of(f.members)
-        self.votes.new_generation(self.members)
-        n = len(f.members)
-        self.nodes.member_flags = flags_of_ids(f.members, len(self.nodes.proc))
-        self.nodes.is_member = self.nodes.member_flags.copy()
-        self.tally.min_members = min(self.tally.min_members, n)
-        self.batch, self.step_s, assignment = self.plans.of(f.members)
-        self.write(rec(now, "info", "assign", JOB, gen=f.generation, batch=self.batch,
-                        step_s=round(self.step_s, 9), **assignment))
-        cost = entry_cost_s(f, self.sc, self.keeper.config.sharding, self.lat)
-        self.stale = IdRuns.of(f.stale)
-        self.silences.recount()
-        self.at(now + self.lat, self._enter, f.generation, cost)
-
-    def membership(self, to: IdRuns, m: Membership) -> None:
-        """A generation's member list reaches the agents it was sent to."""
-        now = self.env.now
-        to = IdRuns.of(to)
-        self.agents.hold_for_singles(m, to)  # paused processes: they hear it later
-        msgs = self.agents.receive(now, m, to)
-        if msgs:
-            self.at(now + self.lat, self.port.receive_at, msgs)
-
-    def _enter(self, gen: int, cost: float) -> None:
-        if gen != self.gen or self.state != IDLE or self.answered > gen:
-            return  # superseded, or the members already answered the next roll call
-        now = self.env.now
-        self._acct(now)
-        self.state = SYNC
-        silent = self.silences.recount()
-        self.stall_remaining = cost
-        if silent:
-            self.stalled = True
-            self._set_due(None)
-        else:
-            self._set_due(now + cost)
-
-    def _on_due(self, now: float) -> None:
-        st = self.state
-        if st == CKPT:
-            self.cast_votes(now)  # the checkpoint is written once its step passed
-        if st == SYNC:
-            self._start_segment(now)
-        elif st == RUN:
-            self._close_segment(now, self.seg_stop - self.seg_c0.step, abandon=False)
-            self.state = IDLE  # between segments; _after_step picks what comes next
-            self._after_step(now)
-        elif st == CKPT:
-            self._checkpoint_done(now)
-        self._clock(now)
-
-    def _after_step(self, now: float) -> None:
-        """A segment ended at a boundary: checkpoint, finish, answer or continue."""
-        step = self.cursor.step
-        if self.policy.complete(step):
-            # the keeper decides: its verdict on the last step's vote
-            self.state = WAIT
-            self.at(now + self.lat, self._final_vote)
-            return
-        due = self.step_faults.due(step)  # out of the plan before the next segment is cut
-        if self.policy.checkpoint_due(step):
-            self._acct(now)
-            self.state = CKPT
-            self._set_due(now + self.sc.strategy.checkpoint_write_s)
-        else:
-            self._start_segment(now)
-        schedule = self.sc.failures.schedule
-        for fault in due:
-            self.nemesis.scripted(now, schedule[fault.index])
-
-    def _final_vote(self) -> None:
-        if self.state != WAIT:
-            return  # a roll call came first: the step is redone
-        now = self.env.now
-        self.cast_votes(now)
-        if not self.completion.complete:
-            return
-        # each member with a process reports its end at once (no transit is modelled)
-        reporting = [m for m in self.members if self.nodes.proc[m]]
-        report = Final(self.committed.to_json(), None)
-        for m in reporting:
-            self.completion.final(m, report)
-        if self.completion.done(now, reporting):
-            self.finish(now, True, "steps reached")
-
-    def _checkpoint_done(self, now: float) -> None:
-        if self.committed != self.cursor:
-            # the checkpoint is of the step being voted on: written once it passed
-            runs = self.votes.runs
-            last = runs[-1] if runs else None
-            if last is not None and not last.refused:
-                assert last.closed and last.voted < last.n, last
-                self._set_due(max(now, last.vote_at(last.n, self.lat)))
-                return
-            self._acct(now)  # refused: the state is not the lineage's, a roll call comes
-            self.state = WAIT
-            self._set_due(None)
-            return
-        self._acct(now)
-        self.tally.counts["checkpoints"] += 1
-        self.write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
-        reporter = self.votes.voter()  # the lowest live member
-        if self.alive(reporter):
-            msg = Checkpointed(reporter, self.nodes.life_of(reporter), self.gen, self.cursor)
-            t = now + self.lat
-            if t < self.env.peek() and not self.agents.any_single:
-                self.port.receive(t, [msg])  # nothing else happens first: deliver it now
-            else:
-                self.at(t, self.port.receive_at, [msg])
-        self._start_segment(now)
-
-    def roll_call(self, to: IdRuns, call: RollCall) -> None:
-        """A roll call reaches the members it was sent to."""
-        now = self.env.now
-        if self.state == DONE:
-            return
-        to = IdRuns.of(to)
-        self.agents.hold_for_singles(call, to)  # paused processes: they hear it later
-        if call.generation == self.gen + 1:
-            # Whatever the reason, a member abandons the step in flight (or the
-            # state copy, or the checkpoint write) and joins (rollcall.core.messages.RollCall).
-            self.cast_votes(now)  # the round is open: no vote still on its way can pass
-            self.answered = self.gen + 1
-            synced = self.state in (RUN, CKPT, WAIT)  # the stale members finished the copy / load
-            self._abandon(now)
-            self.cast_votes(now, everything=True)
-            # the fact the agents are told: their trainers hold the committed
-            # state (a stale member, before its copy or load is done, none)
-            holders = to if synced or not self.stale else to - self.stale
-            self.agents.step_committed(now, self.committed, holders)
-        msgs = self.agents.receive(now, call, to)
-        if msgs:  # the members with a state first, then those without
-            msgs.sort(key=lambda m: m.cursor is None)
-            self.at(now + self.lat, self.port.receive_at, msgs)
-
-    def restart(self, now: float, teardown: IdRuns) -> None:
-        """Checkpoint-restart: the job's step is given up and the process of
-        every worker in ``teardown`` torn down (:meth:`sim.machines.Machines.tear_down`);
-        the keeper's :class:`Relaunch` that follows says which nodes get a
-        fresh process (a stopped process is killed by the teardown too, and
-        its node relaunched)."""
-        self.tally.counts["restarts"] += 1
-        if self.state in (SYNC, RUN, CKPT, WAIT):
-            self._abandon(now)
-        self.cast_votes(now, everything=True)
-        self._acct(now)
-        self.stalled = False
-        self.machines.tear_down(teardown)
-        self.state = IDLE
-        self._set_due(None)
-        self._clock(now)
-
-    def relaunch(self, now: float, order: Relaunch) -> None:
-        """The keeper relaunched the nodes it names (:meth:`sim.machines.Machines.relaunch`)."""
-        self.machines.relaunch(now, order)
-
-    def finish(self, now: float, completed: bool, reason: str) -> None:
-        if self.state == DONE:
-            return
-        if self.state == RUN and not self.stalled:
-            self._close_segment(now, None, abandon=True)
-        if completed:
-            assert not self.votes.runs, "the keeper completed the job with votes outstanding"
-            self.tally.spend(now, None)  # the job's time ended with its last step (elapsed_s)
-            self.tally.end_s = self.tally.end_s or self.tally.elapsed_s
-        else:
-            self._acct(now)
-            if self.state == RUN:
-                self.tally.lose(self.carry + self.carry_head_s)
-            for run in self.votes.runs:  # votes nobody will answer: the steps are lost
-                self.tally.lose((run.n - run.voted) * run.step_s + run.unvoted_head_s())
-                run.voted = run.n
-                self.ledger.run_closed(run)
-            self.votes.runs.clear()
-            self.tally.end_s = self.tally.end_s or now
-        self.ledger.flush()
-        self.state = DONE
-        self._clock(now)
-        self.completed = completed
-        self.end_reason = reason
-        self.write(rec(now, "info", "end", DRIVER, completed=completed,
-                        cursor=self.completion.end_cursor(self.committed.to_json()),
-                        reason=reason))
-        if not self.done.triggered:
-            self.done.succeed()
-
     def _horizon(self) -> None:
-        self.finish(self.env.now, False, "horizon: simulated time limit reached")
+        self.job.finish(self.env.now, False, "horizon: simulated time limit reached")
 
     # ------------------------------------------------------------------ run
 
@@ -698,10 +309,6 @@ class Simulation:
         assert max_wall_s is None or max_wall_s > 0, max_wall_s
         with few_collections():
             return self._run(max_wall_s, stop)
-
-    def _describe(self) -> str:
-        """Where the job stands, for a stuck run's message."""
-        return f"job state {self.state}, committed {self.committed.step} steps"
 
     def _run(self, max_wall_s: Optional[float],
              stop: Optional[Callable[[], Optional[str]]]) -> dict:
@@ -718,7 +325,7 @@ class Simulation:
         # every agent's first message, Join(w, 0, None): one batch
         msgs = self.agents.start(0.0, IdRuns.span(0, running - 1), 0)
         self.at(self.lat, self.port.receive_at, msgs)
-        self._job_proc = env.process(self._job_process())
+        self.job.start()
         aging = self.machines.aging
         if aging is not None:
             aging.proc = env.process(aging.process())
@@ -746,8 +353,8 @@ class Simulation:
     def summary(self) -> dict:
         """The run's summary (``summary.json``): :func:`sim.summary.run_summary` of its facts."""
         return run_summary(self.sc, self.report, self.tally, RunFacts(
-            completed=self.completed, interrupted=self.stepper.interrupted,
-            end_reason=self.end_reason, failures=self.failures.count, wall_s=self.wall_s,
+            completed=self.job.completed, interrupted=self.stepper.interrupted,
+            end_reason=self.job.end_reason, failures=self.failures.count, wall_s=self.wall_s,
             keeper_failovers=self.failover.count, events=self.events,
             keeper_wall_s=self.port.wall_s, check_wall_s=self.check_s))
 

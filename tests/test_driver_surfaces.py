@@ -3,9 +3,11 @@
 * The sim's fault carriers (keeper failover, links, gray failures) reach the
   simulation only through :class:`sim.world.World`; its agents
   (:class:`sim.agents.Agents`), machines (:class:`sim.machines.Machines`),
-  silences (:class:`sim.silence.Silences`), votes (:class:`sim.votes.Votes`)
-  and keeper's side (:class:`sim.keeper_port.KeeperPort`) only through
-  their own host protocols.
+  silences (:class:`sim.silence.Silences`), votes (:class:`sim.votes.Votes`),
+  job (:class:`sim.job.Job`) and keeper's side
+  (:class:`sim.keeper_port.KeeperPort`) only through their own host
+  protocols; the keeper's side reaches the job through
+  :class:`sim.keeper_port.Job`.
 * The launcher's side of a keeper in its own processes
   (:class:`real.keeper_link.RemoteKeeper`) reaches the launcher only through
   :class:`real.keeper_port.Supervisor`, the real nemesis
@@ -32,6 +34,7 @@ from real.nemesis import Cluster
 from real.host_links import HostLinksHost
 from real.service import Handler, HostHandler
 from sim.agents import AgentHost
+from sim.job import JobHost
 from sim.keeper_port import Job, PortHost
 from sim.machines import MachineHost
 from sim.silence import SilenceHost
@@ -63,7 +66,8 @@ SURFACES = {
                          ("sim/driver.py", "Simulation")),
     "sim-keeper-port": Surface(PortHost, ["sim/keeper_port.py"], "host", set(),
                                ("sim/driver.py", "Simulation")),
-    "sim-job": Surface(Job, ["sim/keeper_port.py"], "job", set(), ("sim/driver.py", "Simulation")),
+    "sim-job": Surface(Job, ["sim/keeper_port.py"], "job", set(), ("sim/job.py", "Job")),
+    "sim-job-host": Surface(JobHost, ["sim/job.py"], "host", set(), ("sim/driver.py", "Simulation")),
     "real-supervisor": Surface(Supervisor, ["real/keeper_link.py"], "supervisor", set(),
                                ("real/launcher.py", "Launcher")),
     "real-cluster": Surface(Cluster, ["real/nemesis.py"], "cluster", set(),

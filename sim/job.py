@@ -1,0 +1,534 @@
+"""The job of one sim run: where it stands, its steps, votes and checkpoints.
+
+The job is the simulated training loop between the keeper's decisions. It
+runs a generation's steps in contiguous segments (cut at checkpoints, at
+``at_step`` faults and where a price changes), stalls while a member is
+silent, writes checkpoints once their step passed the vote, and gives the
+step in flight up when a roll call or a restart comes. The keeper's outputs
+reach it through :class:`sim.keeper_port.Job` (generations, roll calls,
+member lists, restarts, relaunches, the end); it reaches the rest of the
+run only through :class:`JobHost`.
+
+Time accounting: every simulated second from 0 to the end belongs to exactly
+one of productive (steps finally committed), lost (steps rolled back or
+abandoned mid-flight), stall (a silent member blocks the exchange until it
+resumes or is evicted), recovery (rounds, restarts, state copy, checkpoint
+load) and checkpoint (writes).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, Protocol
+
+import simpy
+
+from rollcall.config import job_policy
+from rollcall.core import (
+    DRIVER, EMPTY, JOB, Checkpointed, Completion, Cursor, FaultPlan, Final, Formed,
+    IdRuns, KeeperConfig, Membership, Relaunch, RollCall, rec,
+)
+from rollcall.scenario import Scenario
+
+from sim.agents import Agents
+from sim.fault_timing import StepFaults
+from sim.gray import GrayFaults
+from sim.keeper_port import KeeperPort
+from sim.ledger import Ledger
+from sim.machines import Machines
+from sim.nemesis import Nemesis
+from sim.network import NetFaults
+from sim.sharded import entry_cost_s
+from sim.silence import Silences
+from sim.state import Nodes, Tally, flags_of_ids
+from sim.stepping import Stepper
+from sim.steps import EPS, StepPlans, StepRun
+from sim.votes import Votes
+from sim.world import CKPT, DONE, IDLE, RUN, SYNC, WAIT
+
+__all__ = ["Job", "JobHost"]
+
+# Where the job's time goes while it is in a state (running steps: see
+# Job._close_segment; WAIT: the last step's vote was refused and a roll
+# call comes, so the wait is lost work).
+_SPENT_ON = {CKPT: "checkpoint", IDLE: "recovery", SYNC: "recovery", WAIT: "lost"}
+
+
+class JobHost(Protocol):
+    """What the job needs of the rest of the run."""
+
+    @property
+    def sc(self) -> Scenario: ...
+
+    @property
+    def env(self) -> simpy.Environment: ...
+
+    @property
+    def lat(self) -> float:
+        """One message between the keeper and a worker on a sound link, seconds."""
+
+    @property
+    def nodes(self) -> Nodes: ...
+
+    @property
+    def tally(self) -> Tally:
+        """Where the simulated time went, and counters."""
+
+    def at(self, t: float, fn: Callable[..., Any], *args: Any) -> None: ...
+
+    def write(self, record: dict) -> None: ...
+
+    def alive(self, w: int) -> bool: ...
+
+    @property
+    def agents(self) -> Agents: ...
+
+    @property
+    def silences(self) -> Silences: ...
+
+    @property
+    def net(self) -> NetFaults: ...
+
+    @property
+    def gray(self) -> GrayFaults: ...
+
+    @property
+    def port(self) -> KeeperPort: ...
+
+    @property
+    def machines(self) -> Machines: ...
+
+    @property
+    def nemesis(self) -> Nemesis: ...
+
+    @property
+    def stepper(self) -> Stepper: ...
+
+
+class Job:
+    """The simulated training job of one run."""
+
+    def __init__(self, host: JobHost, config: KeeperConfig, plan: FaultPlan,
+                 ledger: Ledger, votes: Votes) -> None:
+        sc = host.sc
+        self._host = host
+        self._sharding = config.sharding
+        # strategy.stragglers: evict: the members' compute goes with each vote,
+        # and while one is slow each step's vote is cast as it arrives
+        self._watch_compute = config.stragglers is not None and config.strategy == "elastic"
+        self._policy = job_policy(sc)
+        self._plans = StepPlans(sc)  # each member count's batch, step time and shards
+        self._step_faults = StepFaults(plan)  # at_step faults: when they come due here
+        self.ledger = ledger
+        self.votes = votes  # the computed steps' commit votes (sim.votes)
+        self.done = host.env.event()  # triggered when the run ends
+        self.completed = False
+        self.end_reason = ""
+        self.state = IDLE
+        self.gen = 0
+        self.members: IdRuns = EMPTY
+        self.cursor = Cursor()     # what the members computed
+        self.committed = Cursor()  # what the keeper committed (the trainers applied)
+        self.completion = Completion()  # the vote's verdict and the members' final reports
+        self.batch = sc.workload.global_batch
+        self._step_s = 0.0
+        self._seg_t0 = 0.0
+        self._seg_c0 = Cursor()
+        self._seg_stop = 0
+        self._due: Optional[float] = None
+        self._stalled = False
+        self._stall_remaining = 0.0
+        self._carry = 0.0
+        self._carry_head_s = 0.0  # the carried partial step's head_s (see StepRun)
+        self._stale: IdRuns = EMPTY  # members copying / loading the state
+        self._answered = 0  # the latest round the members answered
+        self._process: Optional[simpy.Process] = None
+        self._waiting = False
+        self._wait_until: Optional[float] = None
+
+    def start(self) -> None:
+        """Start the job's process: it meets the job's deadlines."""
+        self._process = self._host.env.process(self._loop())
+
+    def describe(self) -> str:
+        """Where the job stands, for a stuck run's message."""
+        return f"job state {self.state}, committed {self.committed.step} steps"
+
+    # ------------------------------------------------------------------ the job's process
+
+    def _loop(self):
+        while self.state != DONE:
+            due = self._due
+            self._wait_until = due
+            self._waiting = True
+            try:
+                if due is None:
+                    yield self._host.env.event()
+                else:
+                    yield self._host.env.timeout(max(0.0, due - self._host.env.now))
+            except simpy.Interrupt:
+                continue
+            finally:
+                self._waiting = False
+            if self._due == due and due is not None:
+                self._due = None
+                self._on_due(self._host.env.now)
+                self._run_ahead()
+
+    def _run_ahead(self) -> None:
+        """Meet the job's next deadlines here while no other event comes first.
+
+        Between failures a job only runs segments and writes checkpoints. When
+        nothing else is scheduled up to the next deadline, meeting it inline
+        instead of through a simpy timeout writes the same history (every
+        instant used is explicit; the env's clock lags until the next yield)
+        with a third of the events.
+        """
+        env = self._host.env
+        met = 0
+        while (self._due is not None and self.state in (RUN, CKPT) and not self._stalled
+               and not self._host.agents.any_single and self._step_faults.none_pending() and self._due < env.peek()):
+            met += 1
+            stepper = self._host.stepper
+            if met % 64 == 0 and stepper.halt is None:
+                stepper.check()  # an early end waits for a yield
+            if stepper.halt is not None:
+                break
+            due, self._due = self._due, None
+            stepper.ahead_t = due
+            self._on_due(due)
+
+    def _set_due(self, t: Optional[float]) -> None:
+        self._due = t
+        # A later (or no) deadline needs no wake-up: the stale timeout fires,
+        # finds the deadline changed and waits again.
+        if (t is not None and self._waiting and self._process is not None
+                and (self._wait_until is None or t < self._wait_until)
+                and self._host.env.active_process is not self._process):
+            self._waiting = False
+            self._process.interrupt()
+
+    def _acct(self, now: float) -> None:
+        """Attribute [mark, now) to the category of the current job state.
+
+        Running time is attributed by :meth:`_close_segment` (committed steps
+        are productive until a rollback, a step abandoned mid-flight is lost).
+        """
+        self._host.tally.spend(now, "stall" if self._stalled else _SPENT_ON.get(self.state))
+
+    def _clock(self, now: float) -> None:
+        """Tell the compute clock (``failures.age: computing``) whether the job computes."""
+        if self._host.machines.aging is not None:
+            self._host.machines.aging.clock(now, self.state in (RUN, CKPT) and not self._stalled)
+
+    def _start_segment(self, now: float) -> None:
+        self._acct(now)
+        self.state = RUN
+        self._seg_t0 = now - self._carry
+        head_s = self._carry_head_s
+        self._carry = self._carry_head_s = 0.0
+        self._seg_c0 = self.cursor
+        stop = self._policy.next_boundary(self.cursor.step)
+        fault = self._step_faults.next_stop(self.cursor.step)
+        if fault is not None:
+            stop = min(stop, fault)
+        if self._host.net.touched or self._host.gray.touched:  # a link or member degraded once: reprice
+            t0 = self._seg_t0
+            base_s = self._host.gray.step_s(self._plans.step_s(len(self.members)))  # slow members stretch it
+            stop, self._step_s, self._seg_t0 = self._host.net.segment(now, stop, base_s, self._step_s, t0)
+            head_s += self._seg_t0 - t0  # the step in flight is charged what it cost
+        self._seg_stop = stop
+        c = self.cursor
+        run = StepRun(self.gen, c.step, c.sample, self.batch, self._seg_t0, self._step_s,
+                      stop - c.step, self.members, head_s=head_s)
+        self.votes.runs.append(run)
+        self._set_due(self._seg_t0 + (stop - self._seg_c0.step) * self._step_s)
+        if self._watch_compute:  # a slowdown's start or end starts a new segment
+            run.compute = self._host.gray.compute(self._plans.step_s(len(self.members)))
+            self.votes.watch()
+        self._clock(now)
+
+    def restart_segment(self, now: float) -> None:
+        """A price changed (a link or a member's speed): a running segment is
+        closed where it stands and started again at the new price (the
+        partial step carried over)."""
+        if self.state == RUN and not self._stalled:
+            self._close_segment(now, None, abandon=False)
+            self._start_segment(now)
+
+    def _close_segment(self, now: float, k: Optional[int], abandon: bool) -> None:
+        """Close the running segment: its steps finished by ``now`` are
+        computed (their votes decide whether they count), the rest is
+        abandoned (``abandon``) or carried into the next segment."""
+        t0, c0, s = self._seg_t0, self._seg_c0, self._step_s
+        if k is None:
+            k = min(self._seg_stop - c0.step, int((now - t0) / s + EPS))
+        run = self.votes.runs[-1]
+        assert not run.closed and run.first == c0.step and run.voted <= k, (run, k)
+        run.n = k
+        head_s = 0.0  # the partial step's, when it is the run's first
+        if k == 0:
+            self.votes.runs.pop()
+            head_s = run.head_s
+        self.cursor = Cursor(c0.step + k, c0.sample + k * self.batch)
+        partial = max(0.0, now - (t0 + k * s))
+        if abandon:
+            self._host.tally.lose(partial + head_s)
+        else:
+            self._carry, self._carry_head_s = partial, head_s
+        self._host.tally.spend(now, None)
+
+    # ------------------------------------------------------------------ commit votes
+
+    def cast_votes(self, t: float, everything: bool = False) -> None:
+        """Cast the commit votes that reached the keeper by ``t`` (:meth:`sim.votes.Votes.cast`)."""
+        self.votes.cast(t, everything)
+
+    def passed(self, t: float, cursor: Cursor, complete: bool) -> None:
+        """Steps up to ``cursor`` passed the vote at ``t``: the trainers hold
+        that state; ``complete``: the keeper says the job is done."""
+        self.committed = cursor
+        if complete:
+            self.completion.job_complete(t)
+            if self.state == WAIT:  # a vote later than the check
+                self._host.at(t, self._final_vote)
+
+    def _abandon(self, now: float) -> None:
+        """The step in flight (or sync / checkpoint write) is given up."""
+        if self.state == RUN:
+            if self._stalled:
+                self._acct(now)
+                self._host.tally.lose(self._carry + self._carry_head_s)
+                self._carry = self._carry_head_s = 0.0
+            else:
+                self._close_segment(now, None, abandon=True)
+        else:
+            self._acct(now)
+        self._stalled = False
+        self.state = IDLE
+        self._set_due(None)
+        self._clock(now)
+
+    def stall(self, now: float) -> None:
+        if self.state not in (SYNC, RUN, CKPT) or self._stalled:
+            return
+        if self.state == RUN:
+            self._close_segment(now, None, abandon=False)
+        else:
+            self._acct(now)
+            self._stall_remaining = max(0.0, (self._due or now) - now)
+        self._stalled = True
+        self._set_due(None)
+        self._clock(now)
+
+    def unstall(self, now: float) -> None:
+        if not self._stalled:
+            return
+        self._acct(now)
+        self._stalled = False
+        if self.state == RUN:
+            self._start_segment(now)
+        else:
+            self._set_due(now + self._stall_remaining)
+
+    def formed(self, now: float, f: Formed) -> None:
+        """The keeper closed a generation: the members enter it after the latency."""
+        if self.state == DONE:
+            return
+        if self.state in (SYNC, RUN, CKPT, WAIT):
+            self._abandon(now)  # cannot happen without a roll call; be safe
+        self.cast_votes(now, everything=True)  # a new generation: the old one's votes fail
+        self.ledger.flush()
+        self._acct(now)
+        self.state = IDLE
+        self._stalled = False
+        self._clock(now)
+        self._carry = self._carry_head_s = 0.0
+        if f.cursor < self.committed:
+            self._host.tally.rollback(f.cursor.step)
+        self.cursor = self.committed = f.cursor
+        self.gen = f.generation
+        self.members = IdRuns.of(f.members)
+        self.votes.new_generation(self.members)
+        n = len(f.members)
+        self._host.nodes.member_flags = flags_of_ids(f.members, len(self._host.nodes.proc))
+        self._host.nodes.is_member = self._host.nodes.member_flags.copy()
+        self._host.tally.min_members = min(self._host.tally.min_members, n)
+        self.batch, self._step_s, assignment = self._plans.of(f.members)
+        self._host.write(rec(now, "info", "assign", JOB, gen=f.generation, batch=self.batch,
+                        step_s=round(self._step_s, 9), **assignment))
+        cost = entry_cost_s(f, self._host.sc, self._sharding, self._host.lat)
+        self._stale = IdRuns.of(f.stale)
+        self._host.silences.recount()
+        self._host.at(now + self._host.lat, self._enter, f.generation, cost)
+
+    def membership(self, to: IdRuns, m: Membership) -> None:
+        """A generation's member list reaches the agents it was sent to."""
+        now = self._host.env.now
+        to = IdRuns.of(to)
+        self._host.agents.hold_for_singles(m, to)  # paused processes: they hear it later
+        msgs = self._host.agents.receive(now, m, to)
+        if msgs:
+            self._host.at(now + self._host.lat, self._host.port.receive_at, msgs)
+
+    def _enter(self, gen: int, cost: float) -> None:
+        if gen != self.gen or self.state != IDLE or self._answered > gen:
+            return  # superseded, or the members already answered the next roll call
+        now = self._host.env.now
+        self._acct(now)
+        self.state = SYNC
+        silent = self._host.silences.recount()
+        self._stall_remaining = cost
+        if silent:
+            self._stalled = True
+            self._set_due(None)
+        else:
+            self._set_due(now + cost)
+
+    def _on_due(self, now: float) -> None:
+        st = self.state
+        if st == CKPT:
+            self.cast_votes(now)  # the checkpoint is written once its step passed
+        if st == SYNC:
+            self._start_segment(now)
+        elif st == RUN:
+            self._close_segment(now, self._seg_stop - self._seg_c0.step, abandon=False)
+            self.state = IDLE  # between segments; _after_step picks what comes next
+            self._after_step(now)
+        elif st == CKPT:
+            self._checkpoint_done(now)
+        self._clock(now)
+
+    def _after_step(self, now: float) -> None:
+        """A segment ended at a boundary: checkpoint, finish, answer or continue."""
+        step = self.cursor.step
+        if self._policy.complete(step):
+            # the keeper decides: its verdict on the last step's vote
+            self.state = WAIT
+            self._host.at(now + self._host.lat, self._final_vote)
+            return
+        due = self._step_faults.due(step)  # out of the plan before the next segment is cut
+        if self._policy.checkpoint_due(step):
+            self._acct(now)
+            self.state = CKPT
+            self._set_due(now + self._host.sc.strategy.checkpoint_write_s)
+        else:
+            self._start_segment(now)
+        schedule = self._host.sc.failures.schedule
+        for fault in due:
+            self._host.nemesis.scripted(now, schedule[fault.index])
+
+    def _final_vote(self) -> None:
+        if self.state != WAIT:
+            return  # a roll call came first: the step is redone
+        now = self._host.env.now
+        self.cast_votes(now)
+        if not self.completion.complete:
+            return
+        # each member with a process reports its end at once (no transit is modelled)
+        reporting = [m for m in self.members if self._host.nodes.proc[m]]
+        report = Final(self.committed.to_json(), None)
+        for m in reporting:
+            self.completion.final(m, report)
+        if self.completion.done(now, reporting):
+            self.finish(now, True, "steps reached")
+
+    def _checkpoint_done(self, now: float) -> None:
+        if self.committed != self.cursor:
+            # the checkpoint is of the step being voted on: written once it passed
+            runs = self.votes.runs
+            last = runs[-1] if runs else None
+            if last is not None and not last.refused:
+                assert last.closed and last.voted < last.n, last
+                self._set_due(max(now, last.vote_at(last.n, self._host.lat)))
+                return
+            self._acct(now)  # refused: the state is not the lineage's, a roll call comes
+            self.state = WAIT
+            self._set_due(None)
+            return
+        self._acct(now)
+        self._host.tally.counts["checkpoints"] += 1
+        self._host.write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
+        reporter = self.votes.voter()  # the lowest live member
+        if self._host.alive(reporter):
+            msg = Checkpointed(reporter, self._host.nodes.life_of(reporter), self.gen, self.cursor)
+            t = now + self._host.lat
+            if t < self._host.env.peek() and not self._host.agents.any_single:
+                self._host.port.receive(t, [msg])  # nothing else happens first: deliver it now
+            else:
+                self._host.at(t, self._host.port.receive_at, [msg])
+        self._start_segment(now)
+
+    def roll_call(self, to: IdRuns, call: RollCall) -> None:
+        """A roll call reaches the members it was sent to."""
+        now = self._host.env.now
+        if self.state == DONE:
+            return
+        to = IdRuns.of(to)
+        self._host.agents.hold_for_singles(call, to)  # paused processes: they hear it later
+        if call.generation == self.gen + 1:
+            # Whatever the reason, a member abandons the step in flight (or the
+            # state copy, or the checkpoint write) and joins (rollcall.core.messages.RollCall).
+            self.cast_votes(now)  # the round is open: no vote still on its way can pass
+            self._answered = self.gen + 1
+            synced = self.state in (RUN, CKPT, WAIT)  # the stale members finished the copy / load
+            self._abandon(now)
+            self.cast_votes(now, everything=True)
+            # the fact the agents are told: their trainers hold the committed
+            # state (a stale member, before its copy or load is done, none)
+            holders = to if synced or not self._stale else to - self._stale
+            self._host.agents.step_committed(now, self.committed, holders)
+        msgs = self._host.agents.receive(now, call, to)
+        if msgs:  # the members with a state first, then those without
+            msgs.sort(key=lambda m: m.cursor is None)
+            self._host.at(now + self._host.lat, self._host.port.receive_at, msgs)
+
+    def restart(self, now: float, teardown: IdRuns) -> None:
+        """Checkpoint-restart: the job's step is given up and the process of
+        every worker in ``teardown`` torn down (:meth:`sim.machines.Machines.tear_down`);
+        the keeper's :class:`Relaunch` that follows says which nodes get a
+        fresh process (a stopped process is killed by the teardown too, and
+        its node relaunched)."""
+        self._host.tally.counts["restarts"] += 1
+        if self.state in (SYNC, RUN, CKPT, WAIT):
+            self._abandon(now)
+        self.cast_votes(now, everything=True)
+        self._acct(now)
+        self._stalled = False
+        self._host.machines.tear_down(teardown)
+        self.state = IDLE
+        self._set_due(None)
+        self._clock(now)
+
+    def relaunch(self, now: float, order: Relaunch) -> None:
+        """The keeper relaunched the nodes it names (:meth:`sim.machines.Machines.relaunch`)."""
+        self._host.machines.relaunch(now, order)
+
+    def finish(self, now: float, completed: bool, reason: str) -> None:
+        if self.state == DONE:
+            return
+        if self.state == RUN and not self._stalled:
+            self._close_segment(now, None, abandon=True)
+        if completed:
+            assert not self.votes.runs, "the keeper completed the job with votes outstanding"
+            self._host.tally.spend(now, None)  # the job's time ended with its last step (elapsed_s)
+            self._host.tally.end_s = self._host.tally.end_s or self._host.tally.elapsed_s
+        else:
+            self._acct(now)
+            if self.state == RUN:
+                self._host.tally.lose(self._carry + self._carry_head_s)
+            for run in self.votes.runs:  # votes nobody will answer: the steps are lost
+                self._host.tally.lose((run.n - run.voted) * run.step_s + run.unvoted_head_s())
+                run.voted = run.n
+                self.ledger.run_closed(run)
+            self.votes.runs.clear()
+            self._host.tally.end_s = self._host.tally.end_s or now
+        self.ledger.flush()
+        self.state = DONE
+        self._clock(now)
+        self.completed = completed
+        self.end_reason = reason
+        self._host.write(rec(now, "info", "end", DRIVER, completed=completed,
+                        cursor=self.completion.end_cursor(self.committed.to_json()),
+                        reason=reason))
+        if not self.done.triggered:
+            self.done.succeed()
