@@ -86,7 +86,7 @@ class HostLinks:
 
     def host_frame(self, conn: Conn, frame: tuple) -> None:
         """A fact from a host agent: a life it started runs (its pid), or ended
-        (as the local pidfd path, :meth:`real.launcher.Launcher.on_exit`, would
+        (as the local pidfd path, :meth:`real.lives.Lives.on_exit`, would
         have seen it)."""
         host = self._host
         if conn.host is None or frame[0] not in ("started", "exited"):

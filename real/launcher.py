@@ -15,6 +15,10 @@ start, shared with the workers on this host):
   random lifetime's end (fault kind ``crash``) is the machine's: the process
   is SIGKILLed but no exit is reported (its host agent died with it), so the
   detector decides, as on the sim;
+- the *lives* (:class:`real.lives.Lives`): the worker processes started as
+  one batch join the keeper as one arrival, a scripted join brings new
+  workers, a lost node takes its process with it, and the repair shop's
+  answers start processes again;
 - the *fault injector* (:class:`real.nemesis.Nemesis`) kills, pauses and
   adds workers on schedule and, in hosts mode, cuts hosts' links
   (``partition``, ``isolate_keeper``, ``loss``: nftables rules in their
@@ -49,7 +53,7 @@ from rollcall import interrupts
 from rollcall.config import fault_plan, keeper_config, repair_shop
 from rollcall.core import (
     DRIVER, EMPTY, Broadcast, CommitVerdict, Completion, Final, Formed, IdRuns,
-    JobFailed, Join, JoinBatches, Keeper, Record, Relaunch, RestartJob, Send, rec,
+    JobFailed, Keeper, Record, Relaunch, RestartJob, Send, rec,
 )
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
@@ -58,12 +62,12 @@ from real import wire
 from real.keeper_port import CommitAsk, LocalKeeper
 from real.fault_timing import FaultTiming
 from real.nemesis import Nemesis
-from real.nodes import Nodes
 from real.processes import Processes
-from real.procs import Proc, last_line, worker_log
+from real.procs import Proc
 from real.service import Conn, Service
 from real.fleet import Fleet
 from real.host_links import HostLinks
+from real.lives import Lives
 from real.netns import Network
 
 # Scripted joins whose processes are started (idle) at launch; more are
@@ -137,11 +141,10 @@ class Launcher:
         self.completion = Completion()  # the vote's verdict and the members' final reports
         self.faults = fault_plan(scenario)
         # the machines, and the repair shop's answers until they are due
-        self.nodes = Nodes(repair_shop(scenario, self.faults.draws), self)
-        self.next_id = scenario.cluster.workers + scenario.cluster.spares
-        self.joins = JoinBatches()  # each batch's Joins, held until it joins as one
+        # the lives: batches, joins, the machines and the repair shop's answers
+        self.lives = Lives(self, repair_shop(scenario, self.faults.draws))
         self.processes = Processes(self.out, self.t0, self.secret_path, self.sel, self.now,
-                                   self.joins)
+                                   self.lives.joins)
         self.store: Any = None  # torch's TCPStore, once started
         self.train_start: Optional[float] = None
         self.committed = 0                       # highest committed cursor step
@@ -152,7 +155,6 @@ class Launcher:
         self.survivor_restarts = 0
         self.end_t: Optional[float] = None
         self.stop = interrupts.Stop()  # run() takes its caller's, or one of its own
-        self.startup_timeout_s = 180.0
         self.nemesis = Nemesis(self)  # carries out the faults the plan hands out
         self.fault_timing = FaultTiming(self.faults, self.nemesis.inject)  # and when
 
@@ -191,59 +193,11 @@ class Launcher:
         """Every worker process the run started, in order."""
         return self.processes.table
 
-    def spawn(self, worker: int, incarnation: int, spare: bool = False,
-              batch: Optional[int] = None) -> Proc:
-        p = self.processes.start(worker, incarnation, self.sc.host_of(worker), spare, batch)
-        if not spare:  # a prewarmed join's node arrives when its join fires
-            self.nodes.arrived(self.now(), worker)
-        return p
-
     def signal(self, p: Proc, sig: int) -> None:
         self.processes.signal(p, sig)
 
     def live_proc(self, worker: int) -> Optional[Proc]:
         return self.processes.live(worker)
-
-    def proc_of(self, conn: Conn) -> Optional[Proc]:
-        if conn.worker is None or conn.incarnation is None:
-            return None  # not a worker's link
-        return self.processes.of_life(conn.worker, conn.incarnation)
-
-    def new_batch(self, lives: list[tuple[int, int]]) -> int:
-        """The processes about to start as ``lives`` are one batch: they
-        activate together, and their Joins reach the keeper as one arrival
-        (the core's :class:`JoinBatches`; with direct links the keeper holds
-        them). Returns the batch's number."""
-        until = self.now() + self.startup_timeout_s
-        batch = self.joins.open(lives, until)
-        self.keeper.batch(lives, until)
-        return batch
-
-    def maybe_activate(self) -> None:
-        """Let wanted processes join once ready; a batch started together (the
-        initial workers, a relaunched job) joins together, so the first
-        generation is the whole job and not whoever imported torch first."""
-        for p in self.processes.ready_to_activate():
-            self.activate(p)
-
-    def hold_join(self, conn: Conn, msg: object) -> bool:
-        """Whether a process's Join waits for the rest of its batch (see
-        :meth:`new_batch`); the batches it completes go to the keeper."""
-        p = self.proc_of(conn)
-        if not isinstance(msg, Join) or p is None:
-            return False
-        if not self.joins.hold(self.now(), (p.worker, p.incarnation), msg):
-            return False
-        self.release_joins()
-        return True
-
-    def release_joins(self) -> None:
-        """Hand over each batch that is complete, lost a member, or is late."""
-        if self.joins.get_timer() is None:
-            return  # no batch open
-        now = self.now()
-        for joins in self.joins.release(now):
-            self.keeper.receive(now, joins)
 
     def kill_now(self) -> None:
         """SIGKILL every process of the run at once, by PID, and wait for none
@@ -313,7 +267,7 @@ class Launcher:
         started = sorted([w, p.incarnation] for w, p in latest.items())
         exited = sorted([w, p.incarnation] for w, p in latest.items()
                         if not p.alive and p.fault not in ("restart", "crash"))
-        return started, sorted(self.nodes.down), exited
+        return started, sorted(self.lives.nodes.down), exited
 
     def tell_workers(self, frame: tuple) -> None:
         self.service.tell_workers(frame)
@@ -338,21 +292,19 @@ class Launcher:
         """Start exactly the lives the keeper names, as one batch that joins
         together once every one has imported torch."""
         lives = list(out.lives().items())
-        batch = self.new_batch(lives)
-        for w, inc in lives:
-            self.spawn(w, inc, batch=batch)
+        self.lives.start_batch(lives)
 
     # --- service I/O ------------------------------------------------------------------
 
     def authenticated_frame(self, conn: Conn, frame: tuple, now: float) -> None:
         kind = frame[0]
         if kind == "ready":
-            p = self.proc_of(conn)
+            p = self.lives.proc_of(conn)
             if p is not None:
                 p.ready = True
-                self.maybe_activate()
+                self.lives.maybe_activate()
         elif kind == "msg":
-            if not self.hold_join(conn, frame[1]):
+            if not self.lives.hold_join(conn, frame[1]):
                 self.keeper.receive(now, [frame[1]])
         elif kind == "rec":
             self.write(frame[1])
@@ -411,67 +363,6 @@ class Launcher:
 
     # --- faults ------------------------------------------------------------------------
 
-    def activate(self, p: Proc) -> None:
-        p.activated = True
-        self.service.tell((p.worker, p.incarnation), ("activate",))
-        if self.train_start is not None:
-            self.faults.node_up(p.worker, self.now() - self.train_start)
-
-    def candidates(self) -> list[int]:
-        """Targets of a ``random`` fault: the live members of the current
-        generation, as on the sim."""
-        return [w for w in self.members
-                if (p := self.live_proc(w)) is not None and p.activated and not p.paused]
-
-    def innocents(self) -> list[int]:
-        """The pool a wrong diagnosis draws from: live members not taken by
-        the fault in progress, as on the sim (the shop leaves out the nodes
-        it holds out of service, those it blamed included)."""
-        return [w for w in self.candidates() if w not in self.nemesis.hitting]
-
-    def join(self, n: int) -> list[int]:
-        """``n`` new workers arrive: idle prewarmed processes first (the lowest
-        id first: the sim numbers joins in order too), then fresh ones."""
-        joined = []
-        for _ in range(n):
-            warm = self.processes.idle_spare()
-            if warm is not None:
-                warm.want = True
-                self.nodes.arrived(self.now(), warm.worker, joined=True)
-                joined.append(warm.worker)
-            else:
-                w = self.next_id
-                self.next_id += 1
-                self.spawn(w, 0)
-                self.nodes.arrived(self.now(), w, joined=True)
-                joined.append(w)
-        return joined
-
-    def node_lost(self, now: float, w: int, kind: str) -> None:
-        """Node ``w`` is lost until ``repair_s``, with its process if it runs
-        one (activated or still starting, as on the sim: the node goes down
-        whether or not a process was there). ``kill``: the process is
-        killed, its host sees the exit and reports it (:meth:`on_exit`);
-        ``crash``: the machine died, and the host agent that would have
-        reported died with it, so the detector's timeout decides; ``blame``:
-        a wrong diagnosis sends the healthy node to repair (its process is
-        stopped and its host reports the exit, as for a kill)."""
-        self.nodes.lost(w)
-        p = self.live_proc(w)
-        # the keeper hears of the lost node before its process can die, so
-        # before any exit notice, detector verdict or failed step a survivor
-        # reports (with direct links those reach it on links of their own)
-        self.keeper.node_down(now, w)
-        if p is not None:
-            p.fault = kind
-            p.paused = False
-            self.signal(p, signal.SIGKILL)
-        self.faults.node_down(w)
-        if kind == "blame":
-            return  # its trip to the shop came with the blame
-        for act in self.nodes.to_shop(now, w, self.innocents):  # the core's decisions
-            self.nemesis.shop_answered(act)  # once the fault's record is written
-
     # --- the loop ------------------------------------------------------------------------
 
     def finish(self, result: str, reason: str) -> None:
@@ -491,13 +382,13 @@ class Launcher:
         nt = self.nemesis.get_timer()
         if nt is not None:
             times.append(nt)  # a pause or another timed fault ends
-        nodes_t = self.nodes.next_time()
+        nodes_t = self.lives.nodes.next_time()
         if nodes_t is not None:
             times.append(nodes_t)  # a repair, a pull or a warm-up
         done_t = self.completion.get_timer()
         if done_t is not None:
             times.append(done_t)  # the members' final reports stop being waited for
-        jt = self.joins.get_timer()
+        jt = self.lives.joins.get_timer()
         if jt is not None:  # a batch's processes activate, and its Joins go, by then
             times.append(jt)
         times += self.service.auth_deadlines()
@@ -511,58 +402,39 @@ class Launcher:
         self.keeper.handle_timer(now)
         self.fault_timing.handle_timer(now, self.train_start)  # after the keeper's outputs
         self.nemesis.handle_timer(now)
-        self.nodes.handle_timer(now)
-        self.maybe_activate()
-        self.release_joins()
+        self.lives.nodes.handle_timer(now)
+        self.lives.maybe_activate()
+        self.lives.release_joins()
         self.check_done()
 
     @property
     def nodes_up(self) -> set[int]:
         """The nodes whose hardware is up (read-only)."""
-        return self.nodes.up
-
-    def spawn_node(self, worker: int) -> None:
-        """A node's first process (a pulled cold spare, a warm standby)."""
-        self.spawn(worker, 0)
-
-    def node_back(self, now: float, worker: int) -> None:
-        """A repaired node is up: the keeper names its life (:meth:`life_given`)."""
-        self.keeper.node_up(now, worker)
-
-    def host_back(self, worker: int) -> None:
-        if self.fleet is not None:
-            host = self.sc.host_of(worker)
-            assert host is not None, worker
-            self.fleet.bring_up(host)
+        return self.lives.nodes.up
 
     def life_given(self, worker: int, life: int) -> None:
         """The keeper handed out the life a repaired node's process starts as."""
-        self.spawn(worker, life)
+        self.lives.life_given(worker, life)
+
+    # --- the lives, as the fault injector and the host links see them (real.lives) ---------
+
+    def candidates(self) -> list[int]:
+        return self.lives.candidates()
+
+    def node_lost(self, now: float, w: int, kind: str) -> None:
+        self.lives.node_lost(now, w, kind)
+
+    def join(self, n: int) -> list[int]:
+        return self.lives.join(n)
+
+    def on_exit(self, p: Proc) -> None:
+        self.lives.on_exit(p)
 
     def check_done(self) -> None:
         """End the run once the core's rule says the job is over."""
         live = (w for w in self.members if self.live_proc(w) is not None)
         if self.result is None and self.completion.done(self.now(), live):
             self.finish("completed", "all steps committed")
-
-    def on_exit(self, p: Proc) -> None:
-        """A process ended (its pidfd, or its host agent's ``exited``)."""
-        self.processes.reap(p)
-        self.nemesis.exited((p.worker, p.incarnation))
-        self.maybe_activate()
-        self.release_joins()
-        now = self.now()
-        if p.fault not in ("restart", "crash"):  # a crashed machine's host reports nothing
-            self.keeper.exited(now, p.worker, p.incarnation)
-        if p.fault is None and self.result is None:
-            self.write(rec(now, "info", "exit", DRIVER, worker=p.worker,
-                           incarnation=p.incarnation, returncode=p.returncode))
-        if p.fault is None and not p.ready and p.returncode != 0:
-            # it died before it could join (a traceback in its start-up):
-            # the harness is broken, and the job would wait for it forever
-            log = worker_log(self.out, p.worker, p.incarnation)
-            self.finish("error", f"worker {p.worker} (life {p.incarnation}) exited with code "
-                                 f"{p.returncode} before it was ready: {last_line(log)} (see {log})")
 
     def start_store(self) -> None:
         from datetime import timedelta
@@ -625,17 +497,14 @@ class Launcher:
         # keeper keeps those beyond max_workers as standbys, admitted at
         # the first roll call with room (as on the sim). The others wait idle.
         first = [(w, 0) for w in range(c.workers)] + [
-            (w, 0) for w in range(c.workers, self.nodes.shop.initial)]
-        batch = self.new_batch(first)
-        for w, life in first:
-            self.spawn(w, life, batch=batch)
+            (w, 0) for w in range(c.workers, self.lives.nodes.shop.initial)]
+        self.lives.start_batch(first)
         # A scripted join is a new worker arriving; its process is started
         # now and kept idle (torch imported) until the join fires, so the
         # arrival is the schedule's and not the seconds of a cold start.
         joins = sum(f.newcomers for f in self.sc.failures.schedule)
         for _ in range(min(joins, PREWARM_MAX)):
-            self.spawn(self.next_id, 0, spare=True)
-            self.next_id += 1
+            self.lives.spawn_new(spare=True)
 
     def serve(self) -> None:
         """The loop: events, timers and faults until the run has a result or a signal came."""
@@ -682,7 +551,7 @@ class Launcher:
         # the links of live processes only: a lost machine's never end (no FIN
         # comes from a host whose link went down with it)
         self.service.drain(DRAIN_S + 2 * held_s,
-                           lambda c: (p := self.proc_of(c)) is not None and p.alive,
+                           lambda c: (p := self.lives.proc_of(c)) is not None and p.alive,
                            self.drained_frame)
 
     def drained_frame(self, frame: tuple) -> None:

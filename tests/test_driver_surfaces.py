@@ -15,7 +15,9 @@
   the keeper service's links (:class:`real.service.Service`) only through
   :class:`real.service.Handler` and, for the host agents' links,
   :class:`real.service.HostHandler`, and those host links
-  (:class:`real.host_links.HostLinks`) only through their own protocol.
+  (:class:`real.host_links.HostLinks`), the worker processes' lives
+  (:class:`real.lives.Lives`) and the machines (:class:`real.nodes.Nodes`)
+  only through protocols of their own.
 
 Each user is scanned for the members it touches through its handle; the
 class behind the protocol is scanned for the members it defines.
@@ -32,6 +34,8 @@ import pytest
 from real.keeper_port import Supervisor
 from real.nemesis import Cluster
 from real.host_links import HostLinksHost
+from real.lives import LivesHost
+from real.nodes import Owner
 from real.service import Handler, HostHandler
 from sim.agents import AgentHost
 from sim.job import JobHost
@@ -78,6 +82,9 @@ SURFACES = {
                                   ("real/host_links.py", "HostLinks")),
     "real-host-links": Surface(HostLinksHost, ["real/host_links.py"], "host", set(),
                                ("real/launcher.py", "Launcher")),
+    "real-lives": Surface(LivesHost, ["real/lives.py"], "host", set(),
+                          ("real/launcher.py", "Launcher")),
+    "real-nodes": Surface(Owner, ["real/nodes.py"], "owner", set(), ("real/lives.py", "Lives")),
 }
 
 
