@@ -117,7 +117,7 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
     lost = sum(r["t"] - r["t0"] for r in records
                if r.get("f") == "commit" and (r["gen"], r["step"]) not in in_lineage)
     # The ideal step: median committed step with the full initial cluster.
-    formed = {g: members for _, g, members in launcher.formed}
+    formed = {g: members for _, g, members in launcher.outputs.formed}
     full = [c["t"] - c["t0"] for c in lineage
             if len(formed.get(c["gen"], ())) == scenario.cluster.workers]
     ideal = statistics.median(full) if full else (
@@ -145,7 +145,7 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
         "ideal_step_s": round(ideal, 6) if ideal else None,
         "final_weights_sha256": final_sha,
         "final_weights_agree": len(shas) <= 1,
-        "survivor_restarts": launcher.survivor_restarts,
+        "survivor_restarts": launcher.outputs.survivor_restarts,
         "recoveries": recs,
         "keeper_failovers": sum(1 for r in records if r.get("f") == "takeover"
                                 and r.get("term", 0) > 1),

@@ -13,9 +13,11 @@ business only:
   replaces; calls travel over an authenticated connection and are answered
   when its frames come back, or not at all while no keeper serves.
 
-Either way the answers come back through the launcher's three callbacks, so
-the launcher has one code path: ``effects(outputs)``,
-``commit_answered(ask, verdict)`` and ``life_given(worker, life)``.
+Either way the answers come back through three callbacks, a :class:`Sink`
+(:class:`real.outputs.Outputs`, which carries them out; a remote keeper
+reaches it through the launcher), so there is one code path:
+``effects(outputs)``, ``commit_answered(ask, verdict)`` and
+``life_given(worker, life)``.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class CommitAsk:
 
 
 class Sink(Protocol):
-    """What the launcher does with the keeper's answers."""
+    """What is done with the keeper's answers (:class:`real.outputs.Outputs`)."""
 
     def effects(self, outputs: list) -> None: ...
 

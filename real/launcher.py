@@ -43,7 +43,6 @@ import atexit
 import json
 import os
 import selectors
-import signal
 import socket
 import time
 from pathlib import Path
@@ -51,10 +50,7 @@ from typing import Any, Callable, Optional
 
 from rollcall import interrupts
 from rollcall.config import fault_plan, keeper_config, repair_shop
-from rollcall.core import (
-    DRIVER, EMPTY, Broadcast, CommitVerdict, Completion, Final, Formed, IdRuns,
-    JobFailed, Keeper, Record, Relaunch, RestartJob, Send, rec,
-)
+from rollcall.core import DRIVER, CommitVerdict, Completion, Final, IdRuns, Keeper, rec
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
 
@@ -62,6 +58,7 @@ from real import wire
 from real.keeper_port import CommitAsk, LocalKeeper
 from real.fault_timing import FaultTiming
 from real.nemesis import Nemesis
+from real.outputs import Outputs
 from real.processes import Processes
 from real.procs import Proc
 from real.service import Conn, Service
@@ -122,37 +119,29 @@ class Launcher:
             hist.unlink()
         self.history = HistoryWriter(self.out)
         self.t0 = time.monotonic()
-        # the keeper's answers come back through effects, commit_answered and
-        # life_given (real.keeper_port); what the launcher knows of its record
-        # is what its outputs said: the latest generation and its members
         self.sel = selectors.DefaultSelector()
         self.service = Service(self.sel, self.secret, self.run_id, self.now, self.write)
         self.service.handler = self
         self.host_links = HostLinks(self)  # hosts mode: the host agents' links
         self.service.host_handler = self.host_links
+        # the keeper's answers (real.keeper_port's Sink) carried out; what the
+        # launcher knows of the job is what they said (real.outputs)
+        self.outputs = Outputs(self)
         if scenario.keeper.store == "etcd":  # keeper processes, one active, found through etcd
             from real.keeper_link import RemoteKeeper
 
             self.keeper: Any = RemoteKeeper(self, self.sel)
         else:
-            self.keeper = LocalKeeper(Keeper(keeper_config(scenario)), self)
-        self.generation = 0
-        self.members: IdRuns = EMPTY
+            self.keeper = LocalKeeper(Keeper(keeper_config(scenario)), self.outputs)
         self.completion = Completion()  # the vote's verdict and the members' final reports
         self.faults = fault_plan(scenario)
-        # the machines, and the repair shop's answers until they are due
         # the lives: batches, joins, the machines and the repair shop's answers
         self.lives = Lives(self, repair_shop(scenario, self.faults.draws))
         self.processes = Processes(self.out, self.t0, self.secret_path, self.sel, self.now,
                                    self.lives.joins)
         self.store: Any = None  # torch's TCPStore, once started
-        self.train_start: Optional[float] = None
-        self.committed = 0                       # highest committed cursor step
-        self.committed_cursor = [0, 0]
         self.result: Optional[str] = None        # completed | failed | interrupted | error
         self.reason = ""
-        self.formed: list[tuple[float, int, tuple[int, ...]]] = []
-        self.survivor_restarts = 0
         self.end_t: Optional[float] = None
         self.stop = interrupts.Stop()  # run() takes its caller's, or one of its own
         self.nemesis = Nemesis(self)  # carries out the faults the plan hands out
@@ -229,36 +218,6 @@ class Launcher:
     def store_port(self) -> Optional[int]:
         return self.service.store_port
 
-    def effects(self, outputs: list) -> None:
-        for out in outputs:
-            if isinstance(out, Send):
-                self.service.route(out.to, out.message)
-            elif isinstance(out, Broadcast):
-                for w in out.to:
-                    self.service.route(w, out.message)
-            elif isinstance(out, Record):
-                self.write(out.record)
-                self.fault_timing.record(out.record)
-            elif isinstance(out, Formed):
-                self.formed_generation(out.generation, out.members)
-            elif isinstance(out, RestartJob):
-                self.restart_job(out)
-            elif isinstance(out, Relaunch):
-                self.relaunch(out)
-            elif isinstance(out, JobFailed):
-                self.finish("failed", f"job failed: {out.reason}")
-
-    def formed_generation(self, generation: int, members: IdRuns) -> None:
-        """The keeper decided ``generation`` with ``members``; the first starts training time."""
-        self.generation, self.members = generation, members
-        t = self.now()
-        self.formed.append((t, generation, tuple(members)))
-        if self.train_start is None:
-            self.train_start = t
-            for p in self.procs:
-                if p.alive and p.activated:
-                    self.faults.node_up(p.worker, 0.0)
-
     def physical_report(self) -> tuple[list, list, list]:
         """What a new keeper is told on taking over: the latest life started
         for each worker id, the nodes down, and the latest lives whose
@@ -274,25 +233,6 @@ class Launcher:
 
     def write_reject(self, reason: str) -> None:
         self.service.write_reject(reason)
-
-    def restart_job(self, out: RestartJob) -> None:
-        """Checkpoint-restart: SIGKILL the process of every worker the keeper
-        tears down (the members; torchrun's behaviour). Standbys keep waiting."""
-        doomed = [p for p in self.procs if p.alive and p.worker in out.teardown]
-        for p in doomed:
-            if p.fault is None:
-                self.survivor_restarts += 1
-            p.fault = "restart"
-            self.signal(p, signal.SIGKILL)
-        for p in doomed:
-            self.processes.reap(p)
-        self.nemesis.forget_dead()
-
-    def relaunch(self, out: Relaunch) -> None:
-        """Start exactly the lives the keeper names, as one batch that joins
-        together once every one has imported torch."""
-        lives = list(out.lives().items())
-        self.lives.start_batch(lives)
 
     # --- service I/O ------------------------------------------------------------------
 
@@ -321,45 +261,6 @@ class Launcher:
                        record: dict, compute_s: float, load: int) -> None:
         """Ask the keeper's commit vote; :meth:`commit_answered` gets its answer."""
         self.keeper.commit(now, CommitAsk(conn, w, inc, gen, step, record, compute_s, load))
-
-    def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict, held: bool = False) -> None:
-        """The vote's answer: the history's record, the scripted faults of a
-        step every member holds, and the member's ack. With direct links
-        (``ask.conn`` None) the keeper sent the ack, or ``held`` it at a gate
-        until the faults are in: it is released here."""
-        now, conn, w, gen, step, record = (self.now(), ask.conn, ask.worker, ask.gen, ask.step,
-                                           ask.record)
-        if verdict.complete:
-            self.completion.job_complete(now)
-        ok = verdict.ok and self.result is None
-        if ok and verdict.first:
-            r = dict(record)
-            r["t"] = round(now, 9)
-            self.write(r)
-            if record["last"] + 1 >= self.committed:
-                self.committed = record["last"] + 1
-                self.committed_cursor = [self.committed, record["stop"]]
-        due = self.fault_timing.acked(gen, step, w, len(self.members), self.committed) if ok else []
-        after = self.fault_timing.before_answer(due)  # the rest go after the answer
-        if conn is None:
-            if due:
-                self.keeper.gate(self.faults.next_gate())
-            if held:  # the rest once the keeper sent the ack and hears no worker
-                self.keeper.release(w, ask.incarnation, gen, step, bool(after))
-                self.fault_timing.hold(after)
-                return
-        else:
-            self.service.send(conn, ("ack", gen, step, ok))
-        for d in after:
-            self.nemesis.inject(d)
-
-    def gate_released(self, frozen: bool = True) -> None:
-        """Direct links: the ack held at a gate went and the keeper hears no
-        worker (``frozen``; not when its link was lost): the faults that go
-        after it go in, then it hears them again."""
-        self.fault_timing.released()
-        if frozen and self.keeper.up:
-            self.keeper.resume()
 
     # --- faults ------------------------------------------------------------------------
 
@@ -412,9 +313,43 @@ class Launcher:
         """The nodes whose hardware is up (read-only)."""
         return self.lives.nodes.up
 
+    # --- the keeper's outputs, as its port and the rest see them (real.outputs) ------------
+
+    def effects(self, outputs: list) -> None:
+        self.outputs.effects(outputs)
+
+    def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict, held: bool = False) -> None:
+        self.outputs.commit_answered(ask, verdict, held)
+
+    def gate_released(self, frozen: bool = True) -> None:
+        self.outputs.gate_released(frozen)
+
+    def formed_generation(self, generation: int, members: IdRuns) -> None:
+        self.outputs.formed_generation(generation, members)
+
     def life_given(self, worker: int, life: int) -> None:
         """The keeper handed out the life a repaired node's process starts as."""
-        self.lives.life_given(worker, life)
+        self.outputs.life_given(worker, life)
+
+    @property
+    def generation(self) -> int:
+        """The latest generation the keeper formed."""
+        return self.outputs.generation
+
+    @property
+    def members(self) -> IdRuns:
+        """Its members."""
+        return self.outputs.members
+
+    @property
+    def train_start(self) -> Optional[float]:
+        """When the first generation formed (None before)."""
+        return self.outputs.train_start
+
+    @property
+    def committed(self) -> int:
+        """The highest committed step."""
+        return self.outputs.committed
 
     # --- the lives, as the fault injector and the host links see them (real.lives) ---------
 
@@ -598,7 +533,7 @@ class Launcher:
         if self.end_t is None:
             self.end_t = now
         self.write(rec(now, "info", "end", DRIVER, completed=self.result == "completed",
-                       cursor=self.completion.end_cursor(list(self.committed_cursor)),
+                       cursor=self.completion.end_cursor(list(self.outputs.committed_cursor)),
                        reason=self.reason))
         self.service.close()
         self.sel.close()

@@ -16,8 +16,10 @@
   :class:`real.service.Handler` and, for the host agents' links,
   :class:`real.service.HostHandler`, and those host links
   (:class:`real.host_links.HostLinks`), the worker processes' lives
-  (:class:`real.lives.Lives`) and the machines (:class:`real.nodes.Nodes`)
-  only through protocols of their own.
+  (:class:`real.lives.Lives`), the machines (:class:`real.nodes.Nodes`)
+  and the keeper's outputs (:class:`real.outputs.Outputs`) only through
+  protocols of their own; a keeper in the launcher's process reaches those
+  outputs only as a :class:`real.keeper_port.Sink`.
 
 Each user is scanned for the members it touches through its handle; the
 class behind the protocol is scanned for the members it defines.
@@ -31,11 +33,12 @@ from typing import NamedTuple
 
 import pytest
 
-from real.keeper_port import Supervisor
+from real.keeper_port import Sink, Supervisor
 from real.nemesis import Cluster
 from real.host_links import HostLinksHost
 from real.lives import LivesHost
 from real.nodes import Owner
+from real.outputs import OutputsHost
 from real.service import Handler, HostHandler
 from sim.agents import AgentHost
 from sim.job import JobHost
@@ -85,6 +88,10 @@ SURFACES = {
     "real-lives": Surface(LivesHost, ["real/lives.py"], "host", set(),
                           ("real/launcher.py", "Launcher")),
     "real-nodes": Surface(Owner, ["real/nodes.py"], "owner", set(), ("real/lives.py", "Lives")),
+    "real-outputs": Surface(OutputsHost, ["real/outputs.py"], "host", set(),
+                            ("real/launcher.py", "Launcher")),
+    "real-sink": Surface(Sink, ["real/keeper_port.py"], "sink", set(),
+                         ("real/outputs.py", "Outputs")),
 }
 
 
