@@ -504,7 +504,7 @@ class Launcher:
         if self.hosts_mode and not self.external_hosts:
             extra = 0  # the workers' hosts, then the keeper side's (keepers, etcd members)
             if self.sc.keeper.store == "etcd":
-                from real.keeper_link import keeper_hosts
+                from real.keeper_side import keeper_hosts
 
                 extra = keeper_hosts(self.sc.keeper)
             network = Network(self.run_id, self.sc.n_hosts + extra)

@@ -9,7 +9,8 @@
   protocols; the keeper's side reaches the job through
   :class:`sim.keeper_port.Job`.
 * The launcher's side of a keeper in its own processes
-  (:class:`real.keeper_link.RemoteKeeper`) reaches the launcher only through
+  (:class:`real.keeper_link.RemoteKeeper`, and its etcd and keeper processes,
+  :class:`real.keeper_side.KeeperSide`) reaches the launcher only through
   :class:`real.keeper_port.Supervisor`, the real nemesis
   (:class:`real.nemesis.Nemesis`) only through :class:`real.nemesis.Cluster`,
   the keeper service's links (:class:`real.service.Service`) only through
@@ -75,7 +76,8 @@ SURFACES = {
                                ("sim/driver.py", "Simulation")),
     "sim-job": Surface(Job, ["sim/keeper_port.py"], "job", set(), ("sim/job.py", "Job")),
     "sim-job-host": Surface(JobHost, ["sim/job.py"], "host", set(), ("sim/driver.py", "Simulation")),
-    "real-supervisor": Surface(Supervisor, ["real/keeper_link.py"], "supervisor", set(),
+    "real-supervisor": Surface(Supervisor, ["real/keeper_link.py", "real/keeper_side.py"],
+                               "supervisor", set(),
                                ("real/launcher.py", "Launcher")),
     "real-cluster": Surface(Cluster, ["real/nemesis.py"], "cluster", set(),
                             ("real/launcher.py", "Launcher")),

@@ -99,7 +99,7 @@ def test_keepers_that_crash_end_the_run_in_error(tmp_path: Path, monkeypatch: py
     started without end: after ``KEEPER_CRASHES_MAX`` crashes since the last
     takeover the run ends in error, naming the exit code and the log's last
     line, and leaves nothing behind."""
-    from real import keeper_link
+    from real import keeper_link, keeper_side
 
     kill_active = keeper_link.RemoteKeeper.kill_active
 
@@ -113,7 +113,7 @@ def test_keepers_that_crash_end_the_run_in_error(tmp_path: Path, monkeypatch: py
     assert "keeper processes crashed" in s["end_reason"], s["end_reason"]
     assert "exit code 2: real.keeper_proc: Expecting value" in s["end_reason"], s["end_reason"]
     crashed = [r for r in recs if r["f"] == "keeper_exit" and r["returncode"] == 2]
-    assert keeper_link.KEEPER_CRASHES_MAX <= len(crashed) < 4 * keeper_link.KEEPER_CRASHES_MAX, crashed
+    assert keeper_side.KEEPER_CRASHES_MAX <= len(crashed) < 4 * keeper_side.KEEPER_CRASHES_MAX, crashed
 
 
 @skip_no_etcd
