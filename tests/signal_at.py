@@ -105,9 +105,9 @@ def _install(phase: str, send: Callable[[], None]) -> None:
     elif phase == "importing-torch":
         sys.meta_path.insert(0, _OnImport("torch.functional", send))
     elif phase == "checks":
-        import rollcall.app.cli
+        import rollcall.app.checks
 
-        _wrap(rollcall.app.cli, "_size_problem", before=lambda *_: send())
+        _wrap(rollcall.app.checks, "size_problem", before=lambda *_: send())
     elif phase in ("writing-summary", "summary-written"):
         import real.driver
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rollcall.app import cli
+from rollcall.app import checks, cli
 from rollcall.results import SUMMARY_KEYS, claim_out_dir, OutDirError, read_history, write_summary
 from rollcall.scenario import Scenario, parse_scenario
 
@@ -115,10 +115,10 @@ def test_steps_whose_history_is_too_large_are_refused(tmp_path: Path,
 def test_max_history_mb_moves_the_bound() -> None:
     sc = parse_scenario("name: h\nworkload: {steps: 100000000}\nstrategy: {checkpoint_interval_steps: 50}\n")
     # 2 records per 50 steps, 120 B each: about 458 MiB
-    assert cli._size_problem(sc, False, 1024, False) is None
-    assert "more than --max-history-mb 100" in str(cli._size_problem(sc, False, 100, False))
+    assert checks.size_problem(sc, False, 1024, False) is None
+    assert "more than --max-history-mb 100" in str(checks.size_problem(sc, False, 100, False))
     # the per-sample ledger writes a record per member per step
-    assert cli._size_problem(sc, True, 1024, False) is not None
+    assert checks.size_problem(sc, True, 1024, False) is not None
 
 
 def test_huge_steps_subprocess_is_one_line_and_quick(tmp_path: Path) -> None:
@@ -132,7 +132,7 @@ def test_huge_steps_subprocess_is_one_line_and_quick(tmp_path: Path) -> None:
 def test_real_target_refuses_more_workers_than_the_machine_holds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     seen = _fake_real(monkeypatch)
-    monkeypatch.setattr(cli, "real_capacity", lambda: 3)
+    monkeypatch.setattr(checks, "real_capacity", lambda: 3)
     out = tmp_path / "r"
     assert cli.main(["run", REAL_FOUR, "--out", str(out), "--quiet"]) == 2
     _one_error(capsys, "the real target would start 4 worker processes")
@@ -145,7 +145,7 @@ def test_real_target_refuses_more_workers_than_the_machine_holds(
 
 def test_real_capacity_is_bounded_by_cpus() -> None:
     import os
-    assert 1 <= cli.real_capacity() <= cli.REAL_WORKERS_PER_CPU * (os.cpu_count() or 1)
+    assert 1 <= checks.real_capacity() <= checks.REAL_WORKERS_PER_CPU * (os.cpu_count() or 1)
 
 
 def test_sweep_on_real_runs_one_job_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

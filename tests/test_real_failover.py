@@ -289,9 +289,9 @@ def test_a_users_etcd_cluster_with_a_user_of_its_own(tmp_path: Path, links: str)
         sc = _scenario("{at_step: 12, kill_keeper: active}", steps=40, keeper=(
             f", etcd_endpoints: [{urls}], etcd_user: trainer, etcd_password_file: '{pw}',"
             f" worker_links: {links}"))
-        from rollcall.app.cli import _keeper_problem
+        from rollcall.app.checks import keeper_problem
 
-        assert _keeper_problem(sc) is None, "the CLI's check lets these credentials through"
+        assert keeper_problem(sc) is None, "the CLI's check lets these credentials through"
         s, recs = _run(sc, tmp_path / "run")
         assert s["completed"] and s["valid"], (s["end_reason"], s["violations"])
         assert s["keeper_failovers"] == 1

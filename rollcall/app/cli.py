@@ -22,15 +22,13 @@ from rollcall.app import targets
 
 interrupts.quit_until_main("rollcall")  # before the slow imports: a signal there is one line
 
-from rollcall.cli_args import OneLineParser  # noqa: E402
+from rollcall.app import checks  # noqa: E402
+from rollcall.app.cli_parser import Commands, build_parser  # noqa: E402
 from rollcall.results import (  # noqa: E402
-    OutDirError, claim_out_dir, default_out_dir, history_estimate_bytes, prepare_out_dir,
-    update_latest,
+    OutDirError, claim_out_dir, default_out_dir, prepare_out_dir, update_latest,
 )
 from rollcall.scenario import Scenario, ScenarioError, load_scenario  # noqa: E402
 
-TARGETS = targets.TARGETS
-STRATEGIES = ("elastic", "checkpoint-restart")
 
 
 def _utc_stamp() -> str:
@@ -166,94 +164,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-#: resident memory of one real worker process (torch imported, a small model), about
-REAL_WORKER_BYTES = 512 << 20
-#: real worker processes per CPU core, at most (gloo workers on CPUs share cores)
-REAL_WORKERS_PER_CPU = 4
-
-
-def real_capacity() -> int:
-    """Real worker processes this machine can hold: by CPU count and by physical memory."""
-    cpus = os.cpu_count() or 1
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        memory = REAL_WORKER_BYTES * REAL_WORKERS_PER_CPU * cpus
-    return max(1, min(REAL_WORKERS_PER_CPU * cpus, memory // REAL_WORKER_BYTES))
-
-
-def _hosts_problem(scenario: Scenario, external_hosts: bool) -> str | None:
-    """Why a real scenario with hosts cannot run here (one line), or None: its
-    hosts are network namespaces, which need root or CAP_NET_ADMIN (and nft),
-    unless the hosts are external (``rollcall keeper``)."""
-    if scenario.target != "real" or scenario.cluster.workers_per_host is None or external_hosts:
-        return None
-    reason = targets.netns_problem()
-    if reason is None:
-        return None
-    return (f"{scenario.name}: cluster.workers_per_host runs hosts as network namespaces on the "
-            f"real target: {reason}")
-
-
-def _device_problem(scenario: Scenario) -> str | None:
-    """Why a real scenario's ``cluster.device``/``backend`` cannot run on this
-    machine (one line), or None: CUDA absent, or fewer GPUs than ``nccl``'s
-    one per worker. Checked here, at run time, not when the file is parsed:
-    a scenario is often validated on a machine without GPUs."""
-    if scenario.target != "real" or scenario.cluster.device == "cpu":
-        return None  # no torch import for the common case
-    return targets.device_problem(scenario)
-
-
-def _keeper_problem(scenario: Scenario) -> str | None:
-    """Why a real scenario's etcd-backed keeper cannot run here (one line), or None."""
-    if scenario.target != "real" or scenario.keeper.store == "memory":
-        return None
-    k = scenario.keeper
-    if k.etcd_endpoints is not None:  # the user's cluster: reachable, and these credentials do
-        problem = targets.etcd_cluster_problem(k.etcd_endpoints, k.etcd_user,
-                                               k.etcd_password_file)
-        return None if problem is None else f"{scenario.name}: {problem}"
-    if targets.etcd_binary() is None:
-        return (f"{scenario.name}: keeper.store: etcd needs the etcd server (Debian's "
-                f"etcd-server: apt-get install etcd-server)")
-    return None
-
-
-def _size_problem(scenario: Scenario, per_sample_ledger: bool, max_history_mb: int,
-                  force: bool) -> str | None:
-    """Why the run is too large to start (one line), or None.
-
-    The real target starts a process per worker id up front (spares and
-    newcomers idle), so more ids than :func:`real_capacity` would swap or
-    fork-bomb the machine; a history larger than ``--max-history-mb`` (the
-    floor of a failure-free run) would fill the disk without a word.
-    """
-    if scenario.target == "real" and not force:
-        procs, limit = scenario.worker_id_limit, real_capacity()
-        if procs > limit:
-            return (f"{scenario.name}: the real target would start {procs} worker processes "
-                    f"(workers + spares + joins); this machine holds about {limit} "
-                    f"({REAL_WORKERS_PER_CPU} per CPU, {REAL_WORKER_BYTES >> 20} MiB each); "
-                    f"pass --force to run anyway")
-    estimate = history_estimate_bytes(scenario, per_sample_ledger)
-    if estimate > max_history_mb << 20:
-        return (f"{scenario.name}: workload.steps={scenario.workload.steps} would write a history "
-                f"of at least {estimate >> 20} MiB, more than --max-history-mb {max_history_mb}; "
-                f"raise --max-history-mb, or run fewer steps or a longer "
-                f"strategy.checkpoint_interval_steps")
-    return None
-
-
-def _per_sample_ledger(scenario: Scenario, ledger: bool) -> bool:
-    """Whether the run writes one ledger record per member per step (see ``sim.driver``)."""
-    if scenario.target != "sim" or ledger:
-        return True
-    # a stand-in sim driver without the constant: the compact ledger, the floor
-    small = targets.ledger_samples(scenario.target)
-    return scenario.workload.steps * scenario.workload.global_batch <= small
-
-
 def _run_out_dir(out: str | Path | None, force: bool, scenario: Scenario) -> Path:
     """``out`` (claimed: refused if it holds another run, unless ``force``), or a fresh default."""
     if out:
@@ -293,12 +203,8 @@ def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bo
         raise RunRefused(f"--ledger: the data order of a {scenario.workload.dataset_samples}-sample "
                          f"dataset is too large to list (at most {LEDGER_DATASET_LIMIT}); run "
                          f"without --ledger for the compact ledger")
-    problem = _hosts_problem(scenario, bool((driver_options or {}).get("external_hosts")))
-    problem = problem or _keeper_problem(scenario)
-    problem = problem or _device_problem(scenario)
-    problem = problem or _size_problem(scenario, _per_sample_ledger(scenario, ledger),
-                                       MAX_HISTORY_MB if max_history_mb is None else max_history_mb,
-                                       force)
+    problem = checks.run_problem(scenario, bool((driver_options or {}).get("external_hosts")),
+                                 ledger, max_history_mb, force)
     if problem is not None:
         raise RunRefused(problem)
     with interrupts.catch(stop=stop) as stop:
@@ -419,10 +325,7 @@ def prepare_compare(scenario: Scenario, out: str | Path | None = None, *,
         compare = comparison.on_target(scenario.target)
     except targets.NotBuilt as exc:
         raise RunRefused(str(exc)) from None
-    problem = _hosts_problem(scenario, False) or _device_problem(scenario) or \
-        _keeper_problem(scenario) or _size_problem(
-        scenario, _per_sample_ledger(scenario, False),
-        MAX_HISTORY_MB if max_history_mb is None else max_history_mb, force)
+    problem = checks.run_problem(scenario, False, False, max_history_mb, force)
     if problem is not None:
         raise RunRefused(problem)
     out_dir = Path(out) if out else RUNS_ROOT / scenario.name / f"{_utc_stamp()}-compare"
@@ -481,11 +384,35 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return _compare_output(args, scenario, cmp, out_dir)
 
 
-def _cmd_sweep(args: argparse.Namespace) -> int:
+def _sweep_problem(args: argparse.Namespace, scenario: Scenario) -> str | None:
+    """Why ``sweep`` cannot run as asked (one line), or None."""
+    from rollcall.results import SUMMARY_KEYS
+
+    if args.rel_accuracy is not None and args.max_seeds < args.seeds:
+        return f"sweep: --max-seeds {args.max_seeds} is below --seeds {args.seeds}"
+    if args.metric not in SUMMARY_KEYS:
+        return (f"sweep: --metric {args.metric!r} is not a summary key (e.g. elapsed_s, goodput, "
+                f"ettr)")
+    return checks.run_problem(scenario, False, False, args.max_history_mb, args.force)
+
+
+def _sweep_dir(args: argparse.Namespace, scenario: Scenario) -> Path:
+    """``--out``, or one named by the scenario, the target and the overrides:
+    deterministic, so that running the same sweep again resumes it."""
     import hashlib
     import json
 
-    from rollcall.app import analysis, sweeps
+    if args.out:
+        return Path(args.out)
+    name = f"sweep-{scenario.target}"
+    if args.set:
+        name += "-" + hashlib.sha1(json.dumps(sorted(args.set)).encode()).hexdigest()[:8]
+    return Path("runs") / scenario.name / name
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from rollcall.app import sweeps
+    from rollcall.app.engines import EngineError
 
     try:
         grid = sweeps.parse_grid(args.grid)
@@ -495,36 +422,17 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario, args.set, target=args.target)
     _warn(args.scenario, scenario)
     calibration = _calibration(args, scenario)
-    if args.rel_accuracy is not None and args.max_seeds < args.seeds:
-        _err(f"sweep: --max-seeds {args.max_seeds} is below --seeds {args.seeds}")
-        return 2
-    from rollcall.results import SUMMARY_KEYS
-
-    if args.metric not in SUMMARY_KEYS:
-        _err(f"sweep: --metric {args.metric!r} is not a summary key (e.g. elapsed_s, goodput, "
-             f"ettr)")
-        return 2
-    if args.out:
-        out_dir = Path(args.out)
-    else:  # deterministic, so that running the same sweep again resumes it
-        name = f"sweep-{scenario.target}"
-        if args.set:
-            name += "-" + hashlib.sha1(json.dumps(sorted(args.set)).encode()).hexdigest()[:8]
-        out_dir = Path("runs") / scenario.name / name
-    strategies = tuple(args.strategy) if args.strategy else sweeps.STRATEGIES
-    problem = _hosts_problem(scenario, False) or _device_problem(scenario) or \
-        _keeper_problem(scenario) or _size_problem(
-        scenario, _per_sample_ledger(scenario, False), args.max_history_mb, args.force)
+    problem = _sweep_problem(args, scenario)
     if problem is not None:
         _err(problem)
         return 2
+    out_dir = _sweep_dir(args, scenario)
+    strategies = tuple(args.strategy) if args.strategy else sweeps.STRATEGIES
     jobs = args.jobs
     if scenario.target == "real" and jobs > 1:
         # each real point is a whole process group; two at once share the CPUs and time out
         _err(f"sweep --target real: one run at a time (not --jobs {jobs})")
         jobs = 1
-    from rollcall.app.engines import EngineError
-
     engine, started = None, False
     stop = interrupts.Stop()  # rebound by the block; here for a signal before it is entered
     try:
@@ -553,9 +461,18 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         if engine is not None:
             engine.close()
     _link_latest(out_dir)
+    return _sweep_outcome(args, list(grid), df, out_dir)
+
+
+def _sweep_outcome(args: argparse.Namespace, grid: list[str], df: Any, out_dir: Path) -> int:
+    """Print the sweep's table (unless ``--quiet``), name each run that did
+    not complete or is not valid; exit 1 if there is one, else 0."""
+    from rollcall.app import analysis, sweeps
+
     if not args.quiet and len(df):
-        table = analysis.summarize(df, list(grid) + ["strategy"], ["goodput", "ettr", "elapsed_s"])
-        cols = list(grid) + ["strategy", "n", "goodput_mean", "goodput_ci", "ettr_mean", "ettr_ci", "elapsed_s_mean"]
+        table = analysis.summarize(df, grid + ["strategy"], ["goodput", "ettr", "elapsed_s"])
+        cols = grid + ["strategy", "n", "goodput_mean", "goodput_ci", "ettr_mean", "ettr_ci",
+                       "elapsed_s_mean"]
         print(table[cols].to_string(index=False))
     incomplete = df[df["completed"].astype(str) != "True"] if len(df) else df
     invalid = df[df["valid"].astype(str) != "True"] if len(df) else df
@@ -617,209 +534,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-#: default of --max-history-mb: a failure-free history larger than this is refused
-MAX_HISTORY_MB = 1024
-
-
-def _size_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-history-mb", type=_positive_int, default=MAX_HISTORY_MB, metavar="MB",
-                   help=f"refuse a run whose failure-free history.jsonl would be larger "
-                        f"(default {MAX_HISTORY_MB})")
-    p.add_argument("--force", action="store_true",
-                   help="real target: start more worker processes than this machine seems to "
-                        "hold (4 per CPU, 512 MiB each)" + (
-                            "; and reuse a non-empty --out (its summary.json and history.jsonl "
-                            "are removed first)" if p.prog.endswith(" run") else ""))
-
-
-class _GpusAction(argparse.Action):
-    """``--gpus N``: appends ``cluster.gpus=N`` to the ``--set`` items, in command-line order
-    (so the replay line, the sweep's directory name and a later ``--set`` all see it)."""
-
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
-                 values: Any, option_string: str | None = None) -> None:
-        items = list(getattr(namespace, self.dest, None) or [])  # a copy: the default is shared
-        setattr(namespace, self.dest, items + [f"cluster.gpus={values}"])
-
-
-def _interval_options(p: argparse.ArgumentParser) -> None:
-    """How compare and sweep choose each strategy's checkpoint interval, and their wall bound."""
-    p.add_argument("--fixed-interval", action="store_true",
-                   help="both strategies keep strategy.checkpoint_interval_steps (default: each "
-                        "its own Daly optimum for the events that send it back to a checkpoint; "
-                        "the scenario's when it has no random failures, the grid's when a sweep's "
-                        "grid sets it)")
-    p.add_argument("--max-wall-s", type=_positive_float, metavar="S",
-                   help="end each run after S seconds of wall clock (completed: false, "
-                        "end_reason 'wall limit: ...', kept as a run cut short)")
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="rollcall",
-        description="Fault-injection and simulation testbed for elastic data-parallel training.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("scenario", metavar="SCENARIO", help="scenario YAML file")
-        p.add_argument(
-            "--set", action="append", default=[], metavar="KEY=VALUE",
-            help="override a scenario key, e.g. --set failures.worker_mtbf_s=3600 (value is YAML)",
-        )
-        p.add_argument(
-            "--gpus", action=_GpusAction, dest="set", type=_positive_int, metavar="N",
-            help="shorthand for --set cluster.gpus=N: N / cluster.gpus_per_worker workers "
-                 "(replaces the scenario's cluster.workers)",
-        )
-
-    p = sub.add_parser("validate", help="check a scenario file and print its resolved identity")
-    common(p)
-    p.add_argument("--plan", action="store_true",
-                   help="also print the resolved scenario, the worker id ranges, the fault "
-                        "timeline, the failure-free time, the expected random failures and a "
-                        "wall-time estimate (sim: unit costs timed by tiny runs, ~0.3 s)")
-    p.set_defaults(func=_cmd_validate)
-
-    p = sub.add_parser("run", help="run a scenario on a target")
-    common(p)
-    p.add_argument("--target", choices=TARGETS, help="override the scenario's target")
-    p.add_argument("--seed", type=int, help="override the scenario's seed")
-    p.add_argument("--strategy", choices=STRATEGIES, help="override strategy.kind")
-    p.add_argument("--out", metavar="DIR",
-                   help="run directory (default runs/<name>/<utc>-seed<S>/); refused when it "
-                        "holds files, unless --force")
-    p.add_argument("--quiet", action="store_true", help="print only the replay line")
-    p.add_argument("--ledger", action="store_true",
-                   help="sim: write the per-sample ledger whatever the run's size "
-                        "(the real target always writes it)")
-    p.add_argument("--max-wall-s", type=_positive_float, metavar="S",
-                   help="end the run after S seconds of wall clock (completed: false, "
-                        "end_reason 'wall limit: ...', history and summary kept; exit 1)")
-    _size_options(p)
-    _calibration_option(p)
-    p.set_defaults(func=_cmd_run)
-
-    p = sub.add_parser(
-        "compare", help="run both strategies on the same seeds and decide which is faster",
-        description="Run checkpoint-restart and elastic for seeds S..S+N-1 (same failure trace "
-                    "per seed) on the sim or on real processes, print the table in human units, "
-                    "the paired difference elastic - checkpoint-restart with its 95% interval "
-                    "and a verdict. Exit 0 when every run completed and is valid, 1 when some "
-                    "run did not (named on stderr), 2 on bad input, 130 on Ctrl-C.")
-    common(p)
-    p.add_argument("--seeds", type=_positive_int, default=5, metavar="N", help="number of seeds (default 5)")
-    p.add_argument("--seed", type=int, help="first seed (default: the scenario's seed)")
-    p.add_argument("--target", choices=TARGETS,
-                   help="override the scenario's target: sim, or real (torch.distributed gloo "
-                        "processes on this machine, one run at a time)")
-    _interval_options(p)
-    p.add_argument("--json", action="store_true",
-                   help="print one JSON object on stdout (means, intervals, paired differences, "
-                        "verdict, checkpoint interval, exit status) instead of the table")
-    p.add_argument("--out", metavar="DIR", help="output directory (default runs/<name>/<utc>-compare/)")
-    _size_options(p)
-    _calibration_option(p)
-    _engine_options(p)
-    p.set_defaults(func=_cmd_compare)
-
-    p = sub.add_parser("sweep", help="run a grid of keys x both strategies x seeds, resumable "
-                                     "(exit 1 when some run did not complete or is not valid)")
-    common(p)
-    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
-                   help="a key and its values (YAML each), repeatable: the cartesian product is run")
-    p.add_argument("--seeds", type=_positive_int, default=3, metavar="N", help="seeds per point (default 3)")
-    p.add_argument("--seed", type=int, help="first seed (default: the scenario's seed)")
-    p.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1, metavar="J",
-                   help="parallel processes (default: CPU count; 1 with --target real)")
-    p.add_argument("--target", choices=TARGETS, help="override the scenario's target (default sim)")
-    p.add_argument("--strategy", choices=STRATEGIES, action="append",
-                   help="only this strategy (repeatable; default both)")
-    p.add_argument("--rel-accuracy", type=_positive_float, metavar="R",
-                   help="adaptive replication: after --seeds, add seeds to each point until the "
-                        "95%% interval half-width of --metric is at most R of its mean (or "
-                        "--max-seeds); sweep.csv's column seeds says how many each took")
-    p.add_argument("--max-seeds", type=_positive_int, default=100, metavar="N",
-                   help="with --rel-accuracy: at most N seeds per point (default 100)")
-    p.add_argument("--metric", default="elapsed_s", metavar="KEY",
-                   help="with --rel-accuracy: the summary key it is about (default elapsed_s)")
-    p.add_argument("--out", metavar="DIR", help="sweep directory (default runs/<name>/sweep-<target>/)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar or table")
-    _interval_options(p)
-    _size_options(p)
-    _calibration_option(p)
-    _engine_options(p)
-    p.set_defaults(func=_cmd_sweep)
-
-    p = sub.add_parser(
-        "report", help="write DIR/report.html (and PNGs): timeline, goodput/ETTR, break-even, "
-                       "checkpoint-interval U-curve, verdict",
-        description="Draw a run, compare or sweep directory into one self-contained HTML page "
-                    "(DIR/report.html, PNGs beside it; nothing fetched from the network) and "
-                    "print its path. Exit 2 when DIR is missing, not a rollcall directory or an "
-                    "unfinished run.")
-    p.add_argument("dir", metavar="DIR", help="a run, compare or sweep directory (runs/latest: "
-                                              "the last one written under runs/)")
-    p.set_defaults(func=_cmd_report)
-
-    from rollcall.app import cli_hosts
-
-    cli_hosts.add_commands(sub, common, keeper=_cmd_keeper)
-
-    p = sub.add_parser(
-        "calibrate", help="measure a real run's costs (RUN_DIR), or this machine's with "
-                          "the calibration suite (--suite --out FILE)")
-    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?",
-                   help="a run directory of the real target")
-    p.add_argument("--suite", action="store_true",
-                   help="run the calibration suite: four short real runs, each cost measured "
-                        "on its own and fitted by size (rollcall/app/suite.py); --out is its file")
-    p.add_argument("--runs", metavar="DIR",
-                   help="--suite: where its real runs go (default FILE's name + .runs/)")
-    p.add_argument("--out", metavar="FILE",
-                   help="output file (default RUN_DIR/calibration.yaml; required with --suite)")
-    p.set_defaults(func=_cmd_calibrate)
-    return parser
-
-
-def _engine_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=("local", "ray", "slurm"),
-                   help="where the sim runs execute: local (a process pool here), ray (a Ray "
-                        "cluster: a head of this command's own on loopback in a network "
-                        "namespace of its own, or --address), slurm (job arrays through "
-                        "submitit; --engine-opt slurm_partition=...). Default: local for sweep, "
-                        "one run at a time here for compare")
-    p.add_argument("--address", metavar="ADDR",
-                   help="with --engine ray: an existing Ray cluster (token authentication "
-                        "required: RAY_AUTH_MODE=token and its token)")
-    p.add_argument("--engine-opt", action="append", default=[], metavar="KEY=VALUE",
-                   help="with --engine slurm: a submitit parameter (YAML value), repeatable: "
-                        "slurm_partition=gpu, timeout_min=120, slurm_array_parallelism=64")
-    p.add_argument("--retries", type=int, default=2, metavar="N",
-                   help="runs again a run whose process or machine was lost, up to N times "
-                        "(default 2); a run that fails is not")
-
-
 def _engine_failed(command: str, exc: Exception, out_dir: Path, started: bool) -> int:
     """One line; exit 2 when the engine could not start (bad input), 1 when a
     run failed on it (the others are kept, and the same command resumes)."""
@@ -861,13 +575,6 @@ def _open_engine(args: argparse.Namespace, scenario: Scenario, out_dir: Path, jo
     return open_engine(args.engine, jobs=jobs, address=args.address, options=options,
                        folder=str(out_dir / "submitit"), log_path=str(out_dir / "engine.log"),
                        retries=args.retries)
-
-
-def _calibration_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--calibration", metavar="FILE",
-                   help="sim: this machine's costs from a calibration file (rollcall calibrate "
-                        "--suite --out FILE, or one run's calibration.yaml), evaluated at the "
-                        "scenario's size; what the scenario means (faults, timeouts) is kept")
 
 
 def _cmd_calibrate_suite(args: argparse.Namespace) -> int:
@@ -914,7 +621,9 @@ def _cmd_calibrate_suite(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rollcall`` console script; returns the exit code."""
-    args = _build_parser().parse_args(argv)
+    args = build_parser(Commands(
+        validate=_cmd_validate, run=_cmd_run, compare=_cmd_compare, sweep=_cmd_sweep,
+        report=_cmd_report, keeper=_cmd_keeper, calibrate=_cmd_calibrate)).parse_args(argv)
     try:
         with interrupts.catch(immediate=True):  # a command's own catch blocks refine this
             code = int(args.func(args))
