@@ -25,7 +25,7 @@ import simpy
 from rollcall.config import job_policy
 from rollcall.core import (
     DRIVER, EMPTY, JOB, Checkpointed, Completion, Cursor, FaultPlan, Final, Formed,
-    IdRuns, KeeperConfig, Membership, Relaunch, RollCall, rec,
+    IdRuns, KeeperConfig, RollCall, rec,
 )
 from rollcall.scenario import Scenario
 
@@ -279,10 +279,6 @@ class Job:
 
     # ------------------------------------------------------------------ commit votes
 
-    def cast_votes(self, t: float, everything: bool = False) -> None:
-        """Cast the commit votes that reached the keeper by ``t`` (:meth:`sim.votes.Votes.cast`)."""
-        self.votes.cast(t, everything)
-
     def passed(self, t: float, cursor: Cursor, complete: bool) -> None:
         """Steps up to ``cursor`` passed the vote at ``t``: the trainers hold
         that state; ``complete``: the keeper says the job is done."""
@@ -336,7 +332,7 @@ class Job:
             return
         if self.state in (SYNC, RUN, CKPT, WAIT):
             self._abandon(now)  # cannot happen without a roll call; be safe
-        self.cast_votes(now, everything=True)  # a new generation: the old one's votes fail
+        self.votes.cast(now, everything=True)  # a new generation: the old one's votes fail
         self.ledger.flush()
         self._acct(now)
         self.state = IDLE
@@ -361,15 +357,6 @@ class Job:
         self._host.silences.recount()
         self._host.at(now + self._host.lat, self._enter, f.generation, cost)
 
-    def membership(self, to: IdRuns, m: Membership) -> None:
-        """A generation's member list reaches the agents it was sent to."""
-        now = self._host.env.now
-        to = IdRuns.of(to)
-        self._host.agents.hold_for_singles(m, to)  # paused processes: they hear it later
-        msgs = self._host.agents.receive(now, m, to)
-        if msgs:
-            self._host.at(now + self._host.lat, self._host.port.receive_at, msgs)
-
     def _enter(self, gen: int, cost: float) -> None:
         if gen != self.gen or self.state != IDLE or self._answered > gen:
             return  # superseded, or the members already answered the next roll call
@@ -387,7 +374,7 @@ class Job:
     def _on_due(self, now: float) -> None:
         st = self.state
         if st == CKPT:
-            self.cast_votes(now)  # the checkpoint is written once its step passed
+            self.votes.cast(now)  # the checkpoint is written once its step passed
         if st == SYNC:
             self._start_segment(now)
         elif st == RUN:
@@ -421,7 +408,7 @@ class Job:
         if self.state != WAIT:
             return  # a roll call came first: the step is redone
         now = self._host.env.now
-        self.cast_votes(now)
+        self.votes.cast(now)
         if not self.completion.complete:
             return
         # each member with a process reports its end at once (no transit is modelled)
@@ -458,29 +445,20 @@ class Job:
                 self._host.at(t, self._host.port.receive_at, [msg])
         self._start_segment(now)
 
-    def roll_call(self, to: IdRuns, call: RollCall) -> None:
-        """A roll call reaches the members it was sent to."""
-        now = self._host.env.now
-        if self.state == DONE:
-            return
-        to = IdRuns.of(to)
-        self._host.agents.hold_for_singles(call, to)  # paused processes: they hear it later
+    def roll_call(self, now: float, to: IdRuns, call: RollCall) -> None:
+        """A roll call reaches the members ``to`` (its agents hear it next)."""
         if call.generation == self.gen + 1:
             # Whatever the reason, a member abandons the step in flight (or the
             # state copy, or the checkpoint write) and joins (rollcall.core.messages.RollCall).
-            self.cast_votes(now)  # the round is open: no vote still on its way can pass
+            self.votes.cast(now)  # the round is open: no vote still on its way can pass
             self._answered = self.gen + 1
             synced = self.state in (RUN, CKPT, WAIT)  # the stale members finished the copy / load
             self._abandon(now)
-            self.cast_votes(now, everything=True)
+            self.votes.cast(now, everything=True)
             # the fact the agents are told: their trainers hold the committed
             # state (a stale member, before its copy or load is done, none)
             holders = to if synced or not self._stale else to - self._stale
             self._host.agents.step_committed(now, self.committed, holders)
-        msgs = self._host.agents.receive(now, call, to)
-        if msgs:  # the members with a state first, then those without
-            msgs.sort(key=lambda m: m.cursor is None)
-            self._host.at(now + self._host.lat, self._host.port.receive_at, msgs)
 
     def restart(self, now: float, teardown: IdRuns) -> None:
         """Checkpoint-restart: the job's step is given up and the process of
@@ -491,17 +469,13 @@ class Job:
         self._host.tally.counts["restarts"] += 1
         if self.state in (SYNC, RUN, CKPT, WAIT):
             self._abandon(now)
-        self.cast_votes(now, everything=True)
+        self.votes.cast(now, everything=True)
         self._acct(now)
         self._stalled = False
         self._host.machines.tear_down(teardown)
         self.state = IDLE
         self._set_due(None)
         self._clock(now)
-
-    def relaunch(self, now: float, order: Relaunch) -> None:
-        """The keeper relaunched the nodes it names (:meth:`sim.machines.Machines.relaunch`)."""
-        self._host.machines.relaunch(now, order)
 
     def finish(self, now: float, completed: bool, reason: str) -> None:
         if self.state == DONE:
@@ -516,11 +490,7 @@ class Job:
             self._acct(now)
             if self.state == RUN:
                 self._host.tally.lose(self._carry + self._carry_head_s)
-            for run in self.votes.runs:  # votes nobody will answer: the steps are lost
-                self._host.tally.lose((run.n - run.voted) * run.step_s + run.unvoted_head_s())
-                run.voted = run.n
-                self.ledger.run_closed(run)
-            self.votes.runs.clear()
+            self.votes.lose_outstanding()  # votes nobody will answer: the steps are lost
             self._host.tally.end_s = self._host.tally.end_s or now
         self.ledger.flush()
         self.state = DONE

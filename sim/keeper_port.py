@@ -45,17 +45,11 @@ class Job(Protocol):
     def formed(self, now: float, out: Formed) -> None:
         """A generation was decided: the members enter it."""
 
-    def roll_call(self, to: IdRuns, call: RollCall) -> None:
-        """A roll call reaches the members it was sent to (now)."""
-
-    def membership(self, to: IdRuns, m: Membership) -> None:
-        """A member list reaches the agents it was sent to (now)."""
+    def roll_call(self, now: float, to: IdRuns, call: RollCall) -> None:
+        """A roll call reaches the members ``to`` (its agents hear it next)."""
 
     def restart(self, now: float, teardown: IdRuns) -> None:
         """Checkpoint-restart: the processes of ``teardown`` are torn down."""
-
-    def relaunch(self, now: float, order: Relaunch) -> None:
-        """Checkpoint-restart: fresh processes start on the nodes named."""
 
     def finish(self, now: float, completed: bool, reason: str) -> None:
         """The run ends."""
@@ -71,6 +65,18 @@ class Sends(Protocol):
     """The agents' inbox (:class:`sim.agents.Agents`)."""
 
     def send(self, now: float, w: int, message: Any) -> None: ...
+
+    def hold_for_singles(self, message: Any, to: IdRuns) -> None:
+        """The single agents of ``to`` (paused processes) get ``message`` when they hear again."""
+
+    def receive(self, now: float, message: Any, to: IdRuns) -> list:
+        """``message`` reaches the batch's agents of ``to``: what they send."""
+
+
+class Relauncher(Protocol):
+    """Who starts the processes a relaunch names (:class:`sim.machines.Machines`)."""
+
+    def relaunch(self, now: float, order: Relaunch) -> None: ...
 
 
 class Carrier(Protocol):
@@ -97,6 +103,9 @@ class PortHost(Host, Protocol):
 
     @property
     def agents(self) -> Sends: ...
+
+    @property
+    def machines(self) -> Relauncher: ...
 
     @property
     def nemesis(self) -> Carrier: ...
@@ -220,15 +229,15 @@ class KeeperPort:
             elif isinstance(out, Broadcast):
                 msg = out.message
                 if isinstance(msg, RollCall):
-                    host.at(now + host.lat, job.roll_call, out.to, msg)
+                    host.at(now + host.lat, self._roll_call, out.to, msg)
                 elif isinstance(msg, Membership):
-                    host.at(now + host.lat, job.membership, out.to, msg)
+                    host.at(now + host.lat, self._members_told, out.to, msg)
             elif isinstance(out, Send):
                 host.agents.send(now, out.to, out.message)
             elif isinstance(out, RestartJob):
                 job.restart(now, out.teardown)
             elif isinstance(out, Relaunch):
-                job.relaunch(now, out)
+                host.machines.relaunch(now, out)  # the processes the keeper names
             elif isinstance(out, JobFailed):
                 job.finish(now, False, f"job failed: {out.reason}")
             elif isinstance(out, Deposed):
@@ -240,6 +249,29 @@ class KeeperPort:
         if due:  # once the keeper's outputs of this instant are carried out
             host.at(now, self._scripted, due)
         self.rearm(now)
+
+    def _roll_call(self, to: IdRuns, call: RollCall) -> None:
+        """A roll call reaches the members it was sent to (now): the job
+        gives up its step, then their agents answer."""
+        host = self._host
+        if host.finished:
+            return
+        now, to = host.env.now, IdRuns.of(to)
+        host.agents.hold_for_singles(call, to)  # paused processes: they hear it later
+        self._job.roll_call(now, to, call)
+        msgs = host.agents.receive(now, call, to)
+        if msgs:  # the members with a state first, then those without
+            msgs.sort(key=lambda m: m.cursor is None)
+            host.at(now + host.lat, self.receive_at, msgs)
+
+    def _members_told(self, to: IdRuns, m: Membership) -> None:
+        """A generation's member list reaches the agents it was sent to (now)."""
+        host = self._host
+        now, to = host.env.now, IdRuns.of(to)
+        host.agents.hold_for_singles(m, to)  # paused processes: they hear it later
+        msgs = host.agents.receive(now, m, to)
+        if msgs:
+            host.at(now + host.lat, self.receive_at, msgs)
 
     def _recorded(self, r: dict) -> list[Due]:
         """A keeper record is written and counted: the faults it makes due."""

@@ -162,6 +162,15 @@ class Votes:
         host = self._host
         host.port.apply(t, host.keeper.report_steps(t, run.gen, first, last, typical, slow))
 
+    def lose_outstanding(self) -> None:
+        """The run ends: the steps whose votes nobody will answer are lost."""
+        host = self._host
+        for run in self.runs:
+            host.tally.lose((run.n - run.voted) * run.step_s + run.unvoted_head_s())
+            run.voted = run.n
+            host.ledger.run_closed(run)
+        self.runs.clear()
+
     def watch(self) -> None:
         """While a member is slow, each step's vote is cast when it reaches the
         keeper, as each real step's commit request is, so the straggler
