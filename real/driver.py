@@ -103,7 +103,7 @@ def failover_times(records: list[dict]) -> list[float]:
 def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> dict[str, Any]:
     report = check(records, data_spec(scenario))
     s = summarize_report(report)
-    train_start = launcher.train_start
+    train_start = launcher.outputs.train_start
     end_t = launcher.end_t if launcher.end_t is not None else launcher.now()
     lineage = report.lineage
     last_commit_t = max((c["t"] for c in lineage), default=None)

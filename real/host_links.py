@@ -27,6 +27,13 @@ class DeadForgetter(Protocol):
     def forget_dead(self) -> None: ...
 
 
+class Exits(Protocol):
+    """The workers' lives (:class:`real.lives.Lives`)."""
+
+    def on_exit(self, p: Proc) -> None:
+        """A life ended (its exit reported)."""
+
+
 class HostLinksHost(Protocol):
     """What the host links need of the launcher."""
 
@@ -49,8 +56,8 @@ class HostLinksHost(Protocol):
 
     def now(self) -> float: ...
 
-    def on_exit(self, p: Proc) -> None:
-        """A life ended (its exit reported)."""
+    @property
+    def lives(self) -> Exits: ...
 
 
 class HostLinks:
@@ -102,7 +109,7 @@ class HostLinks:
         elif p.exited_t is None:
             p.returncode = value
             host.processes.ended(p)
-            host.on_exit(p)
+            host.lives.on_exit(p)
 
     def take_down(self, number: int) -> None:
         """``lose_host``: the machine goes (link down, every process on it

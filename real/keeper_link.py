@@ -34,7 +34,7 @@ from rollcall.core import (
 )
 
 from real import wire
-from real.keeper_port import CommitAsk, Supervisor
+from real.keeper_port import CommitAsk, Sink, Supervisor
 from real.keeper_side import START_TIMEOUT_S, KeeperProc, KeeperSide
 from real.keeper_store import StoreUnavailable
 from real.keeper_wire import TO_SUPERVISOR, supervisor_mac
@@ -46,12 +46,14 @@ MAX_BACKLOG = 8 << 20  # bytes queued for a keeper that does not read: then its 
 
 class RemoteKeeper:
     """The launcher's side of a keeper in processes of its own: it starts
-    the keeper candidates (and etcd where the run makes its own), follows
-    etcd to the one that leads, and carries that keeper's frames to the
-    launcher (a :class:`Supervisor`) and the launcher's facts to it."""
+    the keeper candidates (and etcd where the run makes its own, through
+    :class:`real.keeper_side.KeeperSide`), follows etcd to the one that
+    leads, and carries that keeper's answers to the ``sink`` and the
+    launcher's facts (a :class:`Supervisor`) to it."""
 
-    def __init__(self, launcher: Supervisor, sel: selectors.BaseSelector) -> None:
+    def __init__(self, launcher: Supervisor, sel: selectors.BaseSelector, sink: Sink) -> None:
         self.supervisor = launcher
+        self.sink = sink  # what is done with the keeper's answers (real.outputs)
         self.sel = sel
         self.ttl_s = float(launcher.sc.keeper.lease_ttl_s)
         # etcd and the keeper processes (real.keeper_side)
@@ -163,8 +165,8 @@ class RemoteKeeper:
         self.poll_at = self.supervisor.now()
         asks, self.asks = self.asks, {}
         for ask in asks.values():
-            self.supervisor.commit_answered(ask, LOST)
-        self.supervisor.gate_released(frozen=False)  # a gate's later faults are not lost with it
+            self.sink.commit_answered(ask, LOST)
+        self.sink.gate_released(frozen=False)  # a gate's later faults are not lost with it
 
     def drop_link(self) -> None:
         self.out = bytearray()
@@ -232,38 +234,38 @@ class RemoteKeeper:
     # --- the keeper's frames ---------------------------------------------------------------
 
     def frame(self, frame: tuple) -> None:
-        kind, supervisor = frame[0], self.supervisor
+        kind, sink = frame[0], self.sink
         if kind == "term":
             self.took_over(frame[1])
         elif kind == "send":
-            supervisor.effects([Send(frame[1], frame[2])])
+            sink.effects([Send(frame[1], frame[2])])
         elif kind == "broadcast":
-            supervisor.effects([Broadcast(frame[1], frame[2])])
+            sink.effects([Broadcast(frame[1], frame[2])])
         elif kind == "rec":
-            supervisor.effects([Record(frame[1])])
+            sink.effects([Record(frame[1])])
         elif kind == "formed":
-            supervisor.formed_generation(frame[1], frame[2])
+            sink.formed_generation(frame[1], frame[2])
         elif kind == "restart":
-            supervisor.effects([RestartJob(frame[1], frame[2], frame[3])])
+            sink.effects([RestartJob(frame[1], frame[2], frame[3])])
         elif kind == "relaunch":
             lives = dict(frame[2])
             ws = IdRuns.of(sorted(lives)) if lives else EMPTY
-            supervisor.effects([Relaunch(frame[1], ws, tuple(lives[w] for w in ws))])
+            sink.effects([Relaunch(frame[1], ws, tuple(lives[w] for w in ws))])
         elif kind == "job_failed":
-            supervisor.effects([JobFailed(frame[1])])
+            sink.effects([JobFailed(frame[1])])
         elif kind == "verdict":
             _, ask_id, ok, first, complete, reason = frame
             ask = self.asks.pop(ask_id, None)
             if ask is not None:
-                supervisor.commit_answered(ask, CommitVerdict(ok, reason, first, complete))
+                sink.commit_answered(ask, CommitVerdict(ok, reason, first, complete))
         elif kind == "life":
-            supervisor.life_given(frame[1], frame[2])
+            sink.life_given(frame[1], frame[2])
         elif kind == "committed":
             _, w, life, gen, step, ok, first, complete, reason, record, held = frame
             ask = CommitAsk(None, w, life, gen, step, record, 0.0, 0)
-            supervisor.commit_answered(ask, CommitVerdict(ok, reason, first, complete), held)
+            sink.commit_answered(ask, CommitVerdict(ok, reason, first, complete), held)
         elif kind == "released":
-            supervisor.gate_released()
+            sink.gate_released()
         else:
             raise wire.WireError(f"{kind} is not a frame a keeper sends")
 
@@ -319,7 +321,7 @@ class RemoteKeeper:
 
     def commit(self, now: float, ask: CommitAsk) -> None:
         if not self.up:
-            self.supervisor.commit_answered(ask, LOST)
+            self.sink.commit_answered(ask, LOST)
             return
         self.next_ask += 1
         self.asks[self.next_ask] = ask

@@ -65,14 +65,22 @@ class Sink(Protocol):
 
     def effects(self, outputs: list) -> None: ...
 
-    def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict) -> None: ...
+    def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict,
+                        held: bool = False) -> None:
+        """``held``: a keeper in its own processes holds the ack at a fault's gate."""
 
     def life_given(self, worker: int, life: int) -> None: ...
 
+    def formed_generation(self, generation: int, members: IdRuns) -> None:
+        """A keeper in its own processes formed ``generation`` (its ``Formed`` output)."""
 
-class Supervisor(Sink, Protocol):
+    def gate_released(self, frozen: bool = True) -> None:
+        """Direct links: the ack held at a gate went (``frozen``: the keeper hears no worker)."""
+
+
+class Supervisor(Protocol):
     """What a keeper in its own processes (:class:`real.keeper_link.RemoteKeeper`)
-    needs of the launcher beyond a :class:`Sink`: the run's identity and
+    needs of the launcher beside a :class:`Sink`: the run's identity and
     secret, where it writes, the hosts' network, the history, and the
     physical facts a new keeper takes over with."""
 
@@ -116,12 +124,6 @@ class Supervisor(Sink, Protocol):
     def finish(self, result: str, reason: str) -> None:
         """End the run with ``result`` (``error``: the launcher could not go on) and why."""
 
-    def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict,
-                        held: bool = False) -> None:
-        """As a :class:`Sink`'s; ``held``: the keeper holds the ack at a fault's gate."""
-
-    def formed_generation(self, generation: int, members: IdRuns) -> None: ...
-
     def write(self, record: dict) -> None: ...
 
     def write_reject(self, reason: str) -> None: ...
@@ -129,8 +131,6 @@ class Supervisor(Sink, Protocol):
     def tell_workers(self, frame: tuple) -> None: ...
 
     def physical_report(self) -> tuple[list, list, list]: ...
-
-    def gate_released(self, frozen: bool = True) -> None: ...
 
     def next_gate(self) -> int:
         """The committed count whose last ack waits for a fault (0: none)."""

@@ -50,7 +50,7 @@ from typing import Any, Callable, Optional
 
 from rollcall import interrupts
 from rollcall.config import fault_plan, keeper_config, repair_shop
-from rollcall.core import DRIVER, CommitVerdict, Completion, Final, IdRuns, Keeper, rec
+from rollcall.core import DRIVER, Completion, Final, Keeper, rec
 from rollcall.results import HISTORY_FILE, HistoryWriter
 from rollcall.scenario import Scenario
 
@@ -130,7 +130,7 @@ class Launcher:
         if scenario.keeper.store == "etcd":  # keeper processes, one active, found through etcd
             from real.keeper_link import RemoteKeeper
 
-            self.keeper: Any = RemoteKeeper(self, self.sel)
+            self.keeper: Any = RemoteKeeper(self, self.sel, self.outputs)
         else:
             self.keeper = LocalKeeper(Keeper(keeper_config(scenario)), self.outputs)
         self.completion = Completion()  # the vote's verdict and the members' final reports
@@ -182,12 +182,6 @@ class Launcher:
         """Every worker process the run started, in order."""
         return self.processes.table
 
-    def signal(self, p: Proc, sig: int) -> None:
-        self.processes.signal(p, sig)
-
-    def live_proc(self, worker: int) -> Optional[Proc]:
-        return self.processes.live(worker)
-
     def kill_now(self) -> None:
         """SIGKILL every process of the run at once, by PID, and wait for none
         (a second signal's handler runs it; :meth:`kill_all` reaps them after)."""
@@ -204,19 +198,6 @@ class Launcher:
         _LIVE.discard(self)
 
     # --- keeper outputs -------------------------------------------------------------
-
-    def tell(self, life: tuple[int, int], frame: tuple) -> bool:
-        return self.service.tell(life, frame)
-
-    def reachable(self, w: int) -> bool:
-        return self.service.reachable(w)
-
-    def tell_latest(self, w: int, frame: tuple) -> bool:
-        return self.service.tell_latest(w, frame)
-
-    @property
-    def store_port(self) -> Optional[int]:
-        return self.service.store_port
 
     def physical_report(self) -> tuple[list, list, list]:
         """What a new keeper is told on taking over: the latest life started
@@ -277,7 +258,7 @@ class Launcher:
         kt = self.keeper.get_timer()
         if kt is not None:
             times.append(kt)  # the keeper's (or, while none serves, the next look in etcd)
-        ft = self.fault_timing.next_time(self.train_start)
+        ft = self.fault_timing.next_time(self.outputs.train_start)
         if ft is not None:
             times.append(ft)
         nt = self.nemesis.get_timer()
@@ -301,7 +282,7 @@ class Launcher:
         now = self.now()
         self.service.expire_unauthenticated(now)
         self.keeper.handle_timer(now)
-        self.fault_timing.handle_timer(now, self.train_start)  # after the keeper's outputs
+        self.fault_timing.handle_timer(now, self.outputs.train_start)  # after the keeper's outputs
         self.nemesis.handle_timer(now)
         self.lives.nodes.handle_timer(now)
         self.lives.maybe_activate()
@@ -313,61 +294,11 @@ class Launcher:
         """The nodes whose hardware is up (read-only)."""
         return self.lives.nodes.up
 
-    # --- the keeper's outputs, as its port and the rest see them (real.outputs) ------------
-
-    def effects(self, outputs: list) -> None:
-        self.outputs.effects(outputs)
-
-    def commit_answered(self, ask: CommitAsk, verdict: CommitVerdict, held: bool = False) -> None:
-        self.outputs.commit_answered(ask, verdict, held)
-
-    def gate_released(self, frozen: bool = True) -> None:
-        self.outputs.gate_released(frozen)
-
-    def formed_generation(self, generation: int, members: IdRuns) -> None:
-        self.outputs.formed_generation(generation, members)
-
-    def life_given(self, worker: int, life: int) -> None:
-        """The keeper handed out the life a repaired node's process starts as."""
-        self.outputs.life_given(worker, life)
-
-    @property
-    def generation(self) -> int:
-        """The latest generation the keeper formed."""
-        return self.outputs.generation
-
-    @property
-    def members(self) -> IdRuns:
-        """Its members."""
-        return self.outputs.members
-
-    @property
-    def train_start(self) -> Optional[float]:
-        """When the first generation formed (None before)."""
-        return self.outputs.train_start
-
-    @property
-    def committed(self) -> int:
-        """The highest committed step."""
-        return self.outputs.committed
-
-    # --- the lives, as the fault injector and the host links see them (real.lives) ---------
-
-    def candidates(self) -> list[int]:
-        return self.lives.candidates()
-
-    def node_lost(self, now: float, w: int, kind: str) -> None:
-        self.lives.node_lost(now, w, kind)
-
-    def join(self, n: int) -> list[int]:
-        return self.lives.join(n)
-
-    def on_exit(self, p: Proc) -> None:
-        self.lives.on_exit(p)
+    # --- the keeper's outputs, as the rest see them (real.outputs) --------------------------
 
     def check_done(self) -> None:
         """End the run once the core's rule says the job is over."""
-        live = (w for w in self.members if self.live_proc(w) is not None)
+        live = (w for w in self.outputs.members if self.processes.live(w) is not None)
         if self.result is None and self.completion.done(self.now(), live):
             self.finish("completed", "all steps committed")
 
@@ -453,7 +384,7 @@ class Launcher:
                 if kind == "listen":
                     self.service.accept()
                 elif kind == "proc":
-                    self.on_exit(obj)
+                    self.lives.on_exit(obj)
                 elif kind == "wake":
                     wire.recv_some(key.fileobj)  # the signal is in self.stop
                 elif kind == "kconn":

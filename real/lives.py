@@ -43,6 +43,18 @@ class Faults(Protocol):
     def shop_answered(self, act: Any) -> None: ...
 
 
+class JobFacts(Protocol):
+    """What the keeper's outputs said of the job (:class:`real.outputs.Outputs`)."""
+
+    @property
+    def train_start(self) -> Optional[float]:
+        """When the first generation formed (None before)."""
+
+    @property
+    def members(self) -> IdRuns:
+        """The latest generation's members."""
+
+
 class LivesHost(Protocol):
     """What the lives need of the launcher."""
 
@@ -70,11 +82,8 @@ class LivesHost(Protocol):
     def nemesis(self) -> Faults: ...
 
     @property
-    def train_start(self) -> Optional[float]:
-        """When the first generation formed (None before)."""
-
-    @property
-    def members(self) -> IdRuns: ...
+    def outputs(self) -> JobFacts:
+        """What the keeper's outputs said of the job (:class:`real.outputs.Outputs`)."""
 
     @property
     def result(self) -> Optional[str]: ...
@@ -139,8 +148,9 @@ class Lives:
         host = self._host
         p.activated = True
         host.service.tell((p.worker, p.incarnation), ("activate",))
-        if host.train_start is not None:
-            host.faults.node_up(p.worker, host.now() - host.train_start)
+        train_start = host.outputs.train_start
+        if train_start is not None:
+            host.faults.node_up(p.worker, host.now() - train_start)
 
     def proc_of(self, conn: Conn) -> Optional[Proc]:
         if conn.worker is None or conn.incarnation is None:
@@ -172,7 +182,7 @@ class Lives:
         """Targets of a ``random`` fault: the live members of the current
         generation, as on the sim."""
         processes = self._host.processes
-        return [w for w in self._host.members
+        return [w for w in self._host.outputs.members
                 if (p := processes.live(w)) is not None and p.activated and not p.paused]
 
     def innocents(self) -> list[int]:

@@ -28,6 +28,54 @@ from real.procs import Proc
 Heal = tuple[float, Any, list[int], list[tuple[int, int]]]
 
 
+class JobFacts(Protocol):
+    """What the keeper's outputs said of the job (:class:`real.outputs.Outputs`)."""
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def committed(self) -> int:
+        """The highest committed step."""
+
+
+class Links(Protocol):
+    """The workers' links (:class:`real.service.Service`)."""
+
+    @property
+    def store_port(self) -> Optional[int]:
+        """torch's store, once it listens."""
+
+    def tell(self, life: tuple[int, int], frame: tuple) -> bool:
+        """Send ``frame`` to that life's process, if its link is open."""
+
+    def reachable(self, w: int) -> bool:
+        """Whether worker ``w``'s latest process has a link to the launcher."""
+
+    def tell_latest(self, w: int, frame: tuple) -> bool:
+        """Send ``frame`` to worker ``w``'s latest process, if it has a link."""
+
+
+class ProcessTable(Protocol):
+    """The process table (:class:`real.processes.Processes`)."""
+
+    def live(self, w: int) -> Optional[Proc]:
+        """Worker ``w``'s live process, if it has one."""
+
+    def signal(self, p: Proc, sig: int) -> None: ...
+
+
+class Lives(Protocol):
+    """What a fault does to the workers' lives (:class:`real.lives.Lives`)."""
+
+    def candidates(self) -> list[int]:
+        """The live members of the current generation."""
+
+    def node_lost(self, now: float, w: int, kind: str) -> None: ...
+
+    def join(self, n: int) -> list[int]: ...
+
+
 class HostLoss(Protocol):
     """How a host is lost (:class:`real.host_links.HostLinks`)."""
 
@@ -52,41 +100,27 @@ class Cluster(Protocol):
     def faults(self) -> FaultPlan: ...
 
     @property
-    def generation(self) -> int: ...
-
-    @property
-    def committed(self) -> int:
-        """The highest committed step."""
+    def outputs(self) -> JobFacts:
+        """What the keeper's outputs said of the job (:class:`real.outputs.Outputs`)."""
 
     @property
     def nodes_up(self) -> set[int]: ...
 
     @property
-    def store_port(self) -> Optional[int]: ...
+    def service(self) -> Links:
+        """The workers' links (:class:`real.service.Service`)."""
+
+    @property
+    def processes(self) -> ProcessTable:
+        """The process table (:class:`real.processes.Processes`)."""
 
     def now(self) -> float: ...
 
     def write(self, record: dict) -> None: ...
 
-    def live_proc(self, w: int) -> Optional[Proc]: ...
-
-    def signal(self, p: Proc, sig: int) -> None: ...
-
-    def candidates(self) -> list[int]:
-        """The live members of the current generation."""
-
-    def tell(self, life: tuple[int, int], frame: tuple) -> bool:
-        """Send ``frame`` to that life's process, if its link is open."""
-
-    def reachable(self, w: int) -> bool:
-        """Whether worker ``w``'s latest process has a link to the launcher."""
-
-    def tell_latest(self, w: int, frame: tuple) -> bool:
-        """Send ``frame`` to worker ``w``'s latest process, if it has a link."""
-
-    def node_lost(self, now: float, w: int, kind: str) -> None: ...
-
-    def join(self, n: int) -> list[int]: ...
+    @property
+    def lives(self) -> Lives:
+        """The workers' lives (:class:`real.lives.Lives`)."""
 
     @property
     def host_links(self) -> HostLoss: ...
@@ -117,7 +151,7 @@ class Nemesis:
             if now >= t:
                 self.sigconts.remove((t, p))
                 if p.alive:
-                    self.cluster.signal(p, signal.SIGCONT)
+                    self.cluster.processes.signal(p, signal.SIGCONT)
                     p.paused = False
                     self.cluster.write(rec(now, "info", "fault", NEMESIS, kind="resume",
                                            workers=[p.worker]))
@@ -147,9 +181,9 @@ class Nemesis:
         listing the workers it hit)."""
         cluster = self.cluster
         now = cluster.now()
-        fields: dict[str, Any] = {"gen": cluster.generation, "origin": due.origin}
+        fields: dict[str, Any] = {"gen": cluster.outputs.generation, "origin": due.origin}
         if due.kind == "join":
-            hit = cluster.join(int(due.targets))
+            hit = cluster.lives.join(int(due.targets))
         elif due.kind == "pause":
             hit = self._pause(now, due, fields)
         elif due.kind == "late_heartbeats":
@@ -176,12 +210,12 @@ class Nemesis:
         """``pause``: SIGSTOP now, SIGCONT after ``for_s``."""
         hit = []
         for w in self._targets(due, fields):
-            p = self.cluster.live_proc(w)
+            p = self.cluster.processes.live(w)
             if p is not None and p.activated:
                 hit.append(w)
                 p.fault = p.fault or "pause"
                 p.paused = True
-                self.cluster.signal(p, signal.SIGSTOP)
+                self.cluster.processes.signal(p, signal.SIGSTOP)
                 self.sigconts.append((now + float(due.for_s), p))
         fields["for_s"] = due.for_s
         return hit
@@ -201,7 +235,7 @@ class Nemesis:
         for w in targets:
             if w in cluster.nodes_up:  # a node already down is not lost again
                 hit.append(w)
-                cluster.node_lost(now, w, how)
+                cluster.lives.node_lost(now, w, how)
         self.hitting = set()
         return hit
 
@@ -213,18 +247,18 @@ class Nemesis:
         for act in answers:
             self.cluster.write(act.record(now))
             if isinstance(act, Blame) and act.worker in self.cluster.nodes_up:
-                self.cluster.node_lost(now, act.worker, "blame")
+                self.cluster.lives.node_lost(now, act.worker, "blame")
 
     def _slow(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
         """A ``slow`` fault: the worker is told to compute ``factor`` times
         slower for ``for_s`` (it stretches each step's compute: see
-        ``Worker.stretch``); its heartbeats stay on time. Only the effect is
+        ``real.trainer.Trainer.stretch``); its heartbeats stay on time. Only the effect is
         here: whether to wait for it or evict it is the keeper's."""
         hit = []
         factor = float(due.rate)
         for w in self._targets(due, fields):
-            p = self.cluster.live_proc(w)
-            if p is not None and p.activated and self.cluster.reachable(w):
+            p = self.cluster.processes.live(w)
+            if p is not None and p.activated and self.cluster.service.reachable(w):
                 hit.append(w)
                 self._order_slow((w, p.incarnation), factor, due.from_step)
                 self.heals.append((now + float(due.for_s),
@@ -244,8 +278,8 @@ class Nemesis:
             self.slowed[life] = total
         # from the sim's first slow step: a scripted at_step's (ordered a
         # step early, FaultPlan.due_by_step), or the step in flight
-        start = self.cluster.committed if from_step is None else from_step
-        self.cluster.tell(life, ("slow", min(total, 1000.0), start))
+        start = self.cluster.outputs.committed if from_step is None else from_step
+        self.cluster.service.tell(life, ("slow", min(total, 1000.0), start))
 
     def _late_beats(self, now: float, due: Due, fields: dict[str, Any]) -> list[int]:
         """A ``late_heartbeats`` fault: the worker is told to hold each heartbeat
@@ -255,9 +289,9 @@ class Nemesis:
         here: whether the silence is death is the keeper's detector's call."""
         hit = []
         for w in self._targets(due, fields):
-            p = self.cluster.live_proc(w)
+            p = self.cluster.processes.live(w)
             if (p is not None and p.activated
-                    and self.cluster.tell_latest(w, ("late_beats", float(due.latency_s)))):
+                    and self.cluster.service.tell_latest(w, ("late_beats", float(due.latency_s)))):
                 hit.append(w)
                 self.heals.append((now + float(due.for_s),
                                    ("late_beats", w, p.incarnation), [], [(w, p.incarnation)]))
@@ -287,7 +321,8 @@ class Nemesis:
         else:
             host = due.targets
             if host == "random":  # as the sim: among the hosts holding a live member
-                host = cluster.faults.pick(sorted({sc.host_of(w) for w in cluster.candidates()}))
+                hosts_hit = {sc.host_of(w) for w in cluster.lives.candidates()}
+                host = cluster.faults.pick(sorted(hosts_hit))
             fields["host"] = host
             hosts = [] if host is None else [int(host)]
         fields["for_s"] = due.for_s
@@ -296,7 +331,7 @@ class Nemesis:
         if due.kind == "delay":
             fields["latency_s"] = due.latency_s
         lives = [(w, p.incarnation) for h in hosts for w in sc.host_workers(h)
-                 if (p := cluster.live_proc(w)) is not None]
+                 if (p := cluster.processes.live(w)) is not None]
         until = now + float(due.for_s)
         if hosts and due.kind == "delay":
             fleet.order(hosts[0], ("delay", float(due.latency_s)))
@@ -325,11 +360,11 @@ class Nemesis:
         and its worker would rejoin in a generation of its own. Started
         together, the cut-off workers come back together, as on the sim,
         where what was held is delivered at the heal."""
-        port = self.cluster.store_port
+        port = self.cluster.service.store_port
         if port is None:
             return
         for life in lives:
-            self.cluster.tell(life, ("welcome", port))
+            self.cluster.service.tell(life, ("welcome", port))
 
     def _heal_due(self, now: float) -> None:
         """Undo the link faults, slowdowns and late heartbeats whose ``for_s`` is
@@ -348,7 +383,7 @@ class Nemesis:
             elif isinstance(fault, tuple) and fault[0] == "slow":  # one slowdown ends
                 self._order_slow(fault[1:3], 1.0 / fault[3])
             elif isinstance(fault, tuple) and fault[0] == "late_beats":  # on time from now
-                cluster.tell(fault[1:], ("late_beats", 0.0))
+                cluster.service.tell(fault[1:], ("late_beats", 0.0))
             elif isinstance(fault, tuple):  # a delay: the relay sends on at once from now
                 assert cluster.fleet is not None
                 cluster.fleet.order(fault[1], ("delay", 0.0))
@@ -356,7 +391,7 @@ class Nemesis:
                 assert cluster.fleet is not None and cluster.fleet.network is not None
                 extra["dropped_packets"] = cluster.fleet.network.dropped(fault)
                 cluster.fleet.network.heal(fault)
-            alive = [w for w, inc in lives if (p := cluster.live_proc(w)) is not None
+            alive = [w for w, inc in lives if (p := cluster.processes.live(w)) is not None
                      and p.incarnation == inc]
             if hosts:  # (late heartbeats are a worker's, not a host's)
                 extra["hosts"] = hosts
@@ -372,10 +407,10 @@ class Nemesis:
             domain, index = ("rack" if due.kind == "kill_rack" else "host"), targets
             if index == "random":
                 index = cluster.faults.pick(sorted({cluster.sc.domain_of(domain, w)
-                                                    for w in cluster.candidates()}))
+                                                    for w in cluster.lives.candidates()}))
             fields[domain] = index
             return () if index is None else cluster.sc.domain_workers(domain, index)
         if targets == "random":
-            w = cluster.faults.pick(cluster.candidates())
+            w = cluster.faults.pick(cluster.lives.candidates())
             return () if w is None else (w,)
         return tuple(targets)

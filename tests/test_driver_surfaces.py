@@ -19,8 +19,8 @@
   (:class:`real.host_links.HostLinks`), the worker processes' lives
   (:class:`real.lives.Lives`), the machines (:class:`real.nodes.Nodes`)
   and the keeper's outputs (:class:`real.outputs.Outputs`) only through
-  protocols of their own; a keeper in the launcher's process reaches those
-  outputs only as a :class:`real.keeper_port.Sink`.
+  protocols of their own; a keeper, in the launcher's process or in its
+  own, reaches those outputs only as a :class:`real.keeper_port.Sink`.
 
 Each user is scanned for the members it touches through its handle; the
 class behind the protocol is scanned for the members it defines.
@@ -92,7 +92,7 @@ SURFACES = {
     "real-nodes": Surface(Owner, ["real/nodes.py"], "owner", set(), ("real/lives.py", "Lives")),
     "real-outputs": Surface(OutputsHost, ["real/outputs.py"], "host", set(),
                             ("real/launcher.py", "Launcher")),
-    "real-sink": Surface(Sink, ["real/keeper_port.py"], "sink", set(),
+    "real-sink": Surface(Sink, ["real/keeper_port.py", "real/keeper_link.py"], "sink", set(),
                          ("real/outputs.py", "Outputs")),
 }
 
@@ -174,7 +174,7 @@ def test_the_scans_find_what_they_look_for() -> None:
     assert offences(source, surface) == ["line 3: uses sim._close_segment",
                                          "line 4: sets sim.step_s"]
     assert {"at", "write", "keeper", "env"} <= members(World)
-    assert {"effects", "life_given", "now"} <= members(Supervisor)  # a base's members count
+    assert {"passed", "alive", "env"} <= members(VoteHost)  # a base's (Host's) members count
 
 
 def test_the_owner_scan_reads_methods_and_attributes(tmp_path: Path) -> None:
