@@ -2,7 +2,7 @@
 
 Runs ``scenarios/real-late-heartbeats.yaml``'s job (4 workers) with worker 2
 slowed ``factor`` times (``slow: 2``; real: the worker waits ``factor - 1``
-times its compute after each step's gradients, ``Worker.stretch``) for
+times its compute after each step's gradients, ``real.trainer.Trainer.stretch``) for
 ``--for-s`` seconds from step 20, once per ``--factor``, and prints, from
 the history:
 

@@ -19,7 +19,9 @@
   (:class:`real.host_links.HostLinks`), the worker processes' lives
   (:class:`real.lives.Lives`), the machines (:class:`real.nodes.Nodes`)
   and the keeper's outputs (:class:`real.outputs.Outputs`) only through
-  protocols of their own; a keeper, in the launcher's process or in its
+  protocols of their own, as a worker's training thread
+  (:class:`real.trainer.Trainer`) reaches its control side
+  (:class:`real.worker.Worker`); a keeper, in the launcher's process or in its
   own, reaches those outputs only as a :class:`real.keeper_port.Sink`.
 
 Each user is scanned for the members it touches through its handle; the
@@ -40,6 +42,7 @@ from real.host_links import HostLinksHost
 from real.lives import LivesHost
 from real.nodes import Owner
 from real.outputs import OutputsHost
+from real.trainer import TrainerHost
 from real.service import Handler, HostHandler
 from sim.agents import AgentHost
 from sim.job import JobHost
@@ -90,6 +93,8 @@ SURFACES = {
     "real-lives": Surface(LivesHost, ["real/lives.py"], "host", set(),
                           ("real/launcher.py", "Launcher")),
     "real-nodes": Surface(Owner, ["real/nodes.py"], "owner", set(), ("real/lives.py", "Lives")),
+    "real-trainer": Surface(TrainerHost, ["real/trainer.py"], "host", set(),
+                            ("real/worker.py", "Worker")),
     "real-outputs": Surface(OutputsHost, ["real/outputs.py"], "host", set(),
                             ("real/launcher.py", "Launcher")),
     "real-sink": Surface(Sink, ["real/keeper_port.py", "real/keeper_link.py"], "sink", set(),

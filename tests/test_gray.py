@@ -158,7 +158,7 @@ def test_slow_needs_a_factor_above_one(tmp_path: Path) -> None:
 def test_both_targets_wait_for_a_slow_worker(tmp_path: Path, hosts: bool) -> None:
     """``slow`` on real: the launcher tells the worker (directly, or through
     its host agent's relay in hosts mode), which stretches each step's
-    compute (``Worker.stretch``). Its compute gets slower, nobody is evicted
+    compute (``Trainer.stretch``). Its compute gets slower, nobody is evicted
     (its heartbeats are on time), and both targets decide the same
     generations; the run is valid on both."""
     from real import driver as real_driver
