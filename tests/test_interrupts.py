@@ -236,12 +236,12 @@ def test_a_sim_that_crashes_keeps_every_record_written_before(
     """An invariant that fails inside the sim (a bug) raises, but the history
     up to it is on disk, not lost in the unflushed batch: the restart record
     written just before the failing relaunch is there."""
-    from sim import driver, job
+    from sim import driver, machines
 
     def broken(self: Any, now: float, order: Any) -> None:
         raise AssertionError("a relaunch that breaks an invariant")
 
-    monkeypatch.setattr(job.Job, "relaunch", broken)
+    monkeypatch.setattr(machines.Machines, "relaunch", broken)
     base = load_scenario(QUICKSTART)
     sc = base.model_validate({**base.model_dump(), "strategy": {
         **base.strategy.model_dump(), "kind": "checkpoint-restart"}})
