@@ -803,3 +803,24 @@ def test_a_member_lost_while_the_group_restarts_is_not_left_waiting_as_a_standby
     assert not m.world.violations, m.world.violations
     m.heal()
     assert not m.world.violations, m.world.violations
+
+
+def test_a_life_evicted_and_heard_again_keeps_the_generations_it_entered() -> None:
+    """Seed 1592536163: worker 0 freezes in generation 1 and is evicted; an
+    old copy of its first Join re-admits the same life into generation 2,
+    whose Membership is lost. Woken, it answers the next roll call with a
+    Join claiming generation 1, which it did enter. The keeper had dated the
+    life's birth to its re-admission and dropped each such Join as a late
+    copy, so the round waited on it for ever while it beat."""
+    m = ShardedRendezvous()
+    m.start(n=2, min_workers=2, room=0, latency=0.2, strategy="elastic",
+            batched=False, bulk=False,
+            spec=ShardSpec(n_shards=1, replicas=1, rack_size=None, shard_bytes=100))
+    m.rack_loss(i=0)
+    m.leave(i=0)
+    m.duplicate(extra=0.0, i=0)
+    m.replay(i=0)
+    m.add_workers(k=1)
+    m.lose(i=5)
+    m.heal()
+    assert not m.world.violations, m.world.violations

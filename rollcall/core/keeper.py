@@ -1011,7 +1011,10 @@ class Keeper:
         if new_life:
             self._counter.pop(w, None)
             self._intervals.pop(w, None)
-            self._born[w] = (inc, self._generation)
+            if self._born.get(w, (-1, 0))[0] != inc:
+                # a life evicted and heard again keeps the birth it had: it
+                # may hold (and answer with) a generation it entered before
+                self._born[w] = (inc, self._generation)
         self._liveness.set(now, w)
         one = IdRuns.span(w, w)
         r = self._round
