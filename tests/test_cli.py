@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rollcall.app import cli
+from rollcall.app import cli, cli_common
 from rollcall.results import SUMMARY_KEYS, read_summary, write_summary
 from rollcall.scenario import Scenario, parse_scenario
 
@@ -73,7 +73,7 @@ def test_run_default_out_dir(
 ) -> None:
     seen = _fake_driver(monkeypatch, "sim")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_utc_stamp", lambda: "20250102T030405Z")
+    monkeypatch.setattr(cli_common, "utc_stamp", lambda: "20250102T030405Z")
     assert cli.main(["run", QUICK, "--seed", "3", "--quiet"]) == 0
     assert seen[0][1] == Path("runs/quickstart/20250102T030405Z-seed3")
     assert (tmp_path / "runs/quickstart/20250102T030405Z-seed3/summary.json").exists()
@@ -82,7 +82,7 @@ def test_run_default_out_dir(
 def test_stamp_format() -> None:
     import re
 
-    assert re.fullmatch(r"\d{8}T\d{6}Z", cli._utc_stamp())
+    assert re.fullmatch(r"\d{8}T\d{6}Z", cli_common.utc_stamp())
 
 
 def test_target_not_built(

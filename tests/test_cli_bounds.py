@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from rollcall.app import checks, cli
+from rollcall.app import checks, cli, cli_common
 from rollcall.results import SUMMARY_KEYS, claim_out_dir, OutDirError, read_history, write_summary
 from rollcall.scenario import Scenario, parse_scenario
 
@@ -89,7 +89,7 @@ def test_force_removes_the_stale_summary_first(tmp_path: Path) -> None:
 
 def test_default_out_dir_is_never_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_utc_stamp", lambda: "20260101T000000Z")
+    monkeypatch.setattr(cli_common, "utc_stamp", lambda: "20260101T000000Z")
     argv = ["run", QUICK, "--set", "workload.steps=20", "--quiet"]
     assert cli.main(argv) == 0 and cli.main(argv) == 0
     runs = sorted(p.name for p in (tmp_path / "runs" / "quickstart").iterdir())

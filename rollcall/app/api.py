@@ -217,7 +217,7 @@ def compare(scenario_or_path: Scenario | Mapping[str, Any] | str | Path, *, seed
     the scenario's); ``max_wall_s`` bounds each run. Raises ScenarioError or
     RunRefused (one line) where the command exits 2."""
     from rollcall.app import verdict as vd
-    from rollcall.app.cli import prepare_compare
+    from rollcall.app.cli_studies import prepare_compare
     from rollcall.app.interval import describe
 
     scenario = resolve(scenario_or_path, set=set, target=target, **overrides)
