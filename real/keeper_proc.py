@@ -294,7 +294,7 @@ class KeeperProcess:
         try:
             with self.store.until(self.lease_end()):
                 return self.store.commit_generation(self.lead, out.generation,
-                                                    record_to_data(out.record))
+                                                    record_to_data(out.record), again=out.again)
         except StoreUnavailable:
             return False
 

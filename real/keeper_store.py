@@ -339,9 +339,12 @@ class KeeperStore:
     # --- generations ----------------------------------------------------------------------
 
     def commit_generation(self, leadership: Leadership, generation: int,
-                          record: dict[str, Any]) -> bool:
+                          record: dict[str, Any], again: bool = False) -> bool:
         """The compare-and-set of decided ``generation``: True once stored,
-        False when refused (deposed, a skipped or an already decided generation)."""
+        False when refused (deposed, a skipped or an already decided
+        generation). ``again``: the leader writes its latest generation's
+        record again (a restart's budget, :class:`rollcall.core.keeper.Persist`);
+        refused unless ``generation`` is the latest."""
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 0:
             raise ValueError(f"generation: a non-negative int, got {generation!r}")
         if not isinstance(record, dict):
@@ -352,18 +355,24 @@ class KeeperStore:
             raise ValueError(f"record: not JSON-serialisable: {exc}") from None
         latest_key, marker_key = self.key("generation"), self.key(f"gen/{generation:020d}")
         latest = self._range("generation")[0]
-        if latest is not None and _value(latest).get("generation") != generation - 1:
+        held = None if latest is None else _value(latest).get("generation")
+        if again and held != generation:
+            return False
+        if not again and held is not None and held != generation - 1:
             return self._mine(leadership, self._range(f"gen/{generation:020d}")[0], record_json)
         doc = {"generation": generation, "term": leadership.term, "record": record}
         marker = {"term": leadership.term, "digest": _digest(record_json)}
+        # a new generation's marker must not exist yet; the latest one's is replaced
+        fresh = [] if again else [
+            {"key": _b64(marker_key), "target": "CREATE", "result": "EQUAL",
+             "create_revision": "0"}]
         ok, responses = self._txn(
             "commit",
             [{"key": _b64(self.key("leader")), "target": "LEASE", "result": "EQUAL",
               "lease": str(leadership.lease_id)},
              {"key": _b64(latest_key), "target": "MOD", "result": "EQUAL",
               "mod_revision": str(0 if latest is None else latest["mod_revision"])},
-             {"key": _b64(marker_key), "target": "CREATE", "result": "EQUAL",
-              "create_revision": "0"}],
+             *fresh],
             [{"request_put": {"key": _b64(latest_key), "value": _b64(json.dumps(doc))}},
              {"request_put": {"key": _b64(marker_key), "value": _b64(json.dumps(marker))}}],
             [{"request_range": {"key": _b64(marker_key)}}])

@@ -57,9 +57,11 @@ class KeeperFailover:
 
     def persist(self, now: float, out: Persist) -> list:
         """The store takes the write (the compare-and-set holds: one keeper
-        writes at a time here) and the keeper hears so."""
+        writes at a time here; a restart writes the latest generation again)
+        and the keeper hears so."""
         last = 0 if self.stored is None else self.stored.generation
-        assert out.generation == last + 1, ("the store's compare-and-set", out.generation, last)
+        assert out.generation == last + (0 if out.again else 1), (
+            "the store's compare-and-set", out.generation, out.again, last)
         self.stored = out.record
         return self.sim.keeper.persisted(now, out.generation, True)
 

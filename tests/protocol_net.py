@@ -442,9 +442,10 @@ class World:
 
     def _persist(self, out: Persist) -> None:
         """The store's compare-and-set: the generation after the one it holds,
-        from the current term; then the keeper hears the answer."""
+        or that one again (a restart's budget), from the current term; then
+        the keeper hears the answer."""
         last = 0 if self.stored is None else self.stored.generation
-        ok = out.generation == last + 1 and out.term == self.keeper.term
+        ok = out.generation == last + (0 if out.again else 1) and out.term == self.keeper.term
         if not ok:
             self._violate(f"Persist of generation {out.generation} (term {out.term}) "
                           f"after generation {last}")

@@ -82,6 +82,14 @@ def test_commit_refuses_skipped_and_repeated_generations(cluster: EtcdCluster) -
     # the very same decision again (a retry whose answer was lost) is no second decision
     assert s.commit_generation(a, 5, {"g": 5})
     assert s.last_generation() == {"generation": 5, "term": a.term, "record": {"g": 5}}
+    # a restart writes the latest generation again, with its budget spent; only the latest
+    assert not s.commit_generation(a, 4, {"g": 4, "restarts": 1}, again=True)
+    assert not s.commit_generation(a, 6, {"g": 6, "restarts": 1}, again=True)
+    assert s.commit_generation(a, 5, {"g": 5, "restarts": 1}, again=True)
+    assert s.commit_generation(a, 5, {"g": 5, "restarts": 1}, again=True)  # a retry
+    assert s.last_generation() == {"generation": 5, "term": a.term,
+                                   "record": {"g": 5, "restarts": 1}}
+    assert s.commit_generation(a, 6, {"g": 6})  # the next generation follows it
     s.resign(a)
     s.delete_prefix()
 
@@ -94,6 +102,7 @@ def test_a_resigned_keeper_is_fenced(cluster: EtcdCluster) -> None:
     b = s.campaign("keeper-b", "127.0.0.1:7002", ttl_s=30)
     assert b is not None and b.term > a.term
     assert not s.commit_generation(a, 2, {"by": "a"})  # deposed: etcd refuses it
+    assert not s.commit_generation(a, 1, {"by": "a", "restarts": 1}, again=True)
     assert s.commit_generation(b, 2, {"by": "b"})
     assert s.last_generation() == {"generation": 2, "term": b.term, "record": {"by": "b"}}
     s.resign(b)

@@ -53,7 +53,7 @@ defaults (None, None, False) when the state is replicated:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from rollcall.core.detector import Detector
@@ -277,11 +277,17 @@ class Persist:
     ``generation - 1`` as its latest (a compare-and-set), then answer with
     :meth:`Keeper.persisted`. The keeper holds back what follows (the
     generation's announcement) until that answer: a generation no worker
-    has heard of can be lost with its keeper, one they act on cannot."""
+    has heard of can be lost with its keeper, one they act on cannot.
+
+    ``again``: a restart writes the store's latest generation again (the
+    compare-and-set: ``generation`` is the latest, the lease still this
+    keeper's), with the restart budget spent, and holds back the teardown
+    until that answer."""
 
     generation: int
     term: int
     record: KeeperRecord
+    again: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,6 +434,9 @@ class Keeper:
         self._restoring = False
         self._awaiting: Optional[int] = None
         self._held: list[Output] = []
+        # the record the store holds (durable): a restart writes it again with
+        # the budget spent, so that a successor does not order more
+        self._stored: Optional[KeeperRecord] = None
 
     # --- driver API -----------------------------------------------------------
 
@@ -483,10 +492,13 @@ class Keeper:
 
     def exited(self, now: float, worker: WorkerId, incarnation: int) -> list[Output]:
         """The worker's process is known to be gone (its host saw it exit)."""
+        self._exit(now, worker, incarnation)
+        return self._flush()
+
+    def _exit(self, now: float, worker: WorkerId, incarnation: int) -> None:
         if self._live(now) and self.incarnation_of(worker) == incarnation \
                 and worker in self._liveness:
             self._declare_dead(now, worker, "exited")
-        return self._flush()
 
     def node_down(self, now: float, worker: WorkerId) -> None:
         """The machine of ``worker`` is gone until :meth:`node_up`: no restart
@@ -742,6 +754,7 @@ class Keeper:
         if record.placement is not None:
             k._placement = Placement(record.placement)
         k._recovery, k._fallback = record.recovery, record.fallback
+        k._stored = record
         # the job's restart budget survives a failover as far as the store
         # holds it: a restart ordered after the record's generation is not in it
         k._restarts = record.restarts
@@ -762,12 +775,12 @@ class Keeper:
         """
         for worker in down:
             self.node_down(now, worker)
-        out = self._begin_term(now, started)
-        for worker, life in exited:
-            out += self.exited(now, worker, life)
-        return out
+        self._begin_term(now, started)
+        for worker, life in exited:  # one answer: an exit's restart may write the store
+            self._exit(now, worker, life)
+        return self._flush()
 
-    def _begin_term(self, now: float, started: Mapping[WorkerId, int]) -> list[Output]:
+    def _begin_term(self, now: float, started: Mapping[WorkerId, int]) -> None:
         """The members of the record are expected at a roll call (a full
         detector window from ``now`` to answer), which decides the next
         generation from the state the survivors hold.
@@ -781,7 +794,7 @@ class Keeper:
         assert self._term > 0 and self._round is None, "restored first (Keeper.restored)"
         self._restoring = False
         if not self._live(now):
-            return self._flush()  # its lease lapsed before it began
+            return  # its lease lapsed before it began
         moved = []
         for w, life in sorted(started.items()):
             if life > self.incarnation_of(w):
@@ -794,11 +807,10 @@ class Keeper:
         self._out.append(Record(rec(now, "info", "takeover", KEEPER, gen=self._generation,
                                     term=self._term)))
         if self._generation == 0:
-            return self._flush()  # no record yet: the first round opens on the first Join
+            return  # no record yet: the first round opens on the first Join
         # the members whose recorded life still runs answer the roll call
         self._liveness.track(now, self._members - self._awaiting_relaunch - IdRuns.of(moved))
         self._open(now, "failover")
-        return self._flush()
 
     def _ready(self) -> None:
         """Inputs wait for the store's answer to a Persist (local misuse raises)."""
@@ -1390,9 +1402,25 @@ class Keeper:
         self._forget_beats(teardown)
         self._out.append(Record(rec(now, "info", "restart", KEEPER,
                                     gen=self._generation, reason=reason)))
+        self._store_budget()
         self._out.append(RestartJob(self._generation, reason, teardown))
         self._relaunched = self._relaunched - members
         self._open(now, "restart", expect=False, relaunch=members - self._down - keep)
+
+    def _store_budget(self) -> None:
+        """A durable record: write the current generation's record again with
+        the restarts and recoveries spent, before the teardown is ordered.
+        Kept only here, they were lost with a keeper that died before the
+        restart round closed, and its successor ordered restarts past
+        ``max_restarts`` (one per restart that round had repeated)."""
+        if not self._config.durable:
+            return
+        assert self._stored is not None and self._stored.generation == self._generation, \
+            "a restart tears down a generation the store holds"
+        self._stored = replace(self._stored, restarts=self._restarts,
+                               furthest_step=self._progress.furthest,
+                               recoveries_without_progress=self._progress.since_progress)
+        self._out.append(Persist(self._generation, self._term, self._stored, again=True))
 
     def _repeats(self, r: Optional[Round]) -> bool:
         """Whether a loss in the group fails the open round: a restart's, under
@@ -1569,7 +1597,8 @@ class Keeper:
         self._committed = None
         self._watch_generation()
         if self._config.durable:  # written before anyone hears of it
-            self._out.append(Persist(self._generation, self._term, self.durable_record(r.reason)))
+            self._stored = self.durable_record(r.reason)
+            self._out.append(Persist(self._generation, self._term, self._stored))
         terms = {"term": self._term} if self._term else {}
         self._out.append(Record(rec(
             now, "ok", "generation", KEEPER, gen=self._generation,
