@@ -191,13 +191,19 @@ SECOND_SIGNAL_EXIT_S = 4.0
 
 def run(scenario: Scenario, out_dir: str | Path, max_wall_s: Optional[float] = None,
         bind: Optional[tuple[str, int]] = None, external_hosts: bool = False,
-        stop: Optional[interrupts.Stop] = None) -> dict[str, Any]:
+        stop: Optional[interrupts.Stop] = None,
+        ledger: Optional[bool] = None) -> dict[str, Any]:
     """Run ``scenario`` as real processes; ``max_wall_s``: end it (not
     completed, result failed) after that many wall seconds, as on the sim.
     ``bind`` and ``external_hosts``: ``rollcall keeper`` (see :class:`Launcher`).
     ``stop``: the caller's record of SIGINT/SIGTERM (:func:`interrupts.catch`),
     which may hold a signal that came before; else the run handles them itself.
-    A signal ends the run with ``result: interrupted``, the summary written."""
+    A signal ends the run with ``result: interrupted``, the summary written.
+    ``ledger``: as the sim's; the real workers always write the per-sample
+    ledger (every member's ``contribute`` of every step), so True is what
+    the run does and False is refused."""
+    if ledger is False:
+        raise ValueError("the real target always writes the per-sample ledger")
     problem = device_problem(scenario)  # the CLI says it first (exit 2); a direct caller here
     if problem is None and scenario.cluster.workers_per_host is not None and not external_hosts:
         why = netns_available()  # hosts as namespaces, faults as nftables rules

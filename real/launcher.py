@@ -340,6 +340,8 @@ class Launcher:
             finally:
                 with self.stop.shielded(then_raise=False):
                     self.shutdown()
+                # what it kills is gone: a later run handed the same stop has its own
+                self.stop.forget(self.kill_now)
         assert self.result is not None  # finish() ran on every way out
         return self.result
 

@@ -16,9 +16,10 @@ sees what happened.
 Before a command has anything to keep (its modules still importing),
 :func:`quit_until_main` ends it at once: one line on stderr, that status.
 
-App layer only: the sans-IO core never sees a signal; a driver sees a
-callable that returns a reason string or None, or (the real target) the
-:class:`Stop` itself.
+App layer only: the sans-IO core never sees a signal. Both drivers are
+handed the :class:`Stop` itself: the sim polls ``reason()`` (all of
+:class:`StopRequest`), the real target also watches ``wake_fd()`` and
+kills its processes :meth:`Stop.on_second`.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Protocol, Union
 
-__all__ = ["Interrupted", "SIGNALS", "Stop", "catch", "exit_code", "exit_code_of_reason",
+__all__ = ["Interrupted", "SIGNALS", "Stop", "StopRequest", "catch", "exit_code", "exit_code_of_reason",
            "exit_now", "finish_on_signal", "quit_until_main", "shielded"]
 
 #: the signals that interrupt a command
@@ -71,6 +72,13 @@ class Interrupted(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return exit_code(self.signum)
+
+
+class StopRequest(Protocol):
+    """What a driver that only polls needs of a :class:`Stop`."""
+
+    def reason(self) -> Optional[str]:
+        """Why the run must stop (``"interrupted by SIGINT"``), or None."""
 
 
 class Stop:
@@ -114,6 +122,11 @@ class Stop:
         """Run ``callback`` at the second signal (and each later one), inside the
         handler: it must not block (a SIGKILL by PID, not a wait)."""
         self._on_second.append(callback)
+
+    def forget(self, callback: Callable[[], None]) -> None:
+        """No longer run ``callback`` at a second signal (what it would kill
+        has ended: a run of a compare that goes on to the next)."""
+        self._on_second.remove(callback)
 
     @contextmanager
     def shielded(self, then_raise: bool = True) -> Iterator[None]:

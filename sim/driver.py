@@ -123,6 +123,7 @@ import simpy
 
 from rollcall.config import data_spec, draws, horizon_s, keeper_config, repair_shop, scheduled_faults
 from rollcall.core import DRIVER, Cursor, FailureTally, FaultPlan, IdRuns, Keeper, check, rec
+from rollcall.interrupts import StopRequest
 from rollcall.results import write_summary
 from rollcall.scenario import Scenario
 
@@ -303,15 +304,15 @@ class Simulation:
     # ------------------------------------------------------------------ run
 
     def run(self, max_wall_s: Optional[float] = None,
-            stop: Optional[Callable[[], Optional[str]]] = None) -> dict:
+            stop: Optional[StopRequest] = None) -> dict:
         """Simulate to the end, or until ``max_wall_s`` seconds of wall clock have passed,
-        or until ``stop()`` returns a reason (an interrupt: ``result`` "interrupted")."""
+        or until ``stop.reason()`` returns one (an interrupt: ``result`` "interrupted")."""
         assert max_wall_s is None or max_wall_s > 0, max_wall_s
         with few_collections():
             return self._run(max_wall_s, stop)
 
     def _run(self, max_wall_s: Optional[float],
-             stop: Optional[Callable[[], Optional[str]]]) -> dict:
+             stop: Optional[StopRequest]) -> dict:
         wall0 = _time.perf_counter()
         sc = self.sc
         env = self.env
@@ -361,7 +362,7 @@ class Simulation:
 
 def run(scenario: Scenario, out_dir: str | Path, ledger: Optional[bool] = None,
         max_wall_s: Optional[float] = None,
-        stop: Optional[Callable[[], Optional[str]]] = None) -> dict:
+        stop: Optional[StopRequest] = None) -> dict:
     """Simulate ``scenario`` (its seed, its strategy); write history.jsonl and summary.json.
 
     ``ledger``: True writes the per-sample ledger whatever the run's size,
@@ -369,9 +370,10 @@ def run(scenario: Scenario, out_dir: str | Path, ledger: Optional[bool] = None,
     ``LEDGER_SAMPLES`` samples (and dataset ids), the compact one beyond.
     ``max_wall_s``: end the run (not completed, ``end_reason`` "wall limit:
     ...", history and summary written) once that much wall clock has passed.
-    ``stop``: polled during the run; once it returns a reason (the CLI's
-    "interrupted by SIGINT") the run ends the same way, with ``result``
-    "interrupted" and that reason as ``end_reason``.
+    ``stop``: the caller's record of signals (:class:`rollcall.interrupts.Stop`,
+    or anything with its ``reason()``), polled during the run; once it gives
+    a reason (the CLI's "interrupted by SIGINT") the run ends the same way,
+    with ``result`` "interrupted" and that reason as ``end_reason``.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,8 @@ from typing import Callable, Iterator, Optional
 
 import simpy
 
+from rollcall.interrupts import StopRequest
+
 __all__ = ["POLL_EVENTS", "SPIN_EVENTS", "SPIN_EVENTS_PER_NODE", "SimulationStuck", "Stepper",
            "few_collections"]
 
@@ -66,7 +68,7 @@ class Stepper:
         self._env, self._done = env, done
         self._spin_limit = SPIN_EVENTS + SPIN_EVENTS_PER_NODE * nodes
         self._describe, self._end = describe, end
-        self._stop: Optional[Callable[[], Optional[str]]] = None
+        self._stop: Optional[StopRequest] = None
         self._max_wall_s: Optional[float] = None
         self._wall_deadline: Optional[float] = None
         self.halt: Optional[str] = None  # why the run is ending early (wall limit, signal)
@@ -76,17 +78,17 @@ class Stepper:
 
     def check(self) -> None:
         """Note in :attr:`halt` why the run must end early, if it must."""
-        reason = self._stop() if self._stop is not None else None
+        reason = self._stop.reason() if self._stop is not None else None
         if reason is not None:
             self.halt, self.interrupted = reason, True
         elif self._wall_deadline is not None and time.perf_counter() >= self._wall_deadline:
             self.halt = f"wall limit: --max-wall-s {self._max_wall_s:g} reached"
 
     def run(self, wall0: float, max_wall_s: Optional[float],
-            stop: Optional[Callable[[], Optional[str]]]) -> None:
+            stop: Optional[StopRequest]) -> None:
         """Step the events until the run ends, or end it early: once
-        ``max_wall_s`` seconds have passed since ``wall0``, or once ``stop()``
-        returns a reason."""
+        ``max_wall_s`` seconds have passed since ``wall0``, or once
+        ``stop.reason()`` returns one."""
         env = self._env
         self._stop, self._max_wall_s = stop, max_wall_s
         if max_wall_s is not None:

@@ -825,7 +825,8 @@ def features(case: FuzzCase) -> set[str]:
 
 
 class EventBound:
-    """The sim's ``stop`` hook, made a bound on simulated events: it raises
+    """The sim's ``stop`` (a :class:`rollcall.interrupts.StopRequest`), made a
+    bound on simulated events: its ``reason()`` raises
     :class:`SimulatedHang` once a run has stepped ``SAME_INSTANT_EVENTS`` at
     one simulated instant or ``TOTAL_EVENTS`` in all (raised, not returned
     as a reason: the sim ends a run only once its clock has caught up with
@@ -838,7 +839,7 @@ class EventBound:
         self.since = 0  # the poll at which the clock last moved
         self.longest_instant = 0  # the most polls seen at one instant
 
-    def __call__(self) -> None:
+    def reason(self) -> None:
         self.polls += 1
         now = self.sim.env.now
         if now != self.instant:

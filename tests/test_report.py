@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rollcall import interrupts
 from rollcall.app import analysis as an
 from rollcall.app import cli
 from rollcall.app.report import REPORT_FILE, ReportError, build
@@ -298,7 +299,9 @@ def test_an_interrupted_run_gets_a_marked_report(tmp_path: Path) -> None:
     # the sim polls stop() every 1,024 events: a run with more than that
     sc = load_scenario(ROOT / "scenarios" / "llama3-54d.yaml", [], seed=0)
     out = prepare_out_dir(tmp_path / "cut", sc)
-    summary = run(sc, out, stop=lambda: "interrupted by SIGINT")
+    stop = interrupts.Stop()
+    stop.signum = signal.SIGINT  # as a first signal leaves it: the run is asked to stop
+    summary = run(sc, out, stop=stop)
     assert summary["result"] == "interrupted"
     page = build(out).read_text(encoding="utf-8")
     assert "INTERRUPTED" in page and "was interrupted" in page

@@ -150,18 +150,14 @@ def run_scenario(scenario: Scenario, *, out: str | Path | None = None, force: bo
         options: dict[str, Any] = dict(driver_options or {})
         if max_wall_s is not None:
             options["max_wall_s"] = max_wall_s
-        if scenario.target == "sim":
-            if ledger:
-                options["ledger"] = True
-            options["stop"] = stop.reason
-        else:  # the launcher's loop wakes at a signal; a second one kills its processes
-            options["stop"] = stop
-        summary = run(scenario, out_dir, **options)
-    if scenario.target != "sim":  # the launcher decided: a signal after its end changes nothing
-        if summary.get("result") != "interrupted":
-            return summary, out_dir, None
-        return summary, out_dir, interrupt_code(stop, str(summary.get("end_reason", "")))
-    return summary, out_dir, _interrupted_code(stop, summary)
+        if ledger:
+            options["ledger"] = True
+        # the sim polls the stop; the launcher's loop also wakes at a signal,
+        # and a second one kills its processes
+        summary = run(scenario, out_dir, stop=stop, **options)
+    if summary.get("result") != "interrupted":  # the run decided: a later signal changes nothing
+        return summary, out_dir, None
+    return summary, out_dir, interrupt_code(stop, str(summary.get("end_reason", "")))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -208,18 +204,6 @@ def _cmd_keeper(args: argparse.Namespace) -> int:
         return code
     _print_summary(summary, out_dir)
     return 0 if summary.get("completed") and summary.get("valid") else 1
-
-
-def _interrupted_code(stop: interrupts.Stop, summary: dict[str, Any]) -> int | None:
-    """The exit status of a run a signal ended (130 SIGINT, 143 SIGTERM), or None.
-
-    A signal that came after the run's end (during its checks) still
-    stops the command with the signal's status; the summary then says how
-    the run really ended.
-    """
-    if stop.exit_code is not None or summary.get("result") == "interrupted":  # or real's launcher
-        return interrupt_code(stop, str(summary.get("end_reason", "")))
-    return None
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

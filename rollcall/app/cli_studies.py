@@ -91,8 +91,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         with interrupts.catch() as stop:
             engine = open_engine(args, scenario, out_dir, os.cpu_count() or 1)
             started = True
-            if scenario.target == "sim":
-                options["stop"] = stop.reason
+            options["stop"] = stop  # every run of the compare polls it
             if engine is not None:
                 options["engine"] = engine
             cmp = compare(scenario, seeds, out_dir, **options)

@@ -383,8 +383,9 @@ def on_target(target: str) -> Callable[..., Comparison]:
     target driver's ``run``; :class:`~rollcall.app.targets.NotBuilt` without a driver.
 
     The function returned takes ``(scenario, seeds, out_dir, stop=None,
-    max_wall_s=None, **options)``: ``stop`` and ``max_wall_s`` go to every
-    run (``stop`` as the driver's ``run`` takes it), ``options`` to the
+    max_wall_s=None, **options)``: ``stop`` (a
+    :class:`rollcall.interrupts.Stop`) and ``max_wall_s`` go to every run,
+    and no run starts once ``stop`` holds a signal; ``options`` go to the
     comparison. A run that ends interrupted raises KeyboardInterrupt with
     its end reason, so the compare stops with the finished runs written.
     """
@@ -394,6 +395,8 @@ def on_target(target: str) -> Callable[..., Comparison]:
                         stop: Any = None, max_wall_s: float | None = None,
                         **options: Any) -> Comparison:
         def run_or_raise(sc: Scenario, run_dir: Path) -> dict[str, Any]:
+            if stop is not None and stop.reason() is not None:  # a signal between two runs
+                raise KeyboardInterrupt(stop.reason())
             extra = {} if stop is None else {"stop": stop}
             summary = run(sc, run_dir, max_wall_s=max_wall_s, **extra)
             if summary.get("result") == "interrupted":
