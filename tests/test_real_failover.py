@@ -36,7 +36,8 @@ skip_no_etcd = pytest.mark.skipif(_etcd_missing() is not None, reason=str(_etcd_
 
 
 def _scenario(faults: str, steps: int = 60, workers: int = 3, ttl_s: float = 1.0,
-              keeper: str = "") -> Scenario:
+              keeper: str = "",
+              strategy: str = "kind: elastic, checkpoint_interval_steps: 10") -> Scenario:
     return parse_scenario(f"""
 name: real-keeper-failover
 target: real
@@ -45,7 +46,7 @@ workload: {{steps: {steps}, global_batch: 24, micro_batch: 4, dataset_samples: 4
            model_params: 20000, lr: 0.05}}
 detector: {{heartbeat_s: 0.1, timeout_s: 2.0}}
 rendezvous: {{min_workers: 2, last_call_s: 0.2, join_timeout_s: 20.0}}
-strategy: {{kind: elastic, checkpoint_interval_steps: 10}}
+strategy: {{{strategy}}}
 keeper: {{store: etcd, standbys: 1, lease_ttl_s: {ttl_s}{keeper}}}
 failures:
   schedule: [{faults}]
@@ -90,6 +91,32 @@ def test_the_active_keeper_killed_twice_and_a_worker_once(tmp_path: Path) -> Non
     assert [g["reason"] for g in gens if g["reason"] == "failover"] == ["failover"] * (2 + mid_run)
     takeovers = [r for r in recs if r["f"] == "takeover"]
     assert [r["term"] for r in takeovers] == list(range(1, 4 + extra))
+
+
+@skip_no_etcd
+def test_restarts_spend_a_budget_the_next_keeper_keeps(tmp_path: Path) -> None:
+    """Checkpoint-restart with the record in etcd and ``max_restarts: 1``.
+    The first kill's restart writes its generation again with the budget
+    spent (etcd takes it from the same term: nobody is deposed); the keeper
+    that takes over at step 30 restores that budget and gives up at the
+    next kill, with enough workers left to go on but no restart left."""
+    sc = _scenario("{at_step: 12, kill: 1}, {at_step: 30, kill_keeper: active},"
+                   " {at_step: 45, kill: 2}", workers=4,
+                   strategy="kind: checkpoint-restart, checkpoint_interval_steps: 10, "
+                            "max_restarts: 1")
+    s, recs = _run(sc, tmp_path)
+    assert not s["completed"] and "max_restarts=1 reached" in s["end_reason"], s["end_reason"]
+    assert s["valid"], s["violations"]
+    deposed = [r for r in recs if r["f"] == "deposed"]
+    assert all(r["reason"] == "lease-lapsed" for r in deposed), deposed  # none store-refused
+    # term 1 takes over at the start, term 2 at the kill (one more per keeper
+    # a busy machine starved past its lease, as in the test above)
+    order = [r["f"] for r in recs if r["f"] in ("restart", "takeover")]
+    assert order.count("restart") == 1 and order.count("takeover") == 2 + len(deposed), order
+    t_restart = next(r["t"] for r in recs if r["f"] == "restart")
+    gave_up = [r for r in recs if r["f"] == "round" and r["type"] == "fail"]
+    assert gave_up and any(t_restart < r["t"] < gave_up[-1]["t"]
+                           for r in recs if r["f"] == "takeover"), "a successor gave up"
 
 
 @skip_no_etcd
