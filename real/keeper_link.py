@@ -34,7 +34,7 @@ from rollcall.core import (
 )
 
 from real import wire
-from real.keeper_port import CommitAsk, Sink, Supervisor
+from real.keeper_port import CommitAsk, RemoteSink, Supervisor
 from real.keeper_side import START_TIMEOUT_S, KeeperProc, KeeperSide
 from real.keeper_store import StoreUnavailable
 from real.keeper_wire import TO_SUPERVISOR, supervisor_mac
@@ -51,7 +51,8 @@ class RemoteKeeper:
     leads, and carries that keeper's answers to the ``sink`` and the
     launcher's facts (a :class:`Supervisor`) to it."""
 
-    def __init__(self, launcher: Supervisor, sel: selectors.BaseSelector, sink: Sink) -> None:
+    def __init__(self, launcher: Supervisor, sel: selectors.BaseSelector,
+                 sink: RemoteSink) -> None:
         self.supervisor = launcher
         self.sink = sink  # what is done with the keeper's answers (real.outputs)
         self.sel = sel

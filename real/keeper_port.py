@@ -71,8 +71,14 @@ class Sink(Protocol):
 
     def life_given(self, worker: int, life: int) -> None: ...
 
+
+class RemoteSink(Sink, Protocol):
+    """What is done with the answers of a keeper in its own processes
+    (:class:`real.keeper_link.RemoteKeeper`): a :class:`Sink`'s, and the two
+    facts only such a keeper reports apart."""
+
     def formed_generation(self, generation: int, members: IdRuns) -> None:
-        """A keeper in its own processes formed ``generation`` (its ``Formed`` output)."""
+        """It formed ``generation`` (its ``Formed`` output, sent as a frame)."""
 
     def gate_released(self, frozen: bool = True) -> None:
         """Direct links: the ack held at a gate went (``frozen``: the keeper hears no worker)."""

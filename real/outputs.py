@@ -6,8 +6,8 @@ relaunch, a failed job) and as commit verdicts; :class:`Outputs` carries
 them out and keeps what the launcher knows of the job from them: the latest
 generation and its members, when training started, what was committed.
 It is the keeper's :class:`real.keeper_port.Sink` for a keeper in the
-launcher's process; a keeper in processes of its own
-(:class:`real.keeper_link.RemoteKeeper`) reaches it through the launcher.
+launcher's process, and its :class:`real.keeper_port.RemoteSink` for a
+keeper in processes of its own (:class:`real.keeper_link.RemoteKeeper`).
 It reaches the launcher only through :class:`OutputsHost`.
 """
 

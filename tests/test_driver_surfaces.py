@@ -22,7 +22,8 @@
   protocols of their own, as a worker's training thread
   (:class:`real.trainer.Trainer`) reaches its control side
   (:class:`real.worker.Worker`); a keeper, in the launcher's process or in its
-  own, reaches those outputs only as a :class:`real.keeper_port.Sink`.
+  own, reaches those outputs only as a :class:`real.keeper_port.Sink`
+  (:class:`real.keeper_port.RemoteSink`).
 
 Each user is scanned for the members it touches through its handle; the
 class behind the protocol is scanned for the members it defines.
@@ -36,7 +37,7 @@ from typing import NamedTuple
 
 import pytest
 
-from real.keeper_port import Sink, Supervisor
+from real.keeper_port import RemoteSink, Sink, Supervisor
 from real.nemesis import Cluster
 from real.host_links import HostLinksHost
 from real.lives import LivesHost
@@ -97,8 +98,10 @@ SURFACES = {
                             ("real/worker.py", "Worker")),
     "real-outputs": Surface(OutputsHost, ["real/outputs.py"], "host", set(),
                             ("real/launcher.py", "Launcher")),
-    "real-sink": Surface(Sink, ["real/keeper_port.py", "real/keeper_link.py"], "sink", set(),
+    "real-sink": Surface(Sink, ["real/keeper_port.py"], "sink", set(),
                          ("real/outputs.py", "Outputs")),
+    "real-remote-sink": Surface(RemoteSink, ["real/keeper_link.py"], "sink", set(),
+                                ("real/outputs.py", "Outputs")),
 }
 
 
