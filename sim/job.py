@@ -32,6 +32,7 @@ from rollcall.scenario import Scenario
 from sim.agents import Agents
 from sim.fault_timing import StepFaults
 from sim.gray import GrayFaults
+from sim.host import KeeperOutage
 from sim.keeper_port import KeeperPort
 from sim.ledger import Ledger
 from sim.machines import Machines
@@ -93,6 +94,10 @@ class JobHost(Protocol):
 
     @property
     def port(self) -> KeeperPort: ...
+
+    @property
+    def failover(self) -> KeeperOutage:
+        """Whether a keeper serves: while none does, nobody can commit."""
 
     @property
     def machines(self) -> Machines: ...
@@ -317,7 +322,10 @@ class Job:
         self._clock(now)
 
     def unstall(self, now: float) -> None:
-        if not self._stalled:
+        """Every member is heard again; while no keeper serves the members
+        still wait (for the standby's roll call), as each real member waits
+        for its commit's answer."""
+        if not self._stalled or self._host.failover.down:
             return
         self._acct(now)
         self._stalled = False
@@ -365,7 +373,7 @@ class Job:
         self.state = SYNC
         silent = self._host.silences.recount()
         self._stall_remaining = cost
-        if silent:
+        if silent or self._host.failover.down:  # a Membership the dead keeper sent
             self._stalled = True
             self._set_due(None)
         else:

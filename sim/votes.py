@@ -134,6 +134,8 @@ class Votes:
         # the keeper hears the run's last vote when it arrives: no later input
         # came since (each casts the votes that reached it first)
         t = min(t, run.vote_at(k, host.lat))
+        if host.failover.down:
+            run.refused = True  # no keeper hears it (those that reached it were cast at its end)
         if not run.refused:
             w = self.voter()
             verdict = host.keeper.commit(t, w, host.nodes.life_of(w), run.gen, first, last)
