@@ -847,3 +847,20 @@ def test_a_successor_keeper_inherits_the_restarts_a_repeated_restart_spent() -> 
     m.zombie_mid_step(i=0)
     m.restarts_stay_within_the_budget()
     assert not m.world.violations, m.world.violations
+
+
+def test_a_first_batch_after_a_takeover_claims_first_lives() -> None:
+    """Seed 3498787808: worker 0 pauses and its id starts again as life 1
+    before any generation; the keeper dies and its successor hears of
+    life 1 in the takeover report. The first joins of both ids, a batch
+    without lives, then arrive: the keeper admitted them as the latest
+    lives it knew, life 1 of worker 0 among them, which had not asked to
+    join. A batch stamped with generation 0 claims first lives."""
+    m = Rendezvous()
+    m.start(n=2, min_workers=1, room=0, latency=0.2, strategy="elastic", batched=True,
+            bulk=False, spec=None, durable=True)
+    m.pause(i=0)
+    m.restart_paused(i=0)
+    m.fail_keeper(outage=0.125)
+    m.heal()
+    assert not m.world.violations, m.world.violations

@@ -1114,7 +1114,10 @@ class Keeper:
         workers = IdRuns.of(batch.workers)
         claimed: Callable[[WorkerId], int]
         if batch.incarnations is None:
-            claimed = self._batch_life
+            # stamped generation 0, its agents entered none: first lives (a
+            # takeover's report may name a newer life of the id, which this
+            # batch is not); else lives a Membership admitted
+            claimed = _first_life if batch.generation == 0 else self._batch_life
             if r is None and batch.cursor is None and workers:
                 # the job's first arrival: the first joiner opens the round
                 w = workers.first()
@@ -1721,6 +1724,11 @@ class Keeper:
                     out, self._held = out[:i + 1], out[i + 1:]
                     break
         return out
+
+
+def _first_life(worker: WorkerId) -> int:
+    """The life a lives-less batch of first joins claims: 0."""
+    return 0
 
 
 def _table_fields(table: LifeTable) -> dict:

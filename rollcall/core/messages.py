@@ -46,9 +46,11 @@ class JoinBatch:
 
     Exactly what each of their :class:`Join` messages would do, in one
     message: a simulator feeds simultaneous arrivals to the keeper in one
-    call. Without ``incarnations`` the workers are the lives the keeper
-    knows (members answering a roll call); with them, new lives (a job
-    relaunched after a restart), paired with ``workers`` in order.
+    call. Without ``incarnations`` the workers are first lives (life 0 of
+    each, stamped ``generation`` 0: the job's first arrivals) or the lives
+    the keeper admitted (members answering a roll call); with them, new
+    lives (a job relaunched after a restart), paired with ``workers`` in
+    order.
 
     At scale ``workers`` is an :class:`rollcall.core.idset.IdRuns` (for a roll
     call: "every member of the generation but these few", a few runs) and
