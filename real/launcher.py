@@ -330,8 +330,11 @@ class Launcher:
                     self.serve()
                 if self.stop.signum is not None:
                     self.finish("interrupted", str(self.stop.reason()))
-                if self.result == "completed":
-                    self.drain()
+                # the links carry the records of steps already committed (a
+                # member's contribute after the first member's commit): heard
+                # whatever ended the run, or the ledger of a signalled run
+                # lacks them (a second signal still kills at once)
+                self.drain()
             except interrupts.Interrupted:  # a second signal: the processes are dead already
                 self.finish("interrupted", str(self.stop.reason()))
             except BaseException as exc:
@@ -408,11 +411,12 @@ class Launcher:
     def drain(self) -> None:
         """Hear each worker's link to its end before any process is stopped.
 
-        Why: frames still on their way when the job completes (a delayed host's
-        backlog in its relay, a healed partition's retransmissions) carry the
-        last steps' ``contribute`` records, and the ledger needs every one. The
-        launcher ends its side of each link; the worker ends its own after its
-        last whole frame (``Worker.close_link``). Bounded: :data:`DRAIN_S` plus
+        Why: frames still on their way when the run ends (a delayed host's
+        backlog in its relay, a healed partition's retransmissions, the other
+        members' records of a step one member's commit committed just before
+        a signal) carry ``contribute`` records, and the ledger needs every
+        one. The launcher ends its side of each link; the worker ends its own
+        after its last whole frame (``Worker.close_link``). Bounded: :data:`DRAIN_S` plus
         twice the longest delay still held (the ends go through it both ways).
         Only records and final reports are taken: the keeper has decided."""
         held_s = self.nemesis.held_delay_s(self.now())
