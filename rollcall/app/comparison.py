@@ -395,9 +395,10 @@ def on_target(target: str) -> Callable[..., Comparison]:
                         stop: Any = None, max_wall_s: float | None = None,
                         **options: Any) -> Comparison:
         def run_or_raise(sc: Scenario, run_dir: Path) -> dict[str, Any]:
-            if stop is not None and stop.reason() is not None:  # a signal between two runs
-                raise KeyboardInterrupt(stop.reason())
             extra = {} if stop is None else {"stop": stop}
+            signalled = None if stop is None else stop.reason()
+            if signalled is not None:  # a signal between two runs
+                raise KeyboardInterrupt(signalled)
             summary = run(sc, run_dir, max_wall_s=max_wall_s, **extra)
             if summary.get("result") == "interrupted":
                 raise KeyboardInterrupt(summary.get("end_reason") or "interrupted")

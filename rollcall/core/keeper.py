@@ -1412,10 +1412,10 @@ class Keeper:
 
     def _store_budget(self) -> None:
         """A durable record: write the current generation's record again with
-        the restarts and recoveries spent, before the teardown is ordered.
-        Kept only here, they were lost with a keeper that died before the
-        restart round closed, and its successor ordered restarts past
-        ``max_restarts`` (one per restart that round had repeated)."""
+        the restarts and recoveries spent, before the teardown is ordered:
+        kept only in this keeper, they would go with it if it died before the
+        restart round closed, and a successor would order restarts past
+        ``max_restarts``."""
         if not self._config.durable:
             return
         assert self._stored is not None and self._stored.generation == self._generation, \
