@@ -183,8 +183,8 @@ class Trainer:
         """Train in ``enter``'s generation, step after step, until it ends for
         this worker (:class:`Aborted`) or the job is complete."""
         gen = enter.generation
-        host = self._host
-        pg = self.groups.build(enter, host.keeper_host, host.store_port, host.addr)
+        pg = self.groups.build(enter, self._host.keeper_host, self._host.store_port,
+                               self._host.addr)
         self.sync_state(pg, enter)
         policy = job_policy(self._host.scenario)
         while True:
@@ -328,10 +328,10 @@ class Trainer:
         # is_completed stays false): only wait() returns, so a thread waits
         self.groups.watched(gen, f"copy-{gen}", lambda: [work.wait() for work in works])
         if not holder:
-            host = self._host
-            host.record(rec(host.now(), "ok", "copy", host.worker, gen=gen, stripes=len(plan),
-                            bytes=buf.numel() * buf.element_size(),
-                            seconds=round(host.now() - t0, 6)))
+            now = self._host.now()
+            self._host.record(rec(now, "ok", "copy", self._host.worker, gen=gen,
+                                  stripes=len(plan), bytes=buf.numel() * buf.element_size(),
+                                  seconds=round(now - t0, 6)))
 
     # --- a step ------------------------------------------------------------------------
 
