@@ -227,8 +227,8 @@ class RemoteKeeper:
         pid = os.getpid()
         sock.sendall(wire.encode(("sup_hello", pid, supervisor_mac(self.supervisor.secret, nonce,
                                                                     run, pid))))
-        started, down, exited = self.supervisor.physical_report()
-        sock.sendall(wire.encode(("report", started, down, exited)))
+        started, down, exited, capacity = self.supervisor.physical_report()
+        sock.sendall(wire.encode(("report", started, down, exited, capacity)))
         reader.authenticated()
         self.reader = reader
 
@@ -313,6 +313,9 @@ class RemoteKeeper:
 
     def node_down(self, now: float, worker: int) -> None:
         self._send("node_down", worker)
+
+    def fleet_capacity(self, now: float, nodes: int) -> None:
+        self._send("capacity", nodes)  # lost while down: the next report carries it
 
     def node_up(self, now: float, worker: int) -> None:
         if self.up:

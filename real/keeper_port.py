@@ -136,7 +136,7 @@ class Supervisor(Protocol):
 
     def tell_workers(self, frame: tuple) -> None: ...
 
-    def physical_report(self) -> tuple[list, list, list]: ...
+    def physical_report(self) -> tuple[list, list, list, int]: ...
 
     def next_gate(self) -> int:
         """The committed count whose last ack waits for a fault (0: none)."""
@@ -159,6 +159,9 @@ class LocalKeeper:
 
     def node_down(self, now: float, worker: int) -> None:
         self.keeper.node_down(now, worker)
+
+    def fleet_capacity(self, now: float, nodes: int) -> None:
+        self.keeper.fleet_capacity(now, nodes)
 
     def node_up(self, now: float, worker: int) -> None:
         self.sink.life_given(worker, self.keeper.node_up(now, worker))

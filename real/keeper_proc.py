@@ -220,12 +220,13 @@ class KeeperProcess:
         kind, now, k = frame[0], self.now(), self.keeper
         assert k is not None
         if kind == "report":
-            _, started, down, exited = frame
+            _, started, down, exited, capacity = frame
             self.send("term", k.term)
             if self.serving:
                 return  # the launcher's link came back: this keeper took over already
             self.serving = True
-            self.emit(k.take_over(now, dict(started), down, [tuple(p) for p in exited]))
+            self.emit(k.take_over(now, dict(started), down, [tuple(p) for p in exited],
+                                  capacity))
             if self.direct:
                 self.workers.serve(k)
         elif not self.serving:
@@ -237,6 +238,8 @@ class KeeperProcess:
             self.workers.exited(frame[1], frame[2])
         elif kind == "node_down":
             k.node_down(now, frame[1])
+        elif kind == "capacity":
+            k.fleet_capacity(now, frame[1])
         elif kind == "node_up":
             self.send("life", frame[1], k.node_up(now, frame[1]))
         elif kind == "commit":

@@ -7,15 +7,17 @@ the active keeper published in etcd. The keeper opens with a ``challenge``;
 the launcher's first frame is a ``sup_hello`` carrying the HMAC of the
 challenge under the run's secret, then a ``report`` of what it knows
 physically (the lives it started, the nodes that are down, the lives whose
-process exited): the new keeper's :meth:`Keeper.take_over` input.
+process exited, the repair shop's capacity): the new keeper's
+:meth:`Keeper.take_over` input.
 
 launcher -> keeper
     ("sup_hello", pid, mac)
-    ("report", [[worker, life]...], [down worker...], [[worker, life]...])
+    ("report", [[worker, life]...], [down worker...], [[worker, life]...], capacity)
     ("msgs", [ToKeeper...])                     messages that arrived together
     ("exited", worker, incarnation)
     ("node_down", worker)
     ("node_up", worker)                         answered by ("life", worker, life)
+    ("capacity", nodes)                         the fleet's nodes in service or to come
     ("commit", ask, worker, incarnation, gen, step, compute_s, load)
     ("batch", [[worker, life]...], until)       direct links: hold these lives' Joins
     ("gate", step)                              direct links: the next step a fault waits for
@@ -105,11 +107,12 @@ def _to_worker(v: Any, where: str) -> Any:
 
 TO_KEEPER_PROC: dict[str, tuple[Callable[[Any, str], Any], ...]] = {
     "sup_hello": (nat, _hexdigest),
-    "report": (_pairs, _nats, _pairs),
+    "report": (_pairs, _nats, _pairs, nat),
     "msgs": (_messages,),
     "exited": (nat, nat),
     "node_down": (nat,),
     "node_up": (nat,),
+    "capacity": (nat,),
     "commit": (nat, nat, nat, nat, nat, _compute_s, nat),
     "batch": (_pairs, _number),
     "gate": (nat,),

@@ -199,15 +199,16 @@ class Launcher:
 
     # --- keeper outputs -------------------------------------------------------------
 
-    def physical_report(self) -> tuple[list, list, list]:
+    def physical_report(self) -> tuple[list, list, list, int]:
         """What a new keeper is told on taking over: the latest life started
-        for each worker id, the nodes down, and the latest lives whose
-        process exited (a crashed machine's report nothing)."""
+        for each worker id, the nodes down, the latest lives whose
+        process exited (a crashed machine's report nothing), and the repair
+        shop's capacity."""
         latest = self.processes.latest()
         started = sorted([w, p.incarnation] for w, p in latest.items())
         exited = sorted([w, p.incarnation] for w, p in latest.items()
                         if not p.alive and p.fault not in ("restart", "crash"))
-        return started, sorted(self.lives.nodes.down), exited
+        return started, sorted(self.lives.nodes.down), exited, self.lives.nodes.shop.capacity
 
     def tell_workers(self, frame: tuple) -> None:
         self.service.tell_workers(frame)

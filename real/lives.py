@@ -201,6 +201,7 @@ class Lives:
             p = warm if warm is not None else self.spawn_new()
             p.want = True
             self.nodes.arrived(host.now(), p.worker, joined=True)
+            host.keeper.fleet_capacity(host.now(), self.nodes.shop.capacity)
             joined.append(p.worker)
         return joined
 
@@ -229,6 +230,7 @@ class Lives:
             return  # its trip to the shop came with the blame
         for act in self.nodes.to_shop(now, w, self.innocents):  # the core's decisions
             host.nemesis.shop_answered(act)  # once the fault's record is written
+        host.keeper.fleet_capacity(now, self.nodes.shop.capacity)
 
     # --- the repair shop's answers (real.nodes.Owner) ---------------------------------
 

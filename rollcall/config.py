@@ -17,9 +17,9 @@ from rollcall.core import (
 )
 from rollcall.scenario import Fault, Scenario
 
-__all__ = ["arrivals_end_s", "data_spec", "draws", "failure_model", "fault_plan", "horizon_s",
-           "job_policy", "keeper_config", "repair_policy", "repair_shop", "scheduled_faults",
-           "shard_spec"]
+__all__ = ["arrivals_end_s", "data_spec", "draws", "failure_model", "fault_plan", "fleet_returns",
+           "horizon_s", "job_policy", "keeper_config", "repair_policy", "repair_shop",
+           "scheduled_faults", "shard_spec"]
 
 
 def shard_spec(sc: Scenario) -> Optional[ShardSpec]:
@@ -63,23 +63,30 @@ def keeper_config(sc: Scenario) -> KeeperConfig:
         sharding=shard_spec(sc), policy=job_policy(sc), stragglers=straggler_policy(sc),
         restart_failure=s.restart_failure, max_restarts=s.max_restarts,
         max_recoveries_without_progress=s.max_recoveries_without_progress,
-        arrivals_end_s=arrivals_end_s(sc), give_up_at_s=horizon_s(sc),
+        arrivals_end_s=arrivals_end_s(sc), fleet_returns=fleet_returns(sc),
+        give_up_at_s=horizon_s(sc),
         durable=sc.keeper.store == "etcd")
 
 
-def arrivals_end_s(sc: Scenario) -> Optional[float]:
-    """The last instant a worker can come to the job, from the scenario: a
-    scripted ``at_s`` join, or the end of an ``at_s`` fault that cut live
-    processes off (they rejoin); None when one can come at any time (repairs,
-    a spare pool, idle nodes a warm-standby limit holds back, or an
-    ``at_step`` or ``at_roll_call`` fault, whose instant is the run's)."""
+def fleet_returns(sc: Scenario) -> bool:
+    """Whether the fleet may bring a node to the job after the start: a
+    repair pipeline (one that retires every node at its first failure brings
+    none back), a cold spare pool, or idle nodes a warm-standby limit holds
+    back. The repair shop then counts the nodes left (its capacity)."""
     c = sc.cluster
-    # a pipeline that retires every node at its first failure brings none back
     returns = c.repair_s is not None or (
         c.repair is not None and not (c.repair.retire_after == 1 and c.repair.retire_window_s is None))
     idle = c.warm_standbys is not None and c.spares > c.warm_standbys
-    if returns or c.spare_pool or idle:
-        return None
+    return returns or bool(c.spare_pool) or idle
+
+
+def arrivals_end_s(sc: Scenario) -> Optional[float]:
+    """The last instant a scripted worker can come to the job: an ``at_s``
+    join, or the end of an ``at_s`` fault that cut live processes off (they
+    rejoin); None when one can come at any time (an ``at_step`` or
+    ``at_roll_call`` fault, whose instant is the run's). What the fleet
+    brings back is counted apart (:func:`fleet_returns`)."""
+    c = sc.cluster
     end = 0.0
     for f in sc.failures.schedule:
         for_s = f.parameters.get("for_s")

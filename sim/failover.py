@@ -146,7 +146,8 @@ class KeeperFailover:
         # them), the exits their hosts saw
         started = nodes.lives_started() | nodes.lives_starting()
         down = [int(w) for w in np.flatnonzero(nodes.held_down)]
-        sim.port.call(now, k.take_over, started, down, sorted(nodes.lives_exited().items()))
+        sim.port.call(now, k.take_over, started, down, sorted(nodes.lives_exited().items()),
+                      sim.shop.capacity)
         sim.port.vouch(now)  # the silent ones' verdicts come at the new keeper's own timer
         sim.agents.reconnected(now)  # and asks again what went unanswered
         sim.port.rearm(now)

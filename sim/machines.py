@@ -291,6 +291,9 @@ class Machines:
                 host.at(act.at_s, self._warmed, act)
             else:
                 host.at(act.at_s, self._pulled, act)
+        if not host.failover.down:  # else the takeover report carries it
+            host.keeper.fleet_capacity(now, host.shop.capacity)
+            host.port.rearm(now)
 
     def _repaired(self, w: int, repair: Repair) -> None:
         host = self._host

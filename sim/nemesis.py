@@ -112,6 +112,8 @@ class Nemesis:
             sim.shop.joined(now, w)
             sim.machines.arrive(now, w)
         sim.write(rec(now, "info", "fault", NEMESIS, kind="join", workers=ws))
+        if not sim.failover.down:  # else the takeover report carries it
+            sim.keeper.fleet_capacity(now, sim.shop.capacity)
         sim.machines.start(now, ws, [0] * len(ws), fresh=False)
 
     def _domain_down(self, now: float, domain: str, index: Any) -> None:

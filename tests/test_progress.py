@@ -164,3 +164,37 @@ def test_a_round_below_min_workers_waits_only_while_a_worker_can_come() -> None:
     assert "after t=30 s" in failed.reason
     k, _ = starved(None)
     assert k.next_round_deadline() is None and k.failed is None
+
+
+def test_a_round_below_min_workers_waits_on_the_fleet_while_it_holds_enough_nodes() -> None:
+    """fleet_returns: a starved round waits while the repair shop counts
+    min_workers nodes in service or to come; once a retirement leaves fewer
+    (Keeper.fleet_capacity), it gives up a detection window and a last call
+    later. A scripted join that raises the count again keeps it waiting; a
+    keeper that takes over is told the count in its report."""
+    config = KeeperConfig(min_workers=2, max_workers=2, last_call_s=0.5, join_timeout_s=None,
+                          detector=make_detector("timeout", 0.5, 2.0), arrivals_end_s=3.0,
+                          fleet_returns=True)
+    k = Keeper(config)
+    k.receive(0.0, Join(0, 0, None))
+    k.receive(0.0, Join(1, 0, None))
+    k.node_down(1.0, 1)
+    k.fleet_capacity(1.0, 2)  # node 1 in repair: it may come back
+    assert not [o for o in k.exited(1.0, 1, 0) if isinstance(o, JobFailed)]
+    assert k.next_round_deadline() is None, "a repair may bring a worker"
+    k.fleet_capacity(50.0, 1)  # retired instead
+    assert k.next_round_deadline() == 50.0 + 2 * 2.0 + 0.5
+    k.fleet_capacity(52.0, 2)  # a node joins the fleet
+    assert k.next_round_deadline() is None
+    k.fleet_capacity(60.0, 1)
+    deadline = k.next_round_deadline()
+    assert deadline == 60.0 + 2 * 2.0 + 0.5
+    assert not [o for o in k.handle_timer(deadline - 0.01) if isinstance(o, JobFailed)]
+    (failed,) = [o for o in k.handle_timer(deadline) if isinstance(o, JobFailed)]
+    assert failed.reason.startswith(NOT_EXPECTED) and "only 1 node in service or to come" in failed.reason
+
+    successor = Keeper.restored(config, None, 1)
+    successor.take_over(70.0, {0: 0, 1: 0}, down=[1], capacity=1)
+    successor.receive(70.0, Join(0, 0, None))
+    assert successor.round is not None
+    assert successor.next_round_deadline() == 70.0 + 2 * 2.0 + 0.5

@@ -335,6 +335,31 @@ def test_a_job_not_expected_to_finish_says_so_on_both_targets(tmp_path: Path) ->
 
 
 @pytest.mark.timeout(200)
+def test_a_fleet_left_too_small_by_retirements_gives_up_on_both_targets(tmp_path: Path) -> None:
+    """The repair shop retires the killed node (its first failure within the
+    window), so two nodes are left where the job needs three: the keeper,
+    told the shop's count, gives up a detection window and a last call
+    later on each target, with the same named reason, instead of waiting
+    for its horizon."""
+    from sim import driver as sim_driver
+
+    sc = load("real-below-min", "rendezvous.join_timeout_s=null",
+              "cluster.repair={retire_after: 1, retire_window_s: 600.0}")
+    pattern = (r"^job failed: not expected to finish: below min_workers=3 with 2 since t=\S+ s "
+               r"and nothing can bring a worker \(only 2 nodes in service or to come, the rest "
+               r"lost for good; no scripted arrivals after t=0 s\)$")
+    sim = sim_driver.run(sc, tmp_path / "sim")
+    real = run_real(sc, tmp_path / "real")
+    for s, out in ((sim, tmp_path / "sim"), (real, tmp_path / "real")):
+        assert s["completed"] is False and re.match(pattern, s["end_reason"]), s["end_reason"]
+        assert_exactly_once(s)
+        retired = [r for r in records(out) if r["f"] == "fault" and r["kind"] == "retire"]
+        assert [r["workers"] for r in retired] == [[0]], retired
+        assert s["elapsed_s"] < 60.0, s["elapsed_s"]
+    assert_no_process_left(real)
+
+
+@pytest.mark.timeout(200)
 def test_checkpoint_restart_with_a_kill(shipped_runs: Callable[..., Pair]) -> None:
     pair = shipped_runs("real-checkpoint-restart")  # the conformance test's run too
     sc, s, recs = pair.scenario, pair.real_summary(), pair.real

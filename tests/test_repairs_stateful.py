@@ -4,7 +4,8 @@ host selection under way), idle in the working pool, in repair, or coming
 from the cold pool. A hypothesis state machine fails, repairs, warms, pulls
 and joins nodes in any order; after each step the shop must agree with the
 model, and with warm standbys no node may wait idle while a place for a
-process is free.
+process is free. The shop's capacity (nodes in service or that may yet
+come) is the model's count of every node not retired.
 """
 
 from __future__ import annotations
@@ -14,17 +15,19 @@ from typing import Optional
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from rollcall.core import Draws, Pull, Repair, RepairPolicy, RepairShop, Warm
+from rollcall.core import Draws, Pull, Repair, RepairPolicy, RepairShop, Retire, Warm
 
 FIRST_POOL_ID = 1000
 
 
 class ShopVersusModel(RuleBasedStateMachine):
     @initialize(want=st.integers(1, 6), spares=st.integers(0, 5), warm=st.none() | st.integers(0, 4),
-                pool=st.integers(0, 4))
-    def setup(self, want: int, spares: int, warm: Optional[int], pool: int) -> None:
+                pool=st.integers(0, 4), retire_after=st.none() | st.integers(1, 3))
+    def setup(self, want: int, spares: int, warm: Optional[int], pool: int,
+              retire_after: Optional[int]) -> None:
         up = want + spares
-        self.shop = RepairShop(Draws(0, None), RepairPolicy(fixed_s=10.0), up=up, want=want,
+        policy = RepairPolicy(fixed_s=10.0, retire_after=retire_after)
+        self.shop = RepairShop(Draws(0, None), policy, up=up, want=want,
                                target=up, pool=pool, preempt_s=5.0, first_pool_id=FIRST_POOL_ID,
                                warm=warm, select_s=3.0)
         self.want, self.target, self.pool_left = want, up, pool
@@ -37,6 +40,9 @@ class ShopVersusModel(RuleBasedStateMachine):
         self.down: set[int] = set()
         self.coming: set[int] = set()
         self.failed_once: set[int] = set()
+        self.failures: dict[int, int] = {}
+        self.retire_after = retire_after
+        self.retired: set[int] = set()
         self.joins = 0
         self.next_join = 500
         self.now = 0.0
@@ -65,11 +71,16 @@ class ShopVersusModel(RuleBasedStateMachine):
             self.idle.remove(w)
         self.running.discard(w)
         self.warming.discard(w)
-        self.down.add(w)
         self.failed_once.add(w)
+        self.failures[w] = self.failures.get(w, 0) + 1
         pulls = None
         acts = self.shop.down(self._tick(), w)
-        assert isinstance(acts[0], Repair) and acts[0].worker == w, acts
+        if self.retire_after is not None and self.failures[w] >= self.retire_after:
+            assert isinstance(acts[0], Retire) and acts[0].worker == w, acts
+            self.retired.add(w)
+        else:
+            assert isinstance(acts[0], Repair) and acts[0].worker == w, acts
+            self.down.add(w)
         for act in acts[1:]:
             if isinstance(act, Warm):
                 assert pulls is None, "warm standbys come before pulls"
@@ -137,6 +148,9 @@ class ShopVersusModel(RuleBasedStateMachine):
         assert shop.busy == len(self.running) + len(self.warming) + len(self.coming)
         assert shop.in_service == self._in_service()
         assert shop.coming == len(self.coming)
+        assert shop.retired == self.retired
+        assert shop.capacity == self._in_service() + len(self.down) + len(self.coming) \
+            + self.pool_left, "every node not retired"
         if self.places is not None:
             assert not self.idle or shop.busy >= self.places, "an idle node beside a free place"
             assert shop.busy <= self.places + self.joins  # only a scripted join goes beyond

@@ -331,6 +331,12 @@ strategy: {kind: checkpoint-restart, restart_s: 0.001}
 @pytest.mark.parametrize("cluster", [
     "{warm_standbys: 0}",  # no idle node to warm: nothing comes
     "{workers: 4, repair: {auto_s: 1.0, manual_p: 0.0, retire_after: 1}}",  # every node retired
+    # repaired at first, retired at the second failure (or the first within
+    # the window): the job gives up once too few nodes are left, not at its horizon
+    "{workers: 4, repair: {auto_s: 1.0, manual_p: 0.0, retire_after: 2}}",
+    "{workers: 4, repair: {auto_s: 1.0, manual_p: 0.0, retire_after: 1, retire_window_s: 60.0}}",
+    "{workers: 4, spares: 2, spare_pool: 2,"
+    " repair: {auto_s: 1.0, manual_p: 0.0, retire_after: 2}}",
 ])
 def test_nothing_to_come_is_read_from_the_whole_cluster(cluster: str) -> None:
     text = f"""
@@ -339,9 +345,12 @@ cluster: {cluster}
 failures: {{worker_mtbf_s: 5.0}}
 rendezvous: {{join_timeout_s: null}}
 """
-    summary = Simulation(parse_scenario(text)).run(max_wall_s=HANG_GUARD_S)
+    sc = parse_scenario(text)
+    summary = Simulation(sc).run(max_wall_s=HANG_GUARD_S)
     assert summary["valid"] and not summary["completed"]
     assert "nothing can bring a worker" in summary["end_reason"], summary["end_reason"]
+    from rollcall.config import horizon_s
+    assert summary["end_s"] < horizon_s(sc) / 10, (summary["end_s"], horizon_s(sc))
 
 
 def test_a_job_not_done_by_its_horizon_gives_up_as_not_expected_to_finish() -> None:

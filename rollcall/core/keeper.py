@@ -117,12 +117,17 @@ class KeeperConfig:
     # committed over this many consecutive recoveries, and when failures come
     # faster than it recovers (rollcall.core.progress). None: only the latter.
     max_recoveries_without_progress: Optional[int] = None
-    # The last instant a worker can come (a scripted join, the end of a fault
-    # that cut live processes off); None: any time (repairs, a spare pool,
-    # idle nodes, a fault whose end is not known in advance). With
-    # join_timeout_s None a round below min_workers waits for arrivals, and
-    # gives up (not expected to finish) once none can come.
+    # The last instant a scripted worker can come (a scripted join, the end
+    # of a fault that cut live processes off); None: any time (a fault whose
+    # end is not known in advance). With join_timeout_s None a round below
+    # min_workers waits for arrivals, and gives up (not expected to finish)
+    # once none can come.
     arrivals_end_s: Optional[float] = None
+    # The fleet brings nodes back (repairs, a spare pool, idle nodes): then
+    # arrivals end only once it holds fewer than min_workers nodes that are,
+    # or may yet come, in service (:meth:`Keeper.fleet_capacity`, the repair
+    # shop's count; retirements lower it). False: no node comes back.
+    fleet_returns: bool = False
     # The job gives up (not expected to finish) if it is not done by this
     # instant: far past any run that ends on its own (rollcall.config.horizon_s).
     give_up_at_s: Optional[float] = None
@@ -437,6 +442,10 @@ class Keeper:
         # the record the store holds (durable): a restart writes it again with
         # the budget spent, so that a successor does not order more
         self._stored: Optional[KeeperRecord] = None
+        # fleet_returns: the nodes that are or may come in service, as last
+        # reported, and since when fewer than min_workers (None: enough)
+        self._capacity: Optional[int] = None
+        self._short_since: Optional[float] = None
 
     # --- driver API -----------------------------------------------------------
 
@@ -515,6 +524,21 @@ class Keeper:
             assert r is not None
             at = now + self._config.detector.silence_s()
             r.lost_at = at if r.lost_at is None else min(r.lost_at, at)
+
+    def fleet_capacity(self, now: float, nodes: int) -> None:
+        """The fleet holds ``nodes`` nodes that are in service or may yet come
+        (up, in repair, pulled or left in the spare pool): the repair shop's
+        count, reported whenever a loss, retirement or join changes it. Once
+        fewer than ``min_workers``, a starved round stops waiting on the
+        fleet (:attr:`KeeperConfig.fleet_returns`) a detection window and a
+        last call later: the timer moves, nothing is decided now."""
+        self._ready()
+        assert nodes >= 0, nodes
+        self._capacity = nodes
+        if nodes >= self._config.min_workers:
+            self._short_since = None
+        elif self._short_since is None:
+            self._short_since = now
 
     def node_up(self, now: float, worker: WorkerId) -> int:
         """The machine of ``worker`` is back (repaired): relaunchable again.
@@ -765,16 +789,21 @@ class Keeper:
 
     def take_over(self, now: float, started: Mapping[WorkerId, int],
                   down: Iterable[WorkerId] = (),
-                  exited: Iterable[tuple[WorkerId, int]] = ()) -> list[Output]:
+                  exited: Iterable[tuple[WorkerId, int]] = (),
+                  capacity: Optional[int] = None) -> list[Output]:
         """Begin this term from the supervisor's report of the physical world,
         the same on every target: ``started`` (below), the nodes ``down``
-        (lost and not repaired: :meth:`node_down`) and the lives ``exited``
-        whose process its host saw exit (:meth:`exited`). A crashed
+        (lost and not repaired: :meth:`node_down`), the lives ``exited``
+        whose process its host saw exit (:meth:`exited`) and the fleet's
+        ``capacity`` (:meth:`fleet_capacity`; None: not counted). A crashed
         machine reports nothing and a restart's teardown is no exit: the
         detector decides those lives, as it would have under the old keeper.
         """
         for worker in down:
             self.node_down(now, worker)
+        if capacity is not None:
+            self._capacity = capacity
+            self._short_since = now if capacity < self._config.min_workers else None
         self._begin_term(now, started)
         for worker, life in exited:  # one answer: an exit's restart may write the store
             self._exit(now, worker, life)
@@ -1527,11 +1556,14 @@ class Keeper:
             if timeout is not None and now >= r.starved_since + timeout:
                 self._give_up(now, r)
             elif (nobody := self._nobody_comes_at(r)) is not None and now >= nobody:
+                left = self._capacity
+                fleet = (f"only {left} node{'' if left == 1 else 's'} in service or to come, "
+                         f"the rest lost for good; no" if cfg.fleet_returns else
+                         "no repairs, spare pool, idle nodes or")
                 self._fail(now, f"{NOT_EXPECTED}: below min_workers={cfg.min_workers} with "
                            f"{len(r.joined) + len(r.expected)} since t={r.starved_since:.6g} s "
-                           f"and nothing can bring a worker (no repairs, spare pool, idle "
-                           f"nodes or scripted arrivals after t={cfg.arrivals_end_s:.6g} s)",
-                           r.generation)
+                           f"and nothing can bring a worker ({fleet} scripted arrivals "
+                           f"after t={cfg.arrivals_end_s:.6g} s)", r.generation)
             return
         r.starved_since = None
         if r.expected or len(r.joined) < cfg.min_workers:
@@ -1553,8 +1585,13 @@ class Keeper:
         if (cfg.join_timeout_s is not None or cfg.arrivals_end_s is None or self._benched
                 or r.starved_since is None):
             return None
+        end = max(r.starved_since, cfg.arrivals_end_s)
+        if cfg.fleet_returns:
+            if self._short_since is None:
+                return None  # a repair, a pull or an idle node may still come
+            end = max(end, self._short_since)
         grace = 2 * cfg.detector.silence_s() + cfg.last_call_s
-        return max(r.starved_since, cfg.arrivals_end_s) + grace
+        return end + grace
 
     def _give_up(self, now: float, r: Round) -> None:
         self._fail(now, f"below min_workers={self._config.min_workers} for join_timeout_s",

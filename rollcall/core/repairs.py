@@ -219,6 +219,7 @@ class RepairShop:
         self._failures: dict[int, list[float]] = {}  # node -> failure times (retirement)
         self._blamed: dict[int, int] = {}  # node -> times a wrong diagnosis blamed it
         self._out: set[int] = set()  # failed or blamed, not up since (retired included)
+        self._repairing = 0  # Repair answers given whose node is not up yet
         self.retired: set[int] = set()
         self.places = None if warm is None else want + warm  # processes at most
         self.select_s = select_s
@@ -227,6 +228,14 @@ class RepairShop:
         self.busy = self.initial  # nodes holding a process, or getting one
         self.idle: list[int] = list(range(self.initial, up))  # longest idle first
         self._warming: set[int] = set()
+
+    @property
+    def capacity(self) -> int:
+        """The nodes in service (holding a process or idle) or that may yet
+        come: in repair, pulled, or left in the cold pool. Only a
+        retirement (and, with no repair policy, any failure) lowers it; a
+        scripted join raises it. The keeper's :meth:`Keeper.fleet_capacity`."""
+        return self.in_service + self._repairing + self.coming + self.pool_left
 
     def down(self, now: float, worker: int,
              innocents: Callable[[], Sequence[int]] = tuple) -> list[ShopAction]:
@@ -249,6 +258,7 @@ class RepairShop:
         out: list[ShopAction] = []
         if self.policy is not None:
             out += self._retire_or_repair(now, worker, times, innocents)
+            self._repairing += sum(1 for act in out if isinstance(act, Repair))
         return out + self._warm(now) + self._pulls(now)
 
     def joined(self, now: float, worker: int) -> None:
@@ -269,6 +279,8 @@ class RepairShop:
             self.coming -= 1
             assert self.coming >= 0, self.coming
             return True  # counted busy when it was pulled
+        self._repairing -= 1
+        assert self._repairing >= 0, (worker, self._repairing)
         if self.places is not None and self.busy >= self.places:
             self.idle.append(worker)
             return False
