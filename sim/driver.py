@@ -122,7 +122,7 @@ from typing import Any, Callable, Optional
 import simpy
 
 from rollcall.config import data_spec, draws, horizon_s, keeper_config, repair_shop, scheduled_faults
-from rollcall.core import DRIVER, Cursor, FailureTally, FaultPlan, IdRuns, Keeper, check, rec
+from rollcall.core import DRIVER, FailureTally, FaultPlan, IdRuns, Keeper, check, rec
 from rollcall.interrupts import StopRequest
 from rollcall.results import write_summary
 from rollcall.scenario import Scenario
@@ -248,41 +248,9 @@ class Simulation:
         """Whether commit votes are on their way to the keeper."""
         return bool(self.votes.runs)
 
-    @property
-    def state(self) -> str:
-        return self.job.state
-
-    @property
-    def gen(self) -> int:
-        return self.job.gen
-
-    @property
-    def members(self) -> IdRuns:
-        return self.job.members
-
-    @property
-    def cursor(self) -> Cursor:
-        return self.job.cursor
-
-    @property
-    def batch(self) -> int:
-        return self.job.batch
-
     def cast_votes(self, t: float, everything: bool = False) -> None:
         """Cast the commit votes that reached the keeper by ``t`` (:meth:`sim.votes.Votes.cast`)."""
         self.votes.cast(t, everything)
-
-    def passed(self, t: float, cursor: Cursor, complete: bool) -> None:
-        self.job.passed(t, cursor, complete)
-
-    def stall(self, now: float) -> None:
-        self.job.stall(now)
-
-    def unstall(self, now: float) -> None:
-        self.job.unstall(now)
-
-    def restart_segment(self, now: float) -> None:
-        self.job.restart_segment(now)
 
     # ------------------------------------------------------------------ nodes
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from rollcall.core import LEASE_MARGIN, NEMESIS, Keeper, KeeperRecord, Persist, last_renewal, rec
 
-from sim.world import DONE, World
+from sim.world import World
 
 
 class KeeperFailover:
@@ -73,7 +73,7 @@ class KeeperFailover:
             if life is None:
                 return
             yield sim.env.timeout(life)
-            if sim.state == DONE:
+            if sim.finished:
                 return
             self.fail(sim.env.now, "crash")
             yield sim.env.timeout(self.takeover_s)  # the next keeper's life starts then
@@ -88,7 +88,7 @@ class KeeperFailover:
         and deposes itself there, on its own clock; a standby takes over
         ``takeover_s`` after the cut (not before the keeper stopped)."""
         sim = self.sim
-        if self.down or sim.state == DONE:
+        if self.down or sim.finished:
             return
         keeper = sim.keeper
         sim.write(rec(now, "info", "fault", NEMESIS, kind="partition_keeper",
@@ -105,11 +105,11 @@ class KeeperFailover:
         """The cut-off keeper's lease ends: woken, it deposes itself (its
         ``deposed`` record and :class:`Deposed`), and it stops."""
         sim = self.sim
-        if sim.keeper is not keeper or self.down or sim.state == DONE:
+        if sim.keeper is not keeper or self.down or sim.finished:
             return
         now = sim.env.now
         sim.port.call(now, keeper.handle_timer)
-        if sim.state != DONE:
+        if not sim.finished:
             self.fail(now, "partition", back_at=back_at)
 
     def fail(self, now: float, cause: str, back_at: Optional[float] = None) -> None:
@@ -117,13 +117,13 @@ class KeeperFailover:
         by a fault, ``partition``: deposed on its own clock, cut off from etcd);
         a standby takes over at ``back_at`` (default ``takeover_s`` from now)."""
         sim = self.sim
-        if self.down or sim.state == DONE:
+        if self.down or sim.finished:
             return
         if cause != "partition":
             sim.write(rec(now, "info", "fault", NEMESIS, kind="kill_keeper", cause=cause,
                            term=sim.keeper.term))
         sim.cast_votes(now)  # the commit requests that reached it were answered
-        sim.stall(now)  # nobody can commit: the members wait for a keeper
+        sim.job.stall(now)  # nobody can commit: the members wait for a keeper
         sim.votes.keeper_lost()  # requests still on their way find no keeper
         self.count += 1
         self.back_at = now + self.takeover_s if back_at is None else back_at
@@ -133,7 +133,7 @@ class KeeperFailover:
         """A standby of the next term rebuilds the keeper from the store."""
         sim = self.sim
         now = sim.env.now
-        if sim.state == DONE:
+        if sim.finished:
             self.back_at = None
             return
         old = sim.keeper

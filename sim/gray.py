@@ -35,7 +35,7 @@ from typing import Any
 from rollcall.core import NEMESIS, rank_range, rec
 
 from sim.network import held_beat_gaps
-from sim.world import DONE, World
+from sim.world import World
 
 
 class GrayFaults:
@@ -73,7 +73,7 @@ class GrayFaults:
 
     def _fast_again(self, life: tuple[int, float], factor: float) -> None:
         sim = self.sim
-        if sim.state == DONE:
+        if sim.finished:
             return
         left = self.factor.pop(life, 1.0) / factor
         if left > 1.0 + 1e-12:  # another slowdown of it still runs
@@ -92,8 +92,8 @@ class GrayFaults:
         sim = self.sim
         if not self.factor:
             return base_s
-        members, n = sim.members, len(sim.members)
-        shards = sim.batch // sim.sc.workload.micro_batch
+        members, n = sim.job.members, len(sim.job.members)
+        shards = sim.job.batch // sim.sc.workload.micro_batch
         exchange = sim.sc.exchange_s(n)
         per_batch, slow = self.compute(base_s)
         step = base_s
@@ -109,8 +109,8 @@ class GrayFaults:
         physical fact the keeper's straggler policy is handed, as real
         members report theirs."""
         sim = self.sim
-        members, n = sim.members, len(sim.members)
-        shards = sim.batch // sim.sc.workload.micro_batch
+        members, n = sim.job.members, len(sim.job.members)
+        shards = sim.job.batch // sim.sc.workload.micro_batch
         busiest = rank_range(shards, n, 0)
         per_batch = max(0.0, base_s - sim.sc.exchange_s(n)) / max(1, busiest[1] - busiest[0])
         slow = {w: per_batch * factor for (w, start), factor in sorted(self.factor.items())
@@ -137,7 +137,7 @@ class GrayFaults:
     def _held(self, w: int, phase: float, last: float, arrival: float) -> None:
         """W's beat that arrived at ``last`` is its last until ``arrival``."""
         sim = self.sim
-        if sim.state == DONE or float(sim.nodes.started_at[w]) != phase:
+        if sim.finished or float(sim.nodes.started_at[w]) != phase:
             return  # the run ended, or another process runs there now
         if sim.silences.hold_beats(sim.env.now, w, last):
             sim.at(arrival - sim.lat, sim.silences.release_beats, w, phase)
@@ -145,7 +145,7 @@ class GrayFaults:
     def _on_time(self, w: int, phase: float) -> None:
         """The beats W sends from now on leave on time (the backlog drains)."""
         sim = self.sim
-        if sim.state == DONE:
+        if sim.finished:
             return
         alive = sim.alive(w) and float(sim.nodes.started_at[w]) == phase
         sim.write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal",

@@ -13,11 +13,11 @@ from typing import Any, Callable, Optional, Protocol
 
 import simpy
 
-from rollcall.core import Keeper
+from rollcall.core import Cursor, IdRuns, Keeper
 
 from sim.state import Nodes
 
-__all__ = ["Host", "KeeperOutage"]
+__all__ = ["Host", "JobState", "KeeperOutage"]
 
 
 class KeeperOutage(Protocol):
@@ -31,8 +31,41 @@ class KeeperOutage(Protocol):
     def back_at(self) -> Optional[float]: ...
 
 
+class JobState(Protocol):
+    """The job as the parts of a run read it, and the changes of pace they
+    report (:class:`sim.job.Job`)."""
+
+    @property
+    def gen(self) -> int:
+        """The current generation."""
+
+    @property
+    def members(self) -> IdRuns: ...
+
+    @property
+    def cursor(self) -> Cursor:
+        """What the members computed."""
+
+    @property
+    def batch(self) -> int:
+        """The global batch of the current generation."""
+
+    def passed(self, t: float, cursor: Cursor, complete: bool) -> None:
+        """Steps up to ``cursor`` passed the vote at ``t`` (the trainers hold
+        that state); ``complete``: the keeper says the job is done."""
+
+    def stall(self, now: float) -> None:
+        """Nobody can commit from now on: the members wait."""
+
+    def unstall(self, now: float) -> None:
+        """Every member is heard again: the job goes on."""
+
+    def restart_segment(self, now: float) -> None:
+        """A price changed: the running segment goes on at the new price."""
+
+
 class Host(Protocol):
-    """The simulation's clock, nodes, keeper and history."""
+    """The simulation's clock, nodes, keeper, job and history."""
 
     keeper: Keeper  # replaced at a takeover (sim.failover)
 
@@ -41,6 +74,9 @@ class Host(Protocol):
 
     @property
     def nodes(self) -> Nodes: ...
+
+    @property
+    def job(self) -> JobState: ...
 
     @property
     def lat(self) -> float:

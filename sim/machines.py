@@ -70,9 +70,6 @@ class MachineHost(Host, Protocol):
     def failover(self) -> KeeperOutage: ...
 
     @property
-    def members(self) -> IdRuns: ...
-
-    @property
     def port(self) -> KeeperInbox: ...
 
     def launch(self, now: float, w: int, incarnation: int) -> list:
@@ -228,7 +225,7 @@ class Machines:
         host = self._host
         if targets != "random":
             return [w for w in targets if w < len(host.nodes.hw)]
-        w = host.draws.pick([w for w in host.members if host.alive(w)])
+        w = host.draws.pick([w for w in host.job.members if host.alive(w)])
         return [] if w is None else [w]
 
     def nodes_down(self, now: float, victims: list[int], kind: str, record: bool) -> None:
@@ -276,7 +273,7 @@ class Machines:
         hit = self._hitting  # the rest of the fault being carried out: not innocent
 
         def innocents() -> list[int]:
-            return [m for m in host.members if host.alive(m) and m not in hit]
+            return [m for m in host.job.members if host.alive(m) and m not in hit]
 
         for act in host.shop.down(now, w, innocents):
             if isinstance(act, Repair):

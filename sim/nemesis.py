@@ -17,7 +17,7 @@ import simpy
 
 from rollcall.core import NEMESIS, Due, rec
 
-from sim.world import DONE, World
+from sim.world import World
 
 
 class Nemesis:
@@ -43,7 +43,7 @@ class Nemesis:
                     continue
             self.wait_until = None
             for due in plan.due_by_time(env.now):
-                if self.sim.state == DONE:
+                if self.sim.finished:
                     return
                 self.carry_out(env.now, due)
 
@@ -128,7 +128,7 @@ class Nemesis:
         sim = self.sim
         sc = sim.sc
         if index == "random":
-            index = sim.draws.pick(sorted({sc.domain_of(domain, w) for w in sim.members
+            index = sim.draws.pick(sorted({sc.domain_of(domain, w) for w in sim.job.members
                                            if sim.alive(w)}))
             if index is None:
                 return
@@ -174,7 +174,7 @@ class Nemesis:
 
     def _heal(self, hosts: list[int], held: list[tuple[int, int]]) -> None:
         sim = self.sim
-        if sim.state == DONE:
+        if sim.finished:
             return
         workers = [w for w, epoch in held if sim.nodes.pause_epoch[w] == epoch]
         sim.net.links.heal(hosts)

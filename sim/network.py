@@ -89,7 +89,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from rollcall.core import NEMESIS, rec
 
-from sim.world import DONE, World
+from sim.world import World
 
 __all__ = ["Links", "MSS_BYTES", "NetFaults", "RTO_MAX_S", "RTO_MIN_S", "RETRIES_MAX",
            "uniform"]
@@ -301,7 +301,7 @@ class NetFaults:
         Returns the segment's last step, its step time and its start."""
         sim = self.sim
         hosts = [h for h in self.links.degraded_hosts()
-                 if any(w in sim.members for w in sim.sc.host_workers(h))]
+                 if any(w in sim.job.members for w in sim.sc.host_workers(h))]
         old, carry = step_s, now - seg_t0
         lossy = any(self.links.loss_rate(h) > 0 for h in hosts)
         step_s = base_s + self.links.exchange_extra_s(hosts, now, self.segments)
@@ -310,7 +310,7 @@ class NetFaults:
             # comes whole at its exchange, after the compute (only the rest scales)
             seg_t0 = now - carry / old * (base_s if lossy else step_s)
         if lossy:
-            stop = min(stop, sim.cursor.step + 1)
+            stop = min(stop, sim.job.cursor.step + 1)
         return stop, step_s, seg_t0
 
     def start(self, now: float, f: Any) -> None:
@@ -338,7 +338,7 @@ class NetFaults:
         sim = self.sim
         if link != "random":
             return int(link)
-        return sim.draws.pick(sorted({sim.sc.host_of(w) for w in sim.members if sim.alive(w)}))
+        return sim.draws.pick(sorted({sim.sc.host_of(w) for w in sim.job.members if sim.alive(w)}))
 
     def _price_beats(self, w: int, host: int, t0: float, t1: float) -> None:
         """Schedule the silences the link's beats from ``t0`` to ``t1`` leave at the keeper."""
@@ -357,7 +357,7 @@ class NetFaults:
         silent to the keeper (its peers still reach it) until ``arrival``."""
         sim = self.sim
         now = sim.env.now
-        if sim.state == DONE or float(sim.nodes.started_at[w]) != phase:
+        if sim.finished or float(sim.nodes.started_at[w]) != phase:
             return  # the run ended, or another process runs there now (its own beats)
         if not sim.silences.cut_off(now, w, peers=True):
             return  # no live process (or already silent: its own verdict runs)
@@ -374,7 +374,7 @@ class NetFaults:
 
     def _end(self, host: int, extra: float, rate: float, workers: list[int]) -> None:
         sim = self.sim
-        if sim.state == DONE:
+        if sim.finished:
             return
         self.links.restore(host, extra, rate)
         sim.write(rec(sim.env.now, "info", "fault", NEMESIS, kind="heal", hosts=[host],
@@ -392,4 +392,4 @@ class NetFaults:
     def _relink(self, now: float) -> None:
         """The links changed: a running segment is closed where it stands and
         started again at the new price (the partial step carried over)."""
-        self.sim.restart_segment(now)
+        self.sim.job.restart_segment(now)

@@ -54,12 +54,6 @@ class SilenceHost(Host, Protocol):
     @property
     def agents(self) -> Singles: ...
 
-    def stall(self, now: float) -> None:
-        """A member went silent: nobody can commit from now on."""
-
-    def unstall(self, now: float) -> None:
-        """Every member is heard again: the job goes on."""
-
 
 class Silences:
     """Who of one run is silent, and how many members hang the exchange."""
@@ -110,7 +104,7 @@ class Silences:
         if self._host.nodes.is_member[w]:
             self._members += 1
             if self._members == 1:
-                self._host.stall(now)
+                self._host.job.stall(now)
 
     def process_gone(self, now: float, w: int, kind: str) -> None:
         """Node ``w`` went down (:meth:`sim.machines.Machines.node_down`):
@@ -199,4 +193,4 @@ class Silences:
         if nodes.is_member[w] and stalled_it:
             self._members -= 1
             if self._members == 0:
-                host.unstall(now)
+                host.job.unstall(now)

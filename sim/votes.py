@@ -18,7 +18,7 @@ from typing import Optional, Protocol
 
 import numpy as np
 
-from rollcall.core import Cursor, IdRuns
+from rollcall.core import IdRuns
 
 from sim.host import Host, KeeperOutage
 from sim.state import Tally
@@ -45,13 +45,6 @@ class VoteHost(Host, Protocol):
     """What the votes need more of the simulation."""
 
     @property
-    def gen(self) -> int:
-        """The current generation."""
-
-    @property
-    def members(self) -> IdRuns: ...
-
-    @property
     def failover(self) -> KeeperOutage: ...
 
     @property
@@ -62,10 +55,6 @@ class VoteHost(Host, Protocol):
 
     @property
     def tally(self) -> Tally: ...
-
-    def passed(self, t: float, cursor: Cursor, complete: bool) -> None:
-        """Steps up to ``cursor`` passed the vote at ``t`` (the trainers hold
-        that state); ``complete``: the keeper says the job is done."""
 
 
 class Votes:
@@ -94,8 +83,8 @@ class Votes:
         if w is not None and nodes.member_flags[w] and nodes.proc[w] and not nodes.paused[w]:
             if w == self._first_member or not self._alive_below(w):
                 return w
-        w = next((m for m in host.members if nodes.proc[m] and not nodes.paused[m]),
-                 host.members.first())  # none is left: their votes were already on the way
+        w = next((m for m in host.job.members if nodes.proc[m] and not nodes.paused[m]),
+                 host.job.members.first())  # none is left: their votes were already on the way
         self._last_voter = w
         return w
 
@@ -146,7 +135,7 @@ class Votes:
                 run.voter = w if run.voter is None else run.voter
                 head_s = run.head_s if first == run.first else 0.0
                 host.tally.passed(first, last, run.step_s, head_s, run.t0 + k * run.step_s)
-                host.passed(t, run.cursor_after(k), verdict.complete)
+                host.job.passed(t, run.cursor_after(k), verdict.complete)
                 if run.compute is not None:
                     self._report_compute(t, run, first, last)
             else:
@@ -182,7 +171,7 @@ class Votes:
             return
         run = self.runs[-1]
         limit = run.cap if run.n is None else run.n  # a closed run's steps, or its cap
-        if run.refused or run.voted >= limit or run.gen != host.gen:
+        if run.refused or run.voted >= limit or run.gen != host.job.gen:
             return
         if run.compute is None or not run.compute[1]:
             return  # nobody slow: the votes go in bulk

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Iterable, Optional, Protocol
 
-from rollcall.core import Cursor, Detector, Draws, FaultPlan, IdRuns, RepairShop
+from rollcall.core import Detector, Draws, FaultPlan, RepairShop
 from rollcall.scenario import Scenario
 
 from sim.agents import Agents
@@ -91,19 +91,6 @@ class World(Host, Protocol):
     def draws(self) -> Draws: ...
 
     @property
-    def members(self) -> IdRuns: ...
-
-    @property
-    def batch(self) -> int: ...
-
-    @property
-    def cursor(self) -> Cursor: ...
-
-    @property
-    def state(self) -> str:
-        """What the job does: ``IDLE``, ``SYNC``, ``RUN``, ``CKPT``, ``WAIT`` or ``DONE``."""
-
-    @property
     def votes(self) -> Votes:
         """The computed steps' commit votes, cast as they reach the keeper."""
 
@@ -139,13 +126,6 @@ class World(Host, Protocol):
     @property
     def port(self) -> KeeperPort:
         """The keeper's inputs (calls, messages, liveness, its timer) and outputs."""
-
-    # -- the job ---------------------------------------------------------------
-    def stall(self, now: float) -> None:
-        """Nobody can commit from now on: the members wait."""
-
-    def restart_segment(self, now: float) -> None:
-        """A price changed: the running segment goes on at the new price."""
 
 
 __all__ = ["CKPT", "DONE", "GrayFailures", "HostLinks", "IDLE", "KeeperFaults", "LinkFaults",

@@ -847,7 +847,7 @@ class EventBound:
         self.longest_instant = max(self.longest_instant, self.polls - self.since)
         if self.longest_instant * POLL_EVENTS >= SAME_INSTANT_EVENTS:
             raise SimulatedHang(f"spinning: {SAME_INSTANT_EVENTS} events stepped at simulated "
-                                f"t={now!r} without the clock moving (state {self.sim.state}, "
+                                f"t={now!r} without the clock moving (state {self.sim.job.state}, "
                                 f"committed {self.sim.job.committed.step} steps)")
         if self.polls * POLL_EVENTS >= TOTAL_EVENTS:
             raise SimulatedHang(f"runaway: {TOTAL_EVENTS} events stepped, simulated t={now!r}")

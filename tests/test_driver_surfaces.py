@@ -6,8 +6,8 @@
   silences (:class:`sim.silence.Silences`), votes (:class:`sim.votes.Votes`),
   job (:class:`sim.job.Job`) and keeper's side
   (:class:`sim.keeper_port.KeeperPort`) only through their own host
-  protocols; the keeper's side reaches the job through
-  :class:`sim.keeper_port.Job`.
+  protocols, and the job's state through :class:`sim.host.JobState`; the
+  keeper's side reaches the job through :class:`sim.keeper_port.Job`.
 * The launcher's side of a keeper in its own processes
   (:class:`real.keeper_link.RemoteKeeper`, and its etcd and keeper processes,
   :class:`real.keeper_side.KeeperSide`) reaches the launcher only through
@@ -46,6 +46,7 @@ from real.outputs import OutputsHost
 from real.trainer import TrainerHost
 from real.service import Handler, HostHandler
 from sim.agents import AgentHost
+from sim.host import JobState
 from sim.job import JobHost
 from sim.keeper_port import Job, PortHost
 from sim.machines import MachineHost
@@ -80,6 +81,13 @@ SURFACES = {
                                ("sim/driver.py", "Simulation")),
     "sim-job": Surface(Job, ["sim/keeper_port.py"], "job", set(), ("sim/job.py", "Job")),
     "sim-job-host": Surface(JobHost, ["sim/job.py"], "host", set(), ("sim/driver.py", "Simulation")),
+    # the job's state, as every part reads it through its host (sim.host.JobState)
+    "sim-job-state": Surface(JobState, ["sim/agents.py", "sim/machines.py", "sim/silence.py",
+                                        "sim/votes.py", "sim/keeper_port.py"], "host.job", set(),
+                             ("sim/job.py", "Job")),
+    "sim-world-job-state": Surface(JobState, ["sim/failover.py", "sim/gray.py", "sim/nemesis.py",
+                                              "sim/network.py"], "sim.job", set(),
+                                   ("sim/job.py", "Job")),
     "real-supervisor": Surface(Supervisor, ["real/keeper_link.py", "real/keeper_side.py"],
                                "supervisor", set(),
                                ("real/launcher.py", "Launcher")),
@@ -118,7 +126,12 @@ def members(protocol: type) -> set[str]:
 
 
 def _is_handle(node: ast.expr, handle: str) -> bool:
-    """``handle`` as a variable, or as ``self.<handle>`` or ``self._<handle>``."""
+    """``handle`` as a variable, or as ``self.<handle>`` or ``self._<handle>``;
+    a dotted ``outer.inner`` is member ``inner`` of handle ``outer``."""
+    outer, dot, inner = handle.rpartition(".")
+    if dot:
+        return (isinstance(node, ast.Attribute) and node.attr == inner
+                and _is_handle(node.value, outer))
     if isinstance(node, ast.Name):
         return node.id == handle
     return (isinstance(node, ast.Attribute) and node.attr in (handle, f"_{handle}")
@@ -182,7 +195,14 @@ def test_the_scans_find_what_they_look_for() -> None:
     assert offences(source, surface) == ["line 3: uses sim._close_segment",
                                          "line 4: sets sim.step_s"]
     assert {"at", "write", "keeper", "env"} <= members(World)
-    assert {"passed", "alive", "env"} <= members(VoteHost)  # a base's (Host's) members count
+    assert {"job", "alive", "env"} <= members(VoteHost)  # a base's (Host's) members count
+    job = SURFACES["sim-job-state"]
+    source = ("class B:\n"
+              "    def f(self, host):\n"
+              "        host.job.passed(0.0, None, False)\n"
+              "        self._host.job.state = 'done'\n"
+              "        host.keeper.job.x = 1\n")
+    assert offences(source, job) == ["line 4: sets host.job.state"]
 
 
 def test_the_owner_scan_reads_methods_and_attributes(tmp_path: Path) -> None:
