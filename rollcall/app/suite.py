@@ -210,8 +210,6 @@ def _median_of(ms: Sequence[Mapping[str, Any]], key: str) -> float | None:
 def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, Any]:
     """The suite's model from its real runs (see the module docstring)."""
     from rollcall.app import calibrate
-    from rollcall.core.types import from_ranges
-    from rollcall.results import read_history
 
     cpus = cpus or os.cpu_count() or 1
     measured, step_points = [], []
@@ -222,15 +220,8 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
         m = calibrate.measure(d)
         sc = yaml.safe_load((d / "scenario.yaml").read_text(encoding="utf-8"))
         wl = sc["workload"]
-        shards, params_m = wl["global_batch"] // wl["micro_batch"], wl["model_params"] / 1e6
         nbytes = wl["model_params"] * wl["bytes_per_param"]
-        sizes = {int(r["gen"]): len(from_ranges(r["members"])) for r in read_history(d)
-                 if r.get("f") == "generation"}
-        counts = m.get("steps_by_generation") or {}
-        # a generation timed at 0 s (its commits stamped at one instant: a
-        # hand-made history) has no step to fit or to take as measured
-        points = [(sizes[int(g)], shards, params_m, float(step_s), int(counts.get(g, 1)))
-                  for g, step_s in m["step_s_by_generation"].items() if float(step_s) > 0]
+        points = _step_points(d, m, wl)
         if (sc.get("keeper") or {}).get("store") == "etcd":
             # the keeper's run: its failover, and its steps, which carry each
             # commit through the launcher's relay to a keeper process (fitted
@@ -283,6 +274,23 @@ def fit(run_dirs: Sequence[str | Path], cpus: int | None = None) -> dict[str, An
             "measured_s": statistics.median(t for t, _ in timeout),
             "expected_s": statistics.median(e for _, e in timeout)},
     }
+
+
+def _step_points(run_dir: Path, measured: dict[str, Any],
+                 workload: dict[str, Any]) -> list[tuple[int, int, float, float, int]]:
+    """One run's (members, micro-batches, 1e6 params, mean step s, steps)
+    point per generation. A generation timed at 0 s (its commits stamped at
+    one instant: a hand-made history) has no step to fit or to take as measured."""
+    from rollcall.core.types import from_ranges
+    from rollcall.results import read_history
+
+    shards = workload["global_batch"] // workload["micro_batch"]
+    params_m = workload["model_params"] / 1e6
+    sizes = {int(r["gen"]): len(from_ranges(r["members"])) for r in read_history(run_dir)
+             if r.get("f") == "generation"}
+    counts = measured.get("steps_by_generation") or {}
+    return [(sizes[int(g)], shards, params_m, float(step_s), int(counts.get(g, 1)))
+            for g, step_s in measured["step_s_by_generation"].items() if float(step_s) > 0]
 
 
 def fit_step(points: Sequence[tuple[int, int, float, float, int]], cpus: int) -> list[float]:
