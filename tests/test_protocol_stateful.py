@@ -864,3 +864,25 @@ def test_a_first_batch_after_a_takeover_claims_first_lives() -> None:
     m.fail_keeper(outage=0.125)
     m.heal()
     assert not m.world.violations, m.world.violations
+
+
+def test_a_late_first_batch_after_a_takeover_speaks_for_no_newer_life() -> None:
+    """Seed 1717171717: worker 1 pauses and its id starts again as life 1
+    before any generation, then the keeper dies; life 1's Join and Leave
+    are lost with it, and its successor hears of life 1 only in the
+    takeover report. Worker 2 opens generation 1 alone; the job's first
+    batch of joins, delayed, arrives after it. The keeper admitted worker 1
+    from that batch as a newcomer without asking which life it was: life 1,
+    which never asked to join. A batch of first joins speaks for first
+    lives only; worker 1's is refused as stale."""
+    m = Rendezvous()
+    m.start(n=3, min_workers=1, room=0, latency=0.2, strategy="elastic", batched=True,
+            bulk=False, spec=None, stragglers=True, durable=True)
+    m.crash(i=0, node_lost=False, noticed=False)
+    m.pause(i=0)
+    m.restart_paused(i=0)
+    m.fail_keeper(outage=0.5)
+    m.leave(i=0)
+    m.delay(extra=1.0, i=0)
+    m.heal()
+    assert not m.world.violations, m.world.violations

@@ -1165,9 +1165,13 @@ class Keeper:
                 # once (admission by id order is the same: ``Keeper._close``).
                 new = workers - fast - self._liveness.tracked - self._members - self._awaiting_relaunch \
                     - gone
+                if new and batch.generation == 0:
+                    new = self._at_first_life(new)
                 if new:
                     self._forget_beats(new)
                     fast = fast | new
+            if fast and batch.generation == 0:
+                fast = self._at_first_life(fast)
         else:
             lives = batch.incarnations
             if not isinstance(lives, Lives):
@@ -1189,6 +1193,12 @@ class Keeper:
             if self._incarnation_ok(now, w, inc):
                 self._join(now, Join(w, inc, batch.cursor, batch.generation))
         self._maybe_close(now)
+
+    def _at_first_life(self, workers: IdRuns) -> IdRuns:
+        """Those of ``workers`` whose latest known life is their first: a
+        batch of first joins speaks for no other (an id a takeover's report
+        named at a newer life goes the slow way, and is refused as stale)."""
+        return self._life_table.snapshot(workers).having(workers, 0)
 
     def _batch_life(self, w: WorkerId) -> int:
         """The life a lives-less batch claims for ``w``: a member answers as
