@@ -802,8 +802,7 @@ class Keeper:
         for worker in down:
             self.node_down(now, worker)
         if capacity is not None:
-            self._capacity = capacity
-            self._short_since = now if capacity < self._config.min_workers else None
+            self.fleet_capacity(now, capacity)
         self._begin_term(now, started)
         for worker, life in exited:  # one answer: an exit's restart may write the store
             self._exit(now, worker, life)
@@ -1159,6 +1158,8 @@ class Keeper:
             gone = IdRuns.of(self._left) if self._left else EMPTY
             fast = (workers & r.expected) - self._awaiting_relaunch - gone \
                 if r is not None else EMPTY
+            if fast and batch.generation == 0:
+                fast = self._at_first_life(fast)
             if r is not None and batch.cursor is None:
                 # Workers never seen (or back from repair, untracked) joining
                 # without state: what ``_join`` does to each, done to all at
@@ -1170,8 +1171,6 @@ class Keeper:
                 if new:
                     self._forget_beats(new)
                     fast = fast | new
-            if fast and batch.generation == 0:
-                fast = self._at_first_life(fast)
         else:
             lives = batch.incarnations
             if not isinstance(lives, Lives):
