@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Optional
 
 from real import wire
-from real.procs import REPO_ROOT, python_env, worker_log
+from real.procs import REPO_ROOT, python_env, signal_child, worker_log
 from real.procs import die_with_parent as _die_with_parent  # serve() has a flag of the name
 from real.relay import Relay
 
@@ -149,10 +149,7 @@ class HostAgent:
         """Signal a worker of this host (one that has exited is left alone)."""
         child = self.children.get(key)
         if child is not None and child.popen.returncode is None:
-            try:
-                os.kill(child.popen.pid, sig)
-            except ProcessLookupError:
-                pass
+            signal_child(child.popen.pid, child.pidfd, sig)  # a SIGSTOP: once all stopped
 
     def start(self, worker: int, incarnation: int, spare: bool) -> None:
         assert self.run_dir is not None and self.t0 is not None

@@ -23,7 +23,8 @@ from rollcall import interrupts
 from rollcall.core import JoinBatches
 
 from real.fleet import Fleet, host_signal
-from real.procs import REPO_ROOT, Proc, die_with_parent, python_env, release, worker_log
+from real.procs import (REPO_ROOT, Proc, die_with_parent, python_env, release, signal_child,
+                        worker_log)
 
 
 class Processes:
@@ -84,10 +85,7 @@ class Processes:
         """Send ``sig`` to the process of ``p``: directly, or through its host agent."""
         if self.fleet is None:
             assert p.pid is not None, p
-            try:
-                os.kill(p.pid, sig)
-            except ProcessLookupError:
-                pass
+            signal_child(p.pid, p.pidfd, sig)
         else:
             assert p.host is not None
             self.fleet.order(p.host, ("signal", p.worker, p.incarnation, host_signal(sig)))

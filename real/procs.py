@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import selectors
 import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -53,6 +55,57 @@ def die_with_parent() -> None:
     (PR_SET_PDEATHSIG): in itself, or in a child before exec (``preexec_fn``)."""
     if _PRCTL is not None:
         _PRCTL(1, signal.SIGKILL)
+
+
+STOP_WAIT_S = 2.0  # a stop no thread completes in this long is let go, not waited on
+
+
+def signal_child(pid: int, pidfd: Optional[int], sig: int) -> bool:
+    """Send ``sig`` to a child of this process; a ``SIGSTOP`` returns once
+    every thread of the child has stopped, or it exited (False: gone, or
+    not stopped within :data:`STOP_WAIT_S`).
+
+    Why wait: a signal to a process is delivered to one thread, which stops
+    the others when it runs next; until then they run on. A worker's
+    trainer thread waiting for a CPU on a busy machine leaves its control
+    thread free to answer a roll call the keeper opens meanwhile, so a
+    worker paused "now" would still answer it. The kernel tells the parent
+    when the whole group has stopped (``waitid(WSTOPPED)``, a report this
+    consumes: nothing else here waits for stops); a child stopped already
+    makes no new report, but all its threads read as stopped."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    if sig != signal.SIGSTOP or pidfd is None:
+        return True
+    deadline, step_s = time.monotonic() + STOP_WAIT_S, 0.00005
+    while True:
+        try:
+            if os.waitid(os.P_PIDFD, pidfd, os.WSTOPPED | os.WNOHANG) is not None:
+                return True
+        except ChildProcessError:
+            return False  # reaped already
+        if _all_threads_stopped(pid):
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        exited, _, _ = select.select([pidfd], [], [], min(left, step_s))
+        if exited:
+            return False
+        step_s = min(2 * step_s, 0.001)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is in the stopped state (``T`` in its stat)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = [Path(f"/proc/{pid}/task/{t}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                  for t in tasks]
+    except (OSError, IndexError):
+        return False
+    return bool(states) and all(state == "T" for state in states)
 
 
 def release(sel: selectors.BaseSelector, pidfd: int, log: Any) -> None:

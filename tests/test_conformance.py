@@ -240,7 +240,17 @@ def assert_same_decisions(pair: Pair) -> None:
     ours, theirs = comparable(sc, decisions(sim), dead), comparable(sc, decisions(real), dead)
     assert ours, "no decision to compare"
     diff = first_difference(ours, theirs)
-    assert diff is None, diff
+    assert diff is None, f"{diff}\n{timeline('sim', sim)}\n{timeline('real', real)}"
+
+
+def timeline(name: str, history: list[dict], limit: int = 40) -> str:
+    """The first ``limit`` records of ``history`` that are not a step's
+    (contribute, commit, enter): what a failure's reader needs to see why."""
+    quiet = ("contribute", "commit", "enter", "checkpoint")
+    lines = [f"{r.get('t', 0.0):10.4f} {r['process']!s:>8} {r['type']:<6} {r['f']} "
+             + " ".join(f"{k}={v}" for k, v in r.items() if k not in ("t", "process", "type", "f"))
+             for r in history if r["f"] not in quiet][:limit]
+    return f"{name} history:\n  " + "\n  ".join(lines)
 
 
 @pytest.mark.timeout(150)
