@@ -13,6 +13,10 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# the tests start hundreds of Python processes (workers, CLI runs): with
+# bytecode caching off in the environment each compiles every module it
+# imports, and pytest rewrites every test module again, in each process
+TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 
 # hypothesis: the thorough `ci` profile when CI is set (CI=true in CI runs)
 HYPOTHESIS_PROFILE ?= $(if $(CI),ci,dev)
@@ -34,11 +38,11 @@ debian-packages:
 	if [ "$$(id -u)" -eq 0 ]; then tools/debian-packages.sh; fi
 
 test: $(STAMP) debian-packages
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m "not slow and not soak" tests/ $(PYTEST_ARGS)
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m "slow and not soak" tests/ $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(TEST_ENV) $(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m "not slow and not soak" tests/ $(PYTEST_ARGS)
+	$(TEST_ENV) $(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m "slow and not soak" tests/ $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 soak: $(STAMP) debian-packages
-	$(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m soak tests/ $(PYTEST_ARGS)
+	$(TEST_ENV) $(VENV)/bin/python -m pytest -n 2 --dist loadgroup -p no:cacheprovider -m soak tests/ $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) runs .hypothesis
