@@ -214,7 +214,10 @@ class HostAgent:
             while True:
                 due = self.relay.next_due()
                 wait = None if due is None else max(0.0, due - time.monotonic())
-                for key, mask in self.sel.select(wait):
+                # the keeper's orders first: a pause ordered before a roll
+                # call was relayed is in force before the worker can read it
+                events = sorted(self.sel.select(wait), key=lambda e: e[0].data is not None)
+                for key, mask in events:
                     if isinstance(key.data, Child):
                         self.reap(key.data)
                     elif key.data is not None:
