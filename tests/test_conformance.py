@@ -245,7 +245,8 @@ def assert_same_decisions(pair: Pair) -> None:
 
 def timeline(name: str, history: list[dict], limit: int = 40) -> str:
     """The first ``limit`` records of ``history`` that are not a step's
-    (contribute, commit, enter): what a failure's reader needs to see why."""
+    (contribute, commit, enter, checkpoint): what a failure's reader needs
+    to see why."""
     quiet = ("contribute", "commit", "enter", "checkpoint")
     lines = [f"{r.get('t', 0.0):10.4f} {r['process']!s:>8} {r['type']:<6} {r['f']} "
              + " ".join(f"{k}={v}" for k, v in r.items() if k not in ("t", "process", "type", "f"))

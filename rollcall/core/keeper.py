@@ -1156,18 +1156,16 @@ class Keeper:
             # worker a restart moved on, the torn-down one, or one whose life
             # left, which each Join would have refused (the slow path does)
             gone = IdRuns.of(self._left) if self._left else EMPTY
-            fast = (workers & r.expected) - self._awaiting_relaunch - gone \
+            eligible = self._at_first_life(workers) \
+                if r is not None and batch.generation == 0 else workers
+            fast = (eligible & r.expected) - self._awaiting_relaunch - gone \
                 if r is not None else EMPTY
-            if fast and batch.generation == 0:
-                fast = self._at_first_life(fast)
             if r is not None and batch.cursor is None:
                 # Workers never seen (or back from repair, untracked) joining
                 # without state: what ``_join`` does to each, done to all at
                 # once (admission by id order is the same: ``Keeper._close``).
-                new = workers - fast - self._liveness.tracked - self._members - self._awaiting_relaunch \
-                    - gone
-                if new and batch.generation == 0:
-                    new = self._at_first_life(new)
+                new = eligible - fast - self._liveness.tracked - self._members \
+                    - self._awaiting_relaunch - gone
                 if new:
                     self._forget_beats(new)
                     fast = fast | new
