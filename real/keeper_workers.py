@@ -33,7 +33,7 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from rollcall.core import Join, JoinBatches, Keeper
+from rollcall.core import Join, JoinBatches, Keeper, StepAnswers
 
 from real import wire
 from real.keeper_port import link_for
@@ -61,7 +61,7 @@ class WorkerLinks:
         self.of_life: dict[tuple[int, int], WorkerLink] = {}
         self.keeper: Optional[Keeper] = None  # set once the keeper serves
         self.members = 0  # the current generation's size (its last member's ack may be held)
-        self.oks: dict[tuple[int, int], set[int]] = {}
+        self.answers = StepAnswers()  # which members were answered ok, per step
         self.gate = 0  # the next step a scripted fault waits for (0: none)
         self.held: dict[tuple[int, int, int, int], WorkerLink] = {}
         self.joins = JoinBatches()
@@ -176,10 +176,7 @@ class WorkerLinks:
         v = k.commit(now, w, life, gen, step)
         held = False
         if v.ok:
-            oks = self.oks.setdefault((gen, step), set())
-            oks.add(w)
-            if len(oks) >= self.members:
-                del self.oks[(gen, step)]
+            if self.answers.answered(gen, step, w, self.members):
                 held = self.gate > 0 and record["last"] + 1 >= self.gate
         self.to_launcher("committed", w, life, gen, step, v.ok, v.first, v.complete, v.reason,
                          record, held)
@@ -210,7 +207,7 @@ class WorkerLinks:
 
     def formed(self, members: int) -> None:
         self.members = members
-        self.oks.clear()
+        self.answers.forget()
 
     # --- batches of Joins --------------------------------------------------------------------
 

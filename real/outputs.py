@@ -18,7 +18,7 @@ from typing import Any, Optional, Protocol
 
 from rollcall.core import (
     EMPTY, Broadcast, CommitVerdict, Completion, FaultPlan, Formed, IdRuns, JobFailed, Record,
-    Relaunch, RestartJob, Send,
+    Relaunch, RestartJob, Send, StepDue,
 )
 
 from real.fault_timing import FaultTiming
@@ -160,7 +160,7 @@ class Outputs:
                 self.committed = record["last"] + 1
                 self.committed_cursor = [self.committed, record["stop"]]
         timing = host.fault_timing
-        due = timing.acked(gen, step, w, len(self.members), self.committed) if ok else []
+        due = timing.answered(gen, step, w, len(self.members), self.committed) if ok else StepDue()
         after = timing.before_answer(due)  # the rest go after the answer
         if conn is None:
             if due:

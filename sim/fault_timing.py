@@ -1,51 +1,56 @@
-"""When the plan's step-scripted faults come due on the sim.
+"""The sim's instants for the faults the plan scripts ``at_step``.
 
-The core's :class:`rollcall.core.FaultPlan` says which ``at_step`` fault is
-due at which step; the sim's instant for step N is when the members have
-*computed* N steps (one latency before the last of those steps' votes
-reaches the keeper), so the running segment is cut there. A ``Due`` whose
-``from_step`` is still ahead (a ``slow`` handed out a step early) is held
-until the cursor reaches it. The real target's instant is in
-:mod:`real.fault_timing` (docs/design.md, "Decisions still made in the
-drivers", item 1).
+When such a fault lands is the core's definition
+(:mod:`rollcall.core.step_faults`): once the keeper committed N steps for
+every member, those before its answer first. The sim votes once per run of
+steps, for the whole generation, and that vote reaches the keeper one
+latency after the members computed step N: the fault lands then. So the
+running segment is cut where the members have computed N steps, and what
+lands is carried out a latency later. A ``slow`` handed out a step early
+(its ``from_step`` still ahead) acts from that step: it is held until the
+members begin it, as the real worker holds the order it was sent.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from rollcall.core import Due, FaultPlan
+from rollcall.core import Due, FaultPlan, StepFaults
 
-__all__ = ["StepFaults"]
+__all__ = ["SimStepFaults"]
 
 
-class StepFaults:
-    """The step-scripted faults of one run: the plan's, and those held for a later step."""
+class SimStepFaults:
+    """The step-scripted faults of one run: when they land, and the slows held for their step."""
 
     def __init__(self, plan: FaultPlan) -> None:
-        self._plan = plan
-        self._held: dict[int, list[Due]] = {}  # from_step -> faults handed out early
+        self._faults = StepFaults(plan)
+        self._held: dict[int, list[Due]] = {}  # from_step -> slows handed out early
 
     def none_pending(self) -> bool:
         """Whether no step-scripted fault is left, in the plan or held."""
-        return not self._held and self._plan.next_step() is None
+        return not self._held and self._faults.next_step() is None
 
     def next_stop(self, step: int) -> Optional[int]:
         """Where a segment running from ``step`` must end for a step-scripted
         fault: the step it acts at (one a past step owes: the next)."""
-        steps = [s for s in (self._plan.next_step(), *self._held) if s is not None]
+        steps = [s for s in (self._faults.next_step(), *self._held) if s is not None]
         return max(min(steps), step + 1) if steps else None
 
-    def due(self, step: int) -> list[Due]:
-        """The step-scripted faults to carry out now that ``step`` steps are
-        done, in schedule order: those the core's plan hands out, each at the
-        step it acts from (a ``slow`` handed out a step early waits for it)."""
+    def computed(self, step: int) -> tuple[list[Due], list[Due]]:
+        """The members computed ``step`` steps, their vote on its way:
+        the held slows that act from ``step`` (now, as they begin it), and
+        the faults that land when the vote reaches the keeper (in the order
+        they go in)."""
         held = self._held
-        dues = [due for key in sorted(k for k in held if k <= step)
-                for due in held.pop(key)] + self._plan.due_by_step(step)
-        for due in dues:
+        acting = [due for key in sorted(k for k in held if k <= step) for due in held.pop(key)]
+        landing = []
+        for due in self._faults.held_by_all(step).in_order():
             ahead = due.from_step
             if ahead is not None and ahead > step:
                 held.setdefault(ahead, []).append(due)
-        return sorted((d for d in dues if d.from_step is None or d.from_step <= step),
-                      key=lambda d: d.index)
+            elif ahead is not None:
+                acting.append(due)
+            else:
+                landing.append(due)
+        return sorted(acting, key=lambda d: d.index), landing

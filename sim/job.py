@@ -24,13 +24,13 @@ import simpy
 
 from rollcall.config import job_policy
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, Checkpointed, Completion, Cursor, FaultPlan, Final, Formed,
+    DRIVER, EMPTY, JOB, Checkpointed, Completion, Cursor, Due, FaultPlan, Final, Formed,
     IdRuns, KeeperConfig, RollCall, rec,
 )
 from rollcall.scenario import Scenario
 
 from sim.agents import Agents
-from sim.fault_timing import StepFaults
+from sim.fault_timing import SimStepFaults
 from sim.gray import GrayFaults
 from sim.host import KeeperOutage
 from sim.keeper_port import KeeperPort
@@ -122,7 +122,7 @@ class Job:
         self._watch_compute = config.stragglers is not None and config.strategy == "elastic"
         self._policy = job_policy(sc)
         self._plans = StepPlans(sc)  # each member count's batch, step time and shards
-        self._step_faults = StepFaults(plan)  # at_step faults: when they come due here
+        self._step_faults = SimStepFaults(plan)  # at_step faults: when they land here
         self.ledger = ledger
         self.votes = votes  # the computed steps' commit votes (sim.votes)
         self.done = host.env.event()  # triggered when the run ends
@@ -401,13 +401,25 @@ class Job:
             self.state = WAIT
             self._host.at(now + self._host.lat, self._final_vote)
             return
-        due = self._step_faults.due(step)  # out of the plan before the next segment is cut
+        # out of the plan before the next segment is cut
+        acting, landing = self._step_faults.computed(step)
         if self._policy.checkpoint_due(step):
             self._acct(now)
             self.state = CKPT
             self._set_due(now + self._host.sc.strategy.checkpoint_write_s)
         else:
             self._start_segment(now)
+        self._scripted(now, acting)
+        if landing:  # when the step's vote reaches the keeper
+            self._host.at(now + self._host.lat, self._land, landing)
+
+    def _land(self, due: list[Due]) -> None:
+        self._scripted(self._host.env.now, due)
+
+    def _scripted(self, now: float, due: list[Due]) -> None:
+        """Carry out scripted faults of the plan, in the order given."""
+        if self.state == DONE:
+            return
         schedule = self._host.sc.failures.schedule
         for fault in due:
             self._host.nemesis.scripted(now, schedule[fault.index])

@@ -89,10 +89,6 @@ class Nemesis:
             sim.gray.late_heartbeats(now, f)
         elif action == "slow":
             sim.gray.slow(now, f)
-        elif action == "kill_keeper" and f.trigger == "at_step":
-            # as on real: once every member holds the step (its votes reached
-            # the keeper, their answers came back), not while they are on their way
-            sim.at(now + 2 * sim.lat, lambda: sim.failover.fail(sim.env.now, "kill"))
         elif action == "kill_keeper":
             sim.failover.fail(now, "kill")
         elif action == "partition_keeper":

@@ -1,4 +1,5 @@
-"""The core's fault plan (rollcall/core/faults.py): which fault is due when.
+"""The core's fault plan (rollcall/core/faults.py): which fault is due when,
+and when a step's faults land (rollcall/core/step_faults.py).
 
 Pure and fast: scripted ``at_s`` faults by training time, ``at_step`` faults
 by committed step (a ``slow`` of fixed targets a step early), random crashes
@@ -15,7 +16,8 @@ from hypothesis import strategies as st
 
 from rollcall.config import fault_plan, scheduled_faults
 from rollcall.core import (
-    Draws, Due, FailureModel, FaultPlan, ScheduledFault, SlowdownModel,
+    BEFORE_THE_ANSWER, Draws, Due, FailureModel, FaultPlan, ScheduledFault, SlowdownModel,
+    StepAnswers, StepDue, StepFaults,
 )
 from rollcall.scenario import parse_scenario
 
@@ -267,3 +269,69 @@ def test_every_scheduled_fault_comes_due_once_in_trigger_order(
 
 def schedule_of(schedule: list[ScheduledFault], index: int) -> ScheduledFault:
     return next(f for f in schedule if f.index == index)
+
+
+# --- when a step's faults land (rollcall/core/step_faults.py) --------------------------
+
+
+def test_every_fault_kind_is_placed_around_the_answer() -> None:
+    """Each action a schedule can hold, and a lifetime's crash, is before or
+    after the last answer on purpose: the link faults and the kinds that
+    must not let the answered member step on go before it."""
+    from rollcall.scenario import FAULT_MODELS, LINK_ACTIONS
+
+    assert set(LINK_ACTIONS) <= set(BEFORE_THE_ANSWER)
+    before = {"kill", "kill_rack", "lose_host", "slow", "crash", *LINK_ACTIONS}
+    assert set(BEFORE_THE_ANSWER) == before
+    after = set(FAULT_MODELS) - before
+    assert after == {"pause", "late_heartbeats", "join", "kill_keeper", "kill_etcd",
+                     "partition_keeper"}, after
+
+
+@given(_schedules(), st.integers(1, 5), st.data())
+def test_answers_one_by_one_land_what_the_whole_generation_lands(
+        schedule: list[ScheduledFault], members: int, data: st.DataObject) -> None:
+    """The real target's per-member answers and the sim's one vote for the
+    whole generation land the same faults at the same committed count, in
+    the same order, and only once the last member is answered."""
+    one_by_one, all_at_once = StepFaults(_plan(*schedule)), StepFaults(_plan(*schedule))
+    plan = _plan(*schedule)  # the plan's own order, which each part keeps
+    landed: list[int] = []
+    for step in range(8):
+        order = data.draw(st.permutations(range(members)))
+        for k, worker in enumerate(order):
+            due = one_by_one.answered(1, step, worker, members, step + 1)
+            if k < members - 1:
+                assert not due and due.in_order() == []
+        expected = all_at_once.held_by_all(step + 1)
+        assert due == expected
+        handed = plan.due_by_step(step + 1)
+        assert list(due.before) == [d for d in handed if d.kind in BEFORE_THE_ANSWER]
+        assert list(due.after) == [d for d in handed if d.kind not in BEFORE_THE_ANSWER]
+        landed += [d.index for d in due.in_order()]
+    assert sorted(landed) == sorted(f.index for f in schedule if f.trigger == "at_step")
+    assert one_by_one.next_step() is None and one_by_one.next_gate() == 0
+
+
+def test_an_answer_counts_once_and_for_its_own_step_and_generation() -> None:
+    answers = StepAnswers()
+    assert not answers.answered(1, 4, 0, 2)
+    assert not answers.answered(1, 4, 0, 2)  # the same member again: still one of two
+    assert not answers.answered(2, 4, 1, 2)  # another generation's step
+    assert not answers.answered(1, 5, 1, 2)  # another step
+    assert answers.answered(1, 4, 1, 2)
+    assert not answers.answered(1, 4, 0, 2)  # counted afresh once landed
+    answers.forget()
+    assert not answers.answered(1, 5, 0, 2)  # the old generation's partial count is gone
+    assert answers.answered(1, 5, 1, 2)
+
+
+def test_a_step_lands_a_kill_before_the_answer_and_a_pause_after_it() -> None:
+    pause = ScheduledFault(index=0, trigger="at_step", when=3, action="pause", targets=(2,),
+                           for_s=1.0)
+    plan = _plan(pause, _kill(1, "at_step", 3, 1))
+    due = StepFaults(plan).held_by_all(3)
+    assert due.before == (Due("kill", (1,), index=1),)
+    assert due.after == (Due("pause", (2,), 1.0, index=0),)
+    assert [d.index for d in due.in_order()] == [1, 0]
+    assert StepDue.split([]) == StepDue() and not StepDue()

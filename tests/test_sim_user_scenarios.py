@@ -110,9 +110,9 @@ def test_a_node_lost_while_the_job_restarts_fails_the_restart_once_detected() ->
     summary = sim.run(max_wall_s=HANG_GUARD_S)
     assert summary["completed"] and summary["valid"], summary["violations"][:2]
     restarts = [(r["reason"], r["t"]) for r in sim.records if r["f"] == "restart"]
-    assert restarts == [("failure", pytest.approx(1.002)), ("restart-failure", 32.0)]
+    assert restarts == [("failure", pytest.approx(1.0025)), ("restart-failure", 32.0)]
     first, again = [r for r in sim.records if r["f"] == "relaunch"]
-    assert first["t"] == pytest.approx(1.002) and first["not_relaunched"] == [[1, 1]]
+    assert first["t"] == pytest.approx(1.0025) and first["not_relaunched"] == [[1, 1]]
     assert again["t"] == 32.0 and again["not_relaunched"] == [[1, 2]]
     assert again["incarnation"] == 2  # the lives the first relaunch started are over
     (formed,) = [r for r in sim.records if r["f"] == "generation" and r["gen"] == 2]

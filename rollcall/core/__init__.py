@@ -24,6 +24,8 @@ only the names below; the submodules' other names are internals.
 - :mod:`~rollcall.core.failures`: random lifetimes and choices, by (seed, name, k).
 - :mod:`~rollcall.core.faults`: the fault plan, which scripted or random fault
   is due when (by training time or by committed step).
+- :mod:`~rollcall.core.step_faults`: the instant a fault scripted ``at_step``
+  lands, on both targets (every member answered for the step).
 - :mod:`~rollcall.core.repairs`: a failed node's repair or retirement, and
   when spares are pulled from a cold pool.
 - :mod:`~rollcall.core.history`, :mod:`~rollcall.core.checkers`: the record
@@ -70,11 +72,12 @@ from rollcall.core.reshard import (
     describe_assignment, lr_scale, plan_step, rank_range, sample_ids, step_batch, stripes,
 )
 from rollcall.core.sharding import ShardSpec, split_bytes
+from rollcall.core.step_faults import BEFORE_THE_ANSWER, StepAnswers, StepDue, StepFaults
 from rollcall.core.stragglers import StragglerPolicy
 from rollcall.core.types import Cursor, WorkerId, from_ranges
 
 __all__ = [
-    "Abort", "Action", "Agent", "AgentBatch", "AgentState", "Blame", "Broadcast", "CheckReport",
+    "Abort", "Action", "BEFORE_THE_ANSWER", "Agent", "AgentBatch", "AgentState", "Blame", "Broadcast", "CheckReport",
     "Checkpointed", "CodecError", "CommitVerdict", "Completion", "Copy", "Cursor", "DRIVER", "DataSpec", "Deposed",
     "Draws", "Due", "EMPTY", "Enter", "FAILED_ATTEMPTS_LIMIT", "FINAL_GRACE_S", "FailureModel", "FailureTally", "FaultPlan",
     "Final", "Formed", "GroupAction",
@@ -83,7 +86,7 @@ __all__ = [
     "NOT_EXPECTED",
     "Output", "Persist", "Phase", "Pull", "RECOVERY_WINDOW", "RENEW_SHARE", "Record", "RecoveryPlan", "Refused", "Relaunch", "Reload",
     "Repair", "RepairPolicy", "RepairShop", "RestartJob", "Retire",
-    "RollCall", "ScheduledFault", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepFailed", "Stop",
+    "RollCall", "ScheduledFault", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepAnswers", "StepDue", "StepFailed", "StepFaults", "Stop",
     "StragglerPolicy",
     "TO_KEEPER_TYPES",
     "TO_WORKER_TYPES", "Detector", "PhiDetector", "TimeoutDetector", "ToKeeper", "ToWorker",
