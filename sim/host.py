@@ -60,6 +60,9 @@ class JobState(Protocol):
     def unstall(self, now: float) -> None:
         """Every member is heard again: the job goes on."""
 
+    def step_end(self, now: float) -> float:
+        """When the step in flight at ``now`` is done (``now``: none runs)."""
+
     def restart_segment(self, now: float) -> None:
         """A price changed: the running segment goes on at the new price."""
 

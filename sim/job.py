@@ -18,6 +18,7 @@ load) and checkpoint (writes).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional, Protocol
 
 import simpy
@@ -320,6 +321,17 @@ class Job:
         self._stalled = True
         self._set_due(None)
         self._clock(now)
+
+    def step_end(self, now: float) -> float:
+        """When the step in flight at ``now`` is done (``now`` itself when no
+        step is running): a member that then waits for a commit answer that
+        cannot come hangs the job's next exchange from there on."""
+        if self.state != RUN or self._stalled:
+            return now
+        t0, s = self._seg_t0, self._step_s
+        steps = max(1, math.ceil((now - t0) / s - EPS))
+        end = t0 + steps * s
+        return max(now, end if self._due is None else min(end, self._due))
 
     def unstall(self, now: float) -> None:
         """Every member is heard again; while no keeper serves the members

@@ -151,10 +151,12 @@ class Nemesis:
         processes are as silent as stopped ones (a collective with them
         hangs). ``isolate_keeper``, the gray failure: the host loses the
         keeper but not its peers: its heartbeats and requests stop reaching
-        the keeper while the job's collectives with it still work, so nothing
-        stalls until the detector evicts it. Either way what they send is
-        held until the heal; then they learn they were evicted and come back
-        as newcomers.
+        the keeper while the job's collectives with it still work, so the
+        step in flight is done and committed through the other members'
+        votes; then its members wait for commit answers that cannot come
+        and the job stalls until the detector evicts them. Either way what
+        they send is held until the heal; then they learn they were evicted
+        and come back as newcomers.
         """
         sim = self.sim
         peers = f.action == "isolate_keeper"
@@ -166,6 +168,10 @@ class Nemesis:
                       for_s=float(f.for_s)))
         held = [(w, int(sim.nodes.pause_epoch[w])) for w in cut
                 if sim.silences.cut_off(now, w, peers=peers)]
+        if peers:
+            step_end = sim.job.step_end(now)
+            for w, _ in held:
+                sim.silences.waits_for_answers(step_end, w)
         sim.at(now + float(f.for_s), self._heal, hosts, held)
 
     def _heal(self, hosts: list[int], held: list[tuple[int, int]]) -> None:

@@ -47,9 +47,9 @@ Where the links are priced (:class:`NetFaults`, the driver's hooks)
   the detector's silence (``detector.timeout_s`` for a timeout; phi's at the
   nominal cadence: the sim's beats are on time) is what the keeper sees on
   real: from the earlier arrival the worker is silent to the keeper (the
-  driver's cut, as ``isolate_keeper``: its peers still reach it, the job
-  does not stall) until the late beat arrives, and the core's detector
-  decides. A shorter gap changes no verdict, so nothing is cut.
+  driver's cut from the keeper only: its peers still reach it, and its
+  votes and answers only come late, so the job does not stall) until the
+  late beat arrives, and the core's detector decides. A shorter gap changes no verdict, so nothing is cut.
 * **The exchange**: a step's all-reduce waits for its slowest member link,
   so while a member's host is degraded every step costs that link's extra
   latency more (the largest over the members' degraded hosts), plus, on a

@@ -5,10 +5,12 @@ stopped, on the far side of a partition) hangs the all-or-nothing exchange:
 the job stalls until it is heard again or the keeper evicts it. The keeper
 is told when its last beat arrived (``Keeper.observe_silent``, at
 ``detector.last_arrival``) and its detector decides. A worker cut off from
-the keeper only (``isolate_keeper``) still trains with its peers: the keeper
-loses it, the job does not stall. A worker whose beats are held back
-(``late_heartbeats``) trains, votes and answers on time; only its beats are
-late.
+the keeper only (``isolate_keeper``) still trains with its peers, so the
+step in flight is done; then it waits for a commit answer that cannot come,
+as a real member does, and the job's next exchange hangs on it. A worker
+whose heartbeats are late on a degraded link (:mod:`sim.network`), or held
+back (``late_heartbeats``), trains, votes and answers on time; only its
+beats are late.
 
 This module keeps who is silent and why; the job's stall and the keeper's
 verdicts are the simulation's and the keeper's.
@@ -147,6 +149,19 @@ class Silences:
             self._isolated.add(w)
         self._go_silent(now, w, stall=not peers)
         return True
+
+    def waits_for_answers(self, at: float, w: int) -> None:
+        """Node ``w``, cut off from the keeper only (:meth:`cut_off` with
+        ``peers``), finishes the step in flight with its peers; from ``at``
+        on it waits for a commit answer that cannot come, and a member so
+        waiting hangs the job like a silent one, until it is heard again."""
+        self._host.at(at, self._waiting, w, int(self._host.nodes.pause_epoch[w]))
+
+    def _waiting(self, w: int, epoch: int) -> None:
+        nodes = self._host.nodes
+        if w in self._isolated and nodes.paused[w] and nodes.pause_epoch[w] == epoch:
+            self._isolated.discard(w)  # its peers reach it, but now its collective hangs
+            self._member_silent(self._host.env.now, w)
 
     def hold_beats(self, now: float, w: int, last: float) -> bool:
         """``late_heartbeats``: node ``w``'s beats after the one that reached

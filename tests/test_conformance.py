@@ -51,19 +51,24 @@ diff) or dropped by seven rules, each applied wherever its condition holds:
    order), the generations each restart formed (members, cursor, source,
    stale), how many restarts, and the end.
 
-5. ``isolate_keeper`` (``real-isolate-keeper``): until the detector evicts
-   the isolated host's workers, the sim's job goes on committing (its
-   model: the collectives still work, so nothing stalls), while on real the
-   isolated members' commit requests wait for answers that cannot arrive,
-   so the job stalls at the next step: the cursor of the generation formed
-   on the eviction (reason ``failure``) is the machine's speed over the
-   timeout on the sim and the cut's step on real. Masked: that cursor only.
+5. ``isolate_keeper`` (``real-isolate-keeper``): the cut goes in before
+   the keeper's answer to the last member's commit of the scripted step N
+   (``rollcall.core.step_faults``), and the isolated members, whose peers
+   still reach them, wait for commit answers that cannot come, so the job
+   stalls until the detector evicts them, on both targets. Where it
+   stalls is a race on real: when the last member answered is on the cut
+   host it never starts step N+1, and the cursor of the generation formed
+   on the eviction (reason ``failure``) is N; when it is elsewhere, the
+   isolated members run N+1 with their peers and the others' votes commit
+   it: N+1. The sim votes once for the whole generation and commits the
+   step in flight: N+1. So real's cursor there is the sim's or one step
+   less (asserted), and the cursor is then masked.
 
 6. ``delay`` (``real-delay-host``): on real the delay is the host agent's
    relay of the keeper link (no netem here), so the gloo exchange is not
    delayed, while the sim's exchange waits for the slow link: the
    survivors may commit a step more on real before the eviction. Masked:
-   the cursor of the generation formed on the eviction, as for rule 5.
+   the cursor of the generation formed on the eviction.
 
 7. ``late_heartbeats`` (``real-late-heartbeats``): the late worker's work
    and commit votes are on time on both targets, so the job commits on
@@ -90,8 +95,9 @@ real-lose-host             gen 1; both lost workers' evictions (timeout: no
                            (its hosts run as network namespaces on real:
                            skipped, with the reason, without root)
 real-partition,            gen 1; both cut-off workers' evictions (timeout);
-real-isolate-keeper,       gen 2 (all but its cursor after an isolation
-real-delay-host            or a delay);
+real-isolate-keeper,       gen 2 (all but its cursor after a delay; after
+real-delay-host            an isolation, real's cursor is the sim's or one
+                           step less);
                            gen 3, the heal's readmission of both (gen,
                            members, reason); end (their hosts run as network
                            namespaces on real: skipped without root)
@@ -237,10 +243,21 @@ def assert_same_decisions(pair: Pair) -> None:
     sc, sim, real, _ = pair
     assert kills(sim) == kills(real), (kills(sim), kills(real))
     dead = set(kills(sim))
+    if any(f.action == "isolate_keeper" for f in sc.failures.schedule):  # rule 5
+        ours, theirs = failure_steps(decisions(sim)), failure_steps(decisions(real))
+        assert len(ours) == len(theirs) and all(
+            sim_step - 1 <= real_step <= sim_step for sim_step, real_step in zip(ours, theirs)), (
+            f"the job stalled elsewhere: sim {ours}, real {theirs}\n"
+            f"{timeline('sim', sim)}\n{timeline('real', real)}")
     ours, theirs = comparable(sc, decisions(sim), dead), comparable(sc, decisions(real), dead)
     assert ours, "no decision to compare"
     diff = first_difference(ours, theirs)
     assert diff is None, f"{diff}\n{timeline('sim', sim)}\n{timeline('real', real)}"
+
+
+def failure_steps(ds: list[Decision]) -> list[int]:
+    """The steps at which each generation formed on a failure resumes."""
+    return [d["cursor"][0] for d in ds if d["kind"] == "generation" and d["reason"] == "failure"]
 
 
 def timeline(name: str, history: list[dict], limit: int = 40) -> str:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from rollcall.core.history import members_of
 from rollcall.scenario import load_scenario
 from sim.driver import run
@@ -145,21 +147,28 @@ def test_a_partitioned_host_never_commits_and_comes_back_as_a_newcomer(tmp_path:
     assert summary["valid"] and summary["completed"], summary["violations"]
 
 
-def test_isolating_a_host_from_the_keeper_is_a_gray_failure(tmp_path: Path) -> None:
-    """``isolate_keeper: 1`` for 6 s past a 3 s timeout, hosts of 2: the job
-    does not stall (its collectives with host 1 still work: steps commit
-    until the detector evicts the isolated workers), then it goes on
-    without them, and after the heal they are fenced and rejoin."""
+def test_isolating_a_host_from_the_keeper_stalls_the_job_after_the_step_in_flight(
+        tmp_path: Path) -> None:
+    """``isolate_keeper: 1`` for 6 s past a 3 s timeout, hosts of 2: the
+    isolated workers' peers still reach them, so the step in flight is done
+    and committed through the other members' votes; then they wait for
+    commit answers that cannot come, as real workers do, and the job stalls
+    until the detector evicts them. It goes on without them, and after the
+    heal they are fenced and rejoin."""
     summary, recs, cut, heal = _cut_for_6_s(tmp_path, "isolate_keeper: 1")
     assert cut["host"] == 1 and cut["workers"] == heal["workers"] == [2, 3]
     evicted = [r for r in recs if r["f"] == "evict"]
     assert {(r["worker"], r["reason"]) for r in evicted} == {(2, "timeout"), (3, "timeout")}
     first_evict = min(r["t"] for r in evicted)
-    commits = [r for r in recs if r["f"] == "commit" and cut["t"] < r["t"] < first_evict]
-    assert commits, "the job stalled although only the keeper lost host 1"
-    assert summary["stall_s"] < 1e-6  # nobody waited on a silent peer
+    (commit,) = [r for r in recs if r["f"] == "commit" and cut["t"] < r["t"] < first_evict]
+    step_s, latency_s = summary["ideal_step_s"], load_scenario(KPJ).network.latency_s
+    assert commit["t"] <= cut["t"] + step_s + latency_s + 1e-9  # the step in flight, no later one
+    assert commit["process"] not in (2, 3)
+    # stalled from that step's end until the eviction's roll call
+    assert summary["stall_s"] == pytest.approx(first_evict - (commit["t"] - latency_s), abs=2e-3)
     gens = [r for r in recs if r["f"] == "generation"]
-    assert any(members_of(g) == (0, 1) for g in gens if first_evict <= g["t"] < heal["t"])
+    (after_cut,) = [g for g in gens if first_evict <= g["t"] < heal["t"]]
+    assert members_of(after_cut) == (0, 1) and after_cut["cursor"][0] == commit["last"] + 1
     assert any(set(members_of(g)) >= {2, 3} for g in gens if g["t"] > heal["t"])
     assert summary["failures"] == 2 and summary["valid"] and summary["completed"]
 
