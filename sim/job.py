@@ -25,7 +25,7 @@ import simpy
 
 from rollcall.config import job_policy
 from rollcall.core import (
-    DRIVER, EMPTY, JOB, Checkpointed, Completion, Cursor, Due, FaultPlan, Final, Formed,
+    DRIVER, EMPTY, JOB, Completion, Cursor, FaultPlan, Final, Formed,
     IdRuns, KeeperConfig, RollCall, rec,
 )
 from rollcall.scenario import Scenario
@@ -421,20 +421,9 @@ class Job:
             self._set_due(now + self._host.sc.strategy.checkpoint_write_s)
         else:
             self._start_segment(now)
-        self._scripted(now, acting)
+        self._host.nemesis.step_faults(now, acting)
         if landing:  # when the step's vote reaches the keeper
-            self._host.at(now + self._host.lat, self._land, landing)
-
-    def _land(self, due: list[Due]) -> None:
-        self._scripted(self._host.env.now, due)
-
-    def _scripted(self, now: float, due: list[Due]) -> None:
-        """Carry out scripted faults of the plan, in the order given."""
-        if self.state == DONE:
-            return
-        schedule = self._host.sc.failures.schedule
-        for fault in due:
-            self._host.nemesis.scripted(now, schedule[fault.index])
+            self._host.at(now + self._host.lat, self._host.nemesis.step_faults_now, landing)
 
     def _final_vote(self) -> None:
         if self.state != WAIT:
@@ -467,14 +456,7 @@ class Job:
         self._acct(now)
         self._host.tally.counts["checkpoints"] += 1
         self._host.write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
-        reporter = self.votes.voter()  # the lowest live member
-        if self._host.alive(reporter):
-            msg = Checkpointed(reporter, self._host.nodes.life_of(reporter), self.gen, self.cursor)
-            t = now + self._host.lat
-            if t < self._host.env.peek() and not self._host.agents.any_single:
-                self._host.port.receive(t, [msg])  # nothing else happens first: deliver it now
-            else:
-                self._host.at(t, self._host.port.receive_at, [msg])
+        self.votes.report_checkpoint(now, self.gen, self.cursor)
         self._start_segment(now)
 
     def roll_call(self, now: float, to: IdRuns, call: RollCall) -> None:

@@ -98,6 +98,20 @@ class Nemesis:
         elif action == "join":
             self._join(now, f.join)
 
+    def step_faults(self, now: float, due: list[Due]) -> None:
+        """Scripted faults a step made due (the job's loop hands them over),
+        carried out in the order given; none once the run is over."""
+        sim = self.sim
+        if sim.finished:
+            return
+        schedule = sim.sc.failures.schedule
+        for fault in due:
+            self.scripted(now, schedule[fault.index])
+
+    def step_faults_now(self, due: list[Due]) -> None:
+        """:meth:`step_faults` at a scheduled instant."""
+        self.step_faults(self.sim.env.now, due)
+
     def _join(self, now: float, count: int) -> None:
         """``count`` newcomers with ids of their own arrive and start at once."""
         sim = self.sim

@@ -18,7 +18,7 @@ from typing import Optional, Protocol
 
 import numpy as np
 
-from rollcall.core import IdRuns
+from rollcall.core import Checkpointed, Cursor, IdRuns
 
 from sim.host import Host, KeeperOutage
 from sim.state import Tally
@@ -33,6 +33,17 @@ class Port(Protocol):
     def apply(self, now: float, outputs: list) -> None: ...
 
     def tick(self, now: float, votes: bool = False) -> None: ...
+
+    def receive(self, now: float, messages: list) -> None: ...
+
+    def receive_at(self, messages: list) -> None: ...
+
+
+class Batched(Protocol):
+    """The agents (:class:`sim.agents.Agents`)."""
+
+    @property
+    def any_single(self) -> bool: ...
 
 
 class Closed(Protocol):
@@ -55,6 +66,9 @@ class VoteHost(Host, Protocol):
 
     @property
     def tally(self) -> Tally: ...
+
+    @property
+    def agents(self) -> Batched: ...
 
 
 class Votes:
@@ -152,6 +166,20 @@ class Votes:
         typical, slow = run.compute
         host = self._host
         host.port.apply(t, host.keeper.report_steps(t, run.gen, first, last, typical, slow))
+
+    def report_checkpoint(self, now: float, gen: int, cursor: Cursor) -> None:
+        """The checkpoint of ``cursor`` is written: the member that votes
+        (the lowest live one) tells the keeper, which hears it a latency later."""
+        host = self._host
+        reporter = self.voter()
+        if not host.alive(reporter):
+            return
+        msg = Checkpointed(reporter, host.nodes.life_of(reporter), gen, cursor)
+        t = now + host.lat
+        if t < host.env.peek() and not host.agents.any_single:
+            host.port.receive(t, [msg])  # nothing else happens first: deliver it now
+        else:
+            host.at(t, host.port.receive_at, [msg])
 
     def lose_outstanding(self) -> None:
         """The run ends: the steps whose votes nobody will answer are lost."""

@@ -18,6 +18,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rollcall.config import data_spec
 from rollcall.core import JobPolicy, Join, Keeper, KeeperConfig, TimeoutDetector, check
@@ -32,11 +34,11 @@ def _records(out: Path) -> list[dict]:
     return [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
 
 
-def _keeper() -> Keeper:
-    k = Keeper(KeeperConfig(min_workers=1, max_workers=4, last_call_s=0.5,
+def _keeper(members: int = 3) -> Keeper:
+    k = Keeper(KeeperConfig(min_workers=1, max_workers=8, last_call_s=0.5,
                             detector=TimeoutDetector(0.5, 3.0),
                             policy=JobPolicy(steps=10, checkpoint_interval_steps=5)))
-    k.receive_many(0.0, [Join(w, 0, None) for w in range(3)])
+    k.receive_many(0.0, [Join(w, 0, None) for w in range(members)])
     k.handle_timer(1.0)
     assert k.generation == 1
     return k
@@ -55,6 +57,42 @@ def test_a_run_of_steps_gets_the_answer_each_step_would() -> None:
     assert not ranged.commit(2.0, 0, 1, 1, 5, 9).ok  # a stale life: refused
     with pytest.raises(AssertionError):
         single.commit(2.0, 0, 0, 1, 6, 8)  # a vote that skips step 5 is a driver bug
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 4), st.lists(st.integers(1, 4), min_size=1, max_size=6),
+       st.one_of(st.none(), st.integers(0, 5)), st.data())
+def test_one_vote_per_run_decides_as_every_members_vote_on_every_step(
+        members: int, runs: list[int], opens_before: int | None, data: st.DataObject) -> None:
+    """The sim's form of the commit vote (one member's vote on a run of
+    steps, ``sim/votes.py``) and real's (every member asks for every step,
+    in any order) get the same answers: each step commits once, at the
+    same vote, and none after a roll call opened; the job completes at the
+    same step."""
+    bulk, each = _keeper(members), _keeper(members)
+    step = 0
+    for index, length in enumerate(runs):
+        if index == opens_before:  # a newcomer's Join opens a growth round
+            for k in (bulk, each):
+                k.receive(2.0 + index, Join(9, 0, None))
+        last = min(step + length, 10) - 1
+        if last < step:
+            break
+        t = 2.0 + index
+        verdict = bulk.commit(t, 0, 0, 1, step, last)
+        answers = []
+        for s in range(step, last + 1):
+            order = data.draw(st.permutations(range(members)))
+            asked = [each.commit(t, w, 0, 1, s) for w in order]
+            assert all(a.ok == asked[0].ok for a in asked), asked  # one answer for the step
+            assert [a.first for a in asked] == [asked[0].ok] + [False] * (members - 1)
+            answers.append(asked[0])
+        assert {(a.ok, a.reason) for a in answers} == {(verdict.ok, verdict.reason)}
+        assert verdict.complete == answers[-1].complete
+        assert bulk.completed == each.completed
+        if not verdict.ok:
+            break
+        step = last + 1
 
 
 def test_a_round_refuses_new_steps(tmp_path: Path) -> None:

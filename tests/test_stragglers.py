@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import event, given, settings, strategies as st
 
 from rollcall.core.detector import TimeoutDetector
 from rollcall.core.job import JobPolicy
@@ -16,6 +16,7 @@ from rollcall.core.messages import Join, JoinBatch, Refused, RollCall
 from rollcall.core.stragglers import (
     Lagging, StragglerPolicy, StragglerWatch, eviction_gain, median_with,
 )
+from rollcall.core.reshard import rank_range
 from rollcall.core.types import Cursor
 
 POLICY = StragglerPolicy(factor=2.0, steps=3, holdout_s=10.0, global_batch=64, micro_batch=4,
@@ -218,3 +219,68 @@ def test_stragglers_due_together_leave_together_when_one_alone_would_not_pay() -
     assert [r["reason"] for r in records(out, "round")] == ["straggler"]  # one roll call
     (ev, *_) = records(out, "evict")
     assert ev["step_s"] == pytest.approx(0.12) and ev["without_s"] == pytest.approx(0.07)
+
+
+@st.composite
+def _slow_steps(draw) -> tuple[int, int, list[dict[int, float]]]:
+    """Members, micro-batches a step, and each step's slow members (their
+    compute per micro-batch; every other member takes 0.01 s)."""
+    members = draw(st.integers(2, 8))
+    micro_batches = draw(st.integers(1, 2 * members))
+    slow = st.dictionaries(st.integers(0, members - 1),
+                           st.sampled_from([0.015, 0.025, 0.04, 0.08]), max_size=members)
+    # mostly one lasting slowdown (a straggler to judge), now and then another
+    lasting = draw(slow)
+    steps = draw(st.lists(st.sampled_from([{}, lasting, lasting, lasting]) | slow,
+                          min_size=1, max_size=14))
+    return members, micro_batches, steps
+
+
+@settings(max_examples=200, deadline=None)
+@given(_slow_steps())
+def test_the_bulk_form_decides_as_every_members_own_reports(
+        case: tuple[int, int, list[dict[int, float]]]) -> None:
+    """The simulator's bulk form (``Keeper.report_steps``: a run of steps at
+    once while nobody is slow, each step alone while someone is, as
+    ``sim/votes.py`` casts them) and each member's own report of each step
+    (``Keeper.report_compute``, with its load of micro-batches, as real
+    members send them) reach the same verdicts at the same steps: the same
+    records of evictions, stragglers and rounds, in the same order."""
+    n, micro_batches, steps = case
+    policy = StragglerPolicy(2.0, 3, 10.0, global_batch=4 * micro_batches, micro_batch=4,
+                             full_workers=n)
+    bulk, each = keeper(n=n, policy=policy), keeper(n=n, policy=policy)
+    out_bulk: list = []
+    out_each: list = []
+    run_start = None  # the first step of a run nobody is slow in, not yet reported
+    for s, slow in enumerate(steps + [{0: 0.01}]):  # a last step closes any open run
+        t = 2.0 + s
+        if slow and run_start is not None:
+            out_bulk += _bulk(bulk, t, run_start, s - 1, {})
+            run_start = None
+        if slow and s < len(steps):
+            out_bulk += _bulk(bulk, t, s, s, slow)
+        elif not slow and run_start is None:
+            run_start = s
+        if s < len(steps):
+            for rank, w in enumerate(each.members):
+                low, high = rank_range(micro_batches, n, rank)
+                load = high - low
+                each.commit(t, w, 0, 1, s)
+                out_each += each.report_compute(t, w, 0, 1, s, slow.get(w, 0.01) * load, load)
+
+    def verdicts(out: list) -> list[dict]:
+        return [o.record for o in out if isinstance(o, Record)
+                and o.record["f"] in ("evict", "straggler", "round")]
+
+    assert verdicts(out_bulk) == verdicts(out_each)
+    event(f"evictions: {sum(1 for r in verdicts(out_each) if r['f'] == 'evict')}")
+
+
+def _bulk(k: Keeper, t: float, first: int, last: int, slow: dict[int, float]) -> list:
+    """The sim's vote on steps ``first..last`` and its report of them."""
+    out = []
+    if k.generation == 1 and k.round is None:
+        k.commit(t, k.members.first(), 0, 1, first, last)
+    out += k.report_steps(t, 1, first, last, 0.01, slow)
+    return out
