@@ -129,7 +129,7 @@ class GrayFaults:
                            delay_s=delay_s, for_s=for_s))
             phase = float(sim.nodes.started_at[w])
             gaps = held_beat_gaps(phase, sim.detector.heartbeat_s, sim.lat, now, now + for_s,
-                                  sim.detector.silence_s(), lambda: sim.lat + delay_s)
+                                  sim.detector.gap_that_counts_s(), lambda: sim.lat + delay_s)
             for last, arrival in gaps:
                 sim.at(last, self._held, w, phase, last, arrival)
             sim.at(now + for_s, self._on_time, w, phase)

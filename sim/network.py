@@ -344,7 +344,7 @@ class NetFaults:
         """Schedule the silences the link's beats from ``t0`` to ``t1`` leave at the keeper."""
         sim = self.sim
         phase = float(sim.nodes.started_at[w])
-        hb, silence = sim.detector.heartbeat_s, sim.detector.silence_s()
+        hb, silence = sim.detector.heartbeat_s, sim.detector.gap_that_counts_s()
         for last, arrival in self.links.beat_gaps(w, host, phase, hb, t0, t1, silence):
             # silent to the keeper from the gap's last beat to the next one's
             # arrival; its peers still reach it

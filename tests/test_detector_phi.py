@@ -140,6 +140,62 @@ def test_the_keeper_times_each_worker_as_the_formula_says(
         arrivals[w].append(now)
 
 
+@settings(max_examples=150, deadline=None)
+@given(runs=st.lists(st.tuples(st.integers(1, 30), st.floats(0.15, 2.5)), min_size=1,
+                     max_size=5),
+       threshold=st.sampled_from([1.0, 3.0, 8.0]), window=st.sampled_from([4, 16, 64]))
+def test_the_bulk_form_of_beats_on_time_gives_phi_every_interval(
+        runs: list[tuple[int, float]], threshold: float, window: int) -> None:
+    """Worker 0 beats on time (every 0.1 s) in runs, each followed by a gap
+    (its beats late, or stopped) and at last by its death; worker 1 beats
+    on time throughout. A keeper that hears every beat, and one told as a
+    simulator tells it (everyone beats on time, ``observe_beating_except``
+    at each instant, ``observe_silent`` when a gap starts, the first beat
+    after it heard alone), declare worker 0 dead at the same instant, or
+    both not during a gap it survives: phi's window holds the same
+    intervals on both."""
+    d = PhiDetector(HB, threshold=threshold, window=window)
+    heard, told = started(d, 2), started(d, 2)
+    told.observe_beating_except(0.05, ())
+    # worker 0's arrivals after its Join at 0 (instant, heard alone: the first after a gap)
+    beats: list[tuple[float, bool]] = []
+    gaps: list[float] = []  # the instants its gaps start (its last beat's arrival)
+    start = 0.0
+    for count, gap_s in runs:
+        beats += [(start + k * HB, k == 0) for k in range(0 if gaps else 1, count + 1)]
+        gaps.append(start + count * HB)
+        start = gaps[-1] + gap_s
+    end = gaps[-1] + d.silence_s(max(gap for _, gap in runs) + HB) + 1.0
+    ones = [(k * HB, 1) for k in range(1, int(end / HB) + 2)]
+    expected = play(heard, [(at, 0) for at, _ in beats if at > 0] + ones, end)
+    assert tuple(expected) == (0,)
+
+    deaths: dict[int, float] = {}
+    silent: set[int] = set()
+    events = sorted([(at, "beat") for at, alone in beats if alone and at > 0]
+                    + [(at, "gap") for at in gaps] + [(at, "vouch") for at, _ in ones])
+    counter = 0
+    for at, kind in events:
+        while (due := told.get_timer()) is not None and due <= at:
+            for w, _ in evicted(told.handle_timer(due)):
+                deaths[w] = due
+        if 0 in deaths:
+            break
+        if kind == "gap":
+            told.observe_silent(at, (0,))
+            silent.add(0)
+        elif kind == "beat":
+            counter += 1
+            told.receive(at, Heartbeat(0, 0, 1, counter))
+            silent.discard(0)
+        else:
+            told.observe_beating_except(at, tuple(silent))
+    while 0 not in deaths and (due := told.get_timer()) is not None and due <= end:
+        for w, _ in evicted(told.handle_timer(due)):
+            deaths[w] = due
+    assert deaths.get(0) == pytest.approx(expected[0], abs=1e-9)
+
+
 def test_make_detector_builds_each_kind() -> None:
     assert isinstance(make_detector("phi", 0.5, 3.0, 4.0), PhiDetector)
     assert make_detector("phi", 0.5, 3.0, 4.0).threshold == 4.0

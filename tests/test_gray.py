@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from rollcall.core import make_detector
 from rollcall.results import read_history
 from rollcall.scenario import ScenarioError, load_scenario
 from real_processes import REAL_PROCESSES
@@ -104,19 +105,47 @@ def test_late_heartbeats_need_their_delay_and_a_worker(tmp_path: Path) -> None:
             load_scenario(LATE, [f"failures.schedule=[{fault}]"])
 
 
+def twice_late(second_delay_s: float) -> str:
+    """Worker 2's beats late by 1.5 s for 2 s from 1 s (a 1.6 s gap, within
+    phi's nominal 1.84 s), then by ``second_delay_s`` for 2 s from 4 s."""
+    return ("failures.schedule=[{at_s: 1.0, late_heartbeats: 2, delay_s: 1.5, for_s: 2.0}, "
+            f"{{at_s: 4.0, late_heartbeats: 2, delay_s: {second_delay_s}, for_s: 2.0}}]")
+
+
+def test_phi_on_the_sim_learns_from_a_late_worker(tmp_path: Path) -> None:
+    """The sim's phi hears every late beat's gap, as real's does: after a
+    1.6 s gap its window of 64 intervals holds it, and its tolerance grows
+    from 1.84 s to 2.27 s for a while. A second gap of 2.05 s is then
+    tolerated (it would not be at the nominal cadence); one of 2.6 s is
+    not, and the worker is evicted 2.27 s after its last beat."""
+    _, kept = sim_run(tmp_path / "kept", "detector.kind=phi", twice_late(1.95))
+    assert evictions(kept) == []
+    _, gone = sim_run(tmp_path / "gone", "detector.kind=phi", twice_late(2.5))
+    (evict,) = [r for r in gone if r["f"] == "evict"]
+    phi = make_detector("phi", 0.1, 1.0)
+    window = [1.6] + [0.1] * 63  # the gap (1.5 s late, a beat's 0.1 s), then on time
+    last_beat = 4.0 - 0.1 + load_scenario(LATE).network.latency_s
+    assert evict["worker"] == 2 and evict["t"] == pytest.approx(
+        last_beat + phi.silence_s(phi.mean_s(window)), abs=1e-6)
+    assert evict["t"] - last_beat > phi.silence_s() + 0.3
+
+
 @pytest.mark.timeout(200)
-def test_both_targets_keep_a_late_worker_under_phi(tmp_path: Path) -> None:
+@pytest.mark.parametrize("schedule", [[], [twice_late(1.95)]], ids=["once", "twice"])
+def test_both_targets_keep_a_late_worker_under_phi(tmp_path: Path, schedule: list[str]) -> None:
     """The shipped scenario with phi: nobody evicted on either target, and
-    the run valid on both (the timeout variant is in tests/test_conformance.py)."""
+    the run valid on both (the timeout variant is in tests/test_conformance.py).
+    Twice late, the second gap (2.05 s) longer than phi's nominal tolerance
+    (1.84 s): both keepers learnt from the first one and keep the worker."""
     from real import driver as real_driver
 
-    _, sim = sim_run(tmp_path / "sim", "detector.kind=phi")
-    sc = load_scenario(LATE, ["detector.kind=phi"])
+    _, sim = sim_run(tmp_path / "sim", "detector.kind=phi", *schedule)
+    sc = load_scenario(LATE, ["detector.kind=phi", *schedule])
     summary = real_driver.run(sc, tmp_path / "real")
     assert summary["completed"] and summary["valid"], summary["violations"]
     real = list(read_history(tmp_path / "real"))
     assert [r["workers"] for r in real if r["f"] == "fault" and r["kind"] == "late_heartbeats"] \
-        == [[2]]
+        == [[2]] * (1 + len(schedule))
     assert evictions(real) == evictions(sim) == []
     assert generations(real) == generations(sim) == [(1, [0, 1, 2, 3], "start")]
 

@@ -40,6 +40,11 @@ class TimeoutDetector:
         """The longest silence tolerated, whatever the cadence."""
         return self.timeout_s
 
+    def gap_that_counts_s(self) -> float:
+        """The shortest gap between two beats' arrivals that can change a
+        verdict: a shorter one is no silence it would act on."""
+        return self.timeout_s
+
     def expiry(self, advanced_at: float) -> float:
         """The keeper-clock instant at which a silent worker is declared dead."""
         return advanced_at + self.timeout_s
@@ -120,12 +125,30 @@ class PhiDetector:
         """The longest silence tolerated: phi reaches the threshold there."""
         return self.threshold * LN10 * (self.heartbeat_s if mean_s is None else mean_s)
 
+    def gap_that_counts_s(self) -> float:
+        """The shortest gap between two beats' arrivals that can change a
+        verdict: any beyond the nominal cadence, since each interval moves
+        the worker's mean (and its tolerance of a later silence); one as
+        long as the cadence, give or take rounding, is a beat on time."""
+        return self.heartbeat_s * (1.0 + 1e-9)
+
     def mean_s(self, intervals: Sequence[float]) -> float:
         """The observed mean interval: the last ``window`` intervals, the
         prior's nominal ones filling what has not been observed yet."""
         recent = intervals[-self.window:]
         mean = (math.fsum(recent) + (self.window - len(recent)) * self.heartbeat_s) / self.window
         return max(mean, self.heartbeat_s)
+
+    def on_time(self, span_s: float) -> list[float]:
+        """The intervals of beats sent on time (every ``heartbeat_s``) from
+        one arrival to another ``span_s`` later, oldest first, as a keeper
+        hearing each would observe them (those the window keeps): what a
+        simulator's bulk form of on-time beats stands for."""
+        assert span_s >= 0, span_s
+        beats = max(1, math.ceil(span_s / self.heartbeat_s - 1e-9))
+        first = span_s - (beats - 1) * self.heartbeat_s
+        rest = min(beats - 1, self.window)
+        return ([first] if rest < self.window else []) + [self.heartbeat_s] * rest
 
     def extra_s(self, intervals: Sequence[float]) -> float:
         """The tolerance beyond the nominal one, for a worker with these intervals."""

@@ -392,6 +392,7 @@ class Keeper:
         self._counter: dict[WorkerId, int] = {}  # heartbeat counters; absent: -1
         # an adaptive detector's: each life's recent heartbeat intervals (phi's cadence)
         self._intervals: dict[WorkerId, list[float]] = {}
+        self._arrived: dict[WorkerId, float] = {}  # the last beat it heard alone, of those
         # worker -> (life, the latest generation that life stamped on a message):
         # a Join stamped with an older one is a late copy (it entered a newer since)
         self._stamped: dict[WorkerId, tuple[int, int]] = {}
@@ -495,9 +496,19 @@ class Keeper:
     def observe_silent(self, last: float, workers: Iterable[WorkerId]) -> None:
         """``workers`` beat last at ``last`` (their last heartbeat's arrival)
         and are silent since: a simulator's report of a worker that stopped,
-        or whose beats are held back. The detector decides from there."""
+        or whose beats are held back. The detector decides from there: an
+        adaptive one with each worker's own window, as if it had heard every
+        beat the bulk form stood for (:meth:`observe_beating_except`)."""
         self._ready()
-        self._liveness.silent_since(last, IdRuns.of(workers))
+        ws = IdRuns.of(workers)
+        vouched = [w for w in self._intervals if w in ws and self._liveness.beats_on_time(w)]
+        self._liveness.silent_since(last, ws)
+        det = self._config.detector
+        for w in vouched:
+            self._heard_on_time(w, last)
+            extra = det.extra_s(self._intervals[w])
+            if extra:
+                self._liveness.set(last, w, extra)
 
     def exited(self, now: float, worker: WorkerId, incarnation: int) -> list[Output]:
         """The worker's process is known to be gone (its host saw it exit)."""
@@ -1013,13 +1024,28 @@ class Keeper:
         if not det.adaptive:
             self._liveness.beat(now, w)
             return
-        seen = self._liveness.at(w)
-        assert seen is not None and now >= seen, (w, seen, now)
         gaps = self._intervals.setdefault(w, [])
-        gaps.append(now - seen)
-        if len(gaps) > det.window:
-            del gaps[0]
+        if self._liveness.beats_on_time(w):  # vouched for since its last beat heard alone
+            self._heard_on_time(w, now)
+        else:
+            seen = self._liveness.at(w)
+            assert seen is not None and now >= seen, (w, seen, now)
+            gaps.append(now - seen)
+        del gaps[:-det.window]
+        self._arrived[w] = now
         self._liveness.beat(now, w, det.extra_s(gaps))
+
+    def _heard_on_time(self, w: WorkerId, until: float) -> None:
+        """An adaptive detector's window: ``w`` beat on time from its last
+        beat heard alone until a beat that arrived at ``until`` (the bulk
+        form stood for those beats): their intervals, as if each was heard."""
+        det = self._config.detector
+        gaps, since = self._intervals.get(w), self._arrived.get(w)
+        if gaps is None or since is None or until <= since:
+            return  # nothing heard alone yet: the window's prior is on time already
+        gaps += det.on_time(until - since)
+        del gaps[:-det.window]
+        self._arrived[w] = until
 
     def _join(self, now: float, join: Join) -> None:
         w, inc = join.worker, join.incarnation
@@ -1051,6 +1077,7 @@ class Keeper:
         if new_life:
             self._counter.pop(w, None)
             self._intervals.pop(w, None)
+            self._arrived.pop(w, None)
             if self._born.get(w, (-1, 0))[0] != inc:
                 # a life evicted and heard again keeps the birth it had: it
                 # may hold (and answer with) a generation it entered before
@@ -1348,7 +1375,7 @@ class Keeper:
 
     def _forget_beats(self, ws: IdRuns) -> None:
         """The heartbeat counters and intervals of ``ws``'s lives are over."""
-        for beats in (self._counter, self._intervals):
+        for beats in (self._counter, self._intervals, self._arrived):
             if beats:
                 for w in [w for w in beats if w in ws]:
                     del beats[w]
@@ -1357,6 +1384,7 @@ class Keeper:
         self._liveness.drop(worker)
         self._counter.pop(worker, None)
         self._intervals.pop(worker, None)
+        self._arrived.pop(worker, None)
         self._standby_drop(IdRuns.span(worker, worker))
         self._standby_gen.pop(worker, None)
         if self._benched:

@@ -72,6 +72,10 @@ class Liveness:
                 return t
         raise AssertionError(f"tracked worker {w} has no instant")  # pragma: no cover
 
+    def beats_on_time(self, w: int) -> bool:
+        """Whether ``w`` is said to beat on time (:meth:`beat_on_time_except`)."""
+        return w in self._beating
+
     # --- updates --------------------------------------------------------------
 
     def set(self, now: float, w: int, extra_s: float = 0.0) -> None:
