@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 from rollcall.core import Due, FaultPlan, StepDue, StepFaults
 
+
 class FaultTiming:
     def __init__(self, faults: FaultPlan, inject: Callable[[Due], None]) -> None:
         self.faults = faults

@@ -43,13 +43,14 @@ Where the links are priced (:class:`NetFaults`, the driver's hooks)
 * **Heartbeats**, beat by beat, for each worker of the degraded host while
   the fault lasts and until its backlog drains: a beat sent at ``s`` arrives
   at ``max(s + latency + extra + retransmissions, previous arrival)`` (TCP
-  delivers in order). A gap between two arrivals longer than
-  the detector's silence (``detector.timeout_s`` for a timeout; phi's at the
-  nominal cadence: the sim's beats are on time) is what the keeper sees on
+  delivers in order). A gap between two arrivals that can change a verdict
+  (``Detector.gap_that_counts_s``: a timeout's silence; for phi any gap
+  beyond the cadence, which enters its window) is what the keeper sees on
   real: from the earlier arrival the worker is silent to the keeper (the
   driver's cut from the keeper only: its peers still reach it, and its
   votes and answers only come late, so the job does not stall) until the
-  late beat arrives, and the core's detector decides. A shorter gap changes no verdict, so nothing is cut.
+  late beat arrives, and the core's detector decides. A shorter gap changes
+  no verdict, so nothing is cut.
 * **The exchange**: a step's all-reduce waits for its slowest member link,
   so while a member's host is degraded every step costs that link's extra
   latency more (the largest over the members' degraded hosts), plus, on a
@@ -344,8 +345,8 @@ class NetFaults:
         """Schedule the silences the link's beats from ``t0`` to ``t1`` leave at the keeper."""
         sim = self.sim
         phase = float(sim.nodes.started_at[w])
-        hb, silence = sim.detector.heartbeat_s, sim.detector.gap_that_counts_s()
-        for last, arrival in self.links.beat_gaps(w, host, phase, hb, t0, t1, silence):
+        hb, counts = sim.detector.heartbeat_s, sim.detector.gap_that_counts_s()
+        for last, arrival in self.links.beat_gaps(w, host, phase, hb, t0, t1, counts):
             # silent to the keeper from the gap's last beat to the next one's
             # arrival; its peers still reach it
             self.sim.at(last, self._silent, w, phase, last, arrival)

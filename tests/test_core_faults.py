@@ -294,7 +294,8 @@ def test_answers_one_by_one_land_what_the_whole_generation_lands(
     """The real target's per-member answers and the sim's one vote for the
     whole generation land the same faults at the same committed count, in
     the same order, and only once the last member is answered."""
-    one_by_one, all_at_once = StepFaults(_plan(*schedule)), StepFaults(_plan(*schedule))
+    plan_of_one_by_one = _plan(*schedule)
+    one_by_one, all_at_once = StepFaults(plan_of_one_by_one), StepFaults(_plan(*schedule))
     plan = _plan(*schedule)  # the plan's own order, which each part keeps
     landed: list[int] = []
     for step in range(8):
@@ -310,7 +311,7 @@ def test_answers_one_by_one_land_what_the_whole_generation_lands(
         assert list(due.after) == [d for d in handed if d.kind not in BEFORE_THE_ANSWER]
         landed += [d.index for d in due.in_order()]
     assert sorted(landed) == sorted(f.index for f in schedule if f.trigger == "at_step")
-    assert one_by_one.next_step() is None and one_by_one.next_gate() == 0
+    assert one_by_one.next_step() is None and plan_of_one_by_one.next_gate() == 0
 
 
 def test_an_answer_counts_once_and_for_its_own_step_and_generation() -> None:

@@ -77,7 +77,7 @@ from rollcall.core.stragglers import StragglerPolicy
 from rollcall.core.types import Cursor, WorkerId, from_ranges
 
 __all__ = [
-    "Abort", "Action", "BEFORE_THE_ANSWER", "Agent", "AgentBatch", "AgentState", "Blame", "Broadcast", "CheckReport",
+    "Abort", "Action", "Agent", "AgentBatch", "AgentState", "BEFORE_THE_ANSWER", "Blame", "Broadcast", "CheckReport",
     "Checkpointed", "CodecError", "CommitVerdict", "Completion", "Copy", "Cursor", "DRIVER", "DataSpec", "Deposed",
     "Draws", "Due", "EMPTY", "Enter", "FAILED_ATTEMPTS_LIMIT", "FINAL_GRACE_S", "FailureModel", "FailureTally", "FaultPlan",
     "Final", "Formed", "GroupAction",

@@ -106,8 +106,3 @@ class StepFaults:
     def next_step(self) -> int | None:
         """The committed count at which the next fault lands (None: none left)."""
         return self._plan.next_step()
-
-    def next_gate(self) -> int:
-        """The committed count at which :meth:`held_by_all` next has a fault
-        (0: none left): see :meth:`FaultPlan.next_gate`."""
-        return self._plan.next_gate()
