@@ -193,17 +193,23 @@ class Lives:
 
     def join(self, n: int) -> list[int]:
         """``n`` new workers arrive: idle prewarmed processes first (the lowest
-        id first: the sim numbers joins in order too), then fresh ones."""
+        id first: the sim numbers joins in order too), then fresh ones. They
+        arrive as one batch, as on the sim: they activate together and their
+        Joins reach the keeper as one arrival, so one roll call admits them
+        all whichever process was scheduled first."""
         host = self._host
-        joined = []
+        procs = []
         for _ in range(n):
             warm = host.processes.idle_spare()
             p = warm if warm is not None else self.spawn_new()
             p.want = True
             self.nodes.arrived(host.now(), p.worker, joined=True)
             host.keeper.fleet_capacity(host.now(), self.nodes.shop.capacity)
-            joined.append(p.worker)
-        return joined
+            procs.append(p)
+        batch = self.new_batch([(p.worker, p.incarnation) for p in procs])
+        for p in procs:
+            p.batch = batch
+        return [p.worker for p in procs]
 
     def node_lost(self, now: float, w: int, kind: str) -> None:
         """Node ``w`` is lost until ``repair_s``, with its process if it runs
