@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 from rollcall import interrupts
 from rollcall.config import data_spec
-from rollcall.core import FailureTally, check, summarize_report
+from rollcall.core import FailureTally, check, summarize_report, time_account
 from rollcall.results import HISTORY_FILE, check_summary_keys, ettr, goodput, history_line, write_summary
 from rollcall.scenario import Scenario
 
@@ -103,19 +103,9 @@ def failover_times(records: list[dict]) -> list[float]:
 def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> dict[str, Any]:
     report = check(records, data_spec(scenario))
     s = summarize_report(report)
-    train_start = launcher.outputs.train_start
-    end_t = launcher.end_t if launcher.end_t is not None else launcher.now()
     lineage = report.lineage
-    last_commit_t = max((c["t"] for c in lineage), default=None)
-    # elapsed_s runs to the last committed step of a completed run, and to
-    # the end of one that did not complete (it gave up or was stopped), as on
-    # the sim: the time spent before giving up is stall, not progress
-    end = last_commit_t if launcher.result == "completed" else end_t
-    elapsed = 0.0 if train_start is None or end is None else max(0.0, end - train_start)
-    productive = sum(c["t"] - c["t0"] for c in lineage)
-    in_lineage = {(c["gen"], c["step"]) for c in lineage}
-    lost = sum(r["t"] - r["t0"] for r in records
-               if r.get("f") == "commit" and (r["gen"], r["step"]) not in in_lineage)
+    account = time_account(records, lineage, launcher.result == "completed")
+    end_t = launcher.end_t if launcher.end_t is not None else launcher.now()
     # The ideal step: median committed step with the full initial cluster.
     formed = {g: members for _, g, members in launcher.outputs.formed}
     full = [c["t"] - c["t0"] for c in lineage
@@ -133,13 +123,14 @@ def summarize(scenario: Scenario, launcher: Launcher, records: list[dict]) -> di
         "seed": scenario.seed,
         "completed": launcher.result == "completed",
         "steps_target": scenario.workload.steps,
-        "elapsed_s": round(elapsed, 6),
-        "productive_s": round(productive, 6),
-        "ettr": round(ettr(productive, elapsed), 6),
-        "goodput": round(goodput(s["steps_committed"], ideal, elapsed), 6),
-        "lost_work_s": round(lost, 6),
-        "stall_s": round(max(0.0, elapsed - productive - lost), 6),
-        "recovery_s": round(sum(r["kill_to_resume_s"] or 0.0 for r in recs), 6),
+        "elapsed_s": round(account.elapsed_s, 6),
+        "productive_s": round(account.productive_s, 6),
+        "ettr": round(ettr(account.productive_s, account.elapsed_s), 6),
+        "goodput": round(goodput(s["steps_committed"], ideal, account.elapsed_s), 6),
+        "lost_work_s": round(account.lost_work_s, 6),
+        "stall_s": round(account.stall_s, 6),
+        "recovery_s": round(account.recovery_s, 6),
+        "checkpoint_s": round(account.checkpoint_s, 6),
         "failures": FailureTally.of(records),
         "wall_s": round(end_t, 6),
         "ideal_step_s": round(ideal, 6) if ideal else None,

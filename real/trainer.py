@@ -479,6 +479,7 @@ class Trainer:
         slices is a collective all of them join; rank 0 writes."""
         gen = enter.generation
         due = policy.checkpoint_due(nxt.step)
+        t0 = self._host.now()
         state = None
         if due and self.zero is not None:
             momentum = self.zero.momentum_buffer()
@@ -491,7 +492,7 @@ class Trainer:
             with self._host.lock:
                 if self._host.agent.generation == gen:
                     self._host.record(rec(self._host.now(), "ok", "checkpoint", self._host.worker,
-                                    gen=gen, cursor=nxt.to_json()))
+                                    gen=gen, cursor=nxt.to_json(), t0=round(t0, 9)))
                     self._host.apply(self._host.agent.checkpointed(self._host.now(), nxt))
 
 

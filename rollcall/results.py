@@ -86,10 +86,10 @@ SUMMARY_KEYS: tuple[str, ...] = (
 #: defines each one.
 BOTH_EXTRA_KEYS: tuple[str, ...] = (
     "fallbacks", "lost_steps", "state_bytes_moved", "steps_lost_to_fallback", "ideal_step_s",
-    "keeper_failovers",
+    "keeper_failovers", "checkpoint_s",
 )
 SIM_ONLY_KEYS: tuple[str, ...] = (
-    "checkpoint_s", "end_s", "checkpoints", "detections", "evictions", "crashes", "kills",
+    "end_s", "checkpoints", "detections", "evictions", "crashes", "kills",
     "rack_kills", "pauses", "joins", "repairs", "retired", "blames", "pulled", "rounds",
     "min_members",
     "events",

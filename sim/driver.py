@@ -107,8 +107,9 @@ What is simulated, and where the core decides
   failure is replaced at the roll call (or the restart) that follows it.
   Standbys fail like any node.
 
-The job itself (segments of steps, stalls, checkpoints, the end) and the
-accounting of every simulated second are :mod:`sim.job`'s.
+The job itself (segments of steps, stalls, checkpoints, the end) is
+:mod:`sim.job`'s; where the time went is read from the history by the core
+(:func:`rollcall.core.time_account`), as on the real target.
 """
 
 from __future__ import annotations
@@ -321,7 +322,7 @@ class Simulation:
 
     def summary(self) -> dict:
         """The run's summary (``summary.json``): :func:`sim.summary.run_summary` of its facts."""
-        return run_summary(self.sc, self.report, self.tally, RunFacts(
+        return run_summary(self.sc, self.records, self.report, self.tally, RunFacts(
             completed=self.job.completed, interrupted=self.stepper.interrupted,
             end_reason=self.job.end_reason, failures=self.failures.count, wall_s=self.wall_s,
             keeper_failovers=self.failover.count, events=self.events,

@@ -9,11 +9,9 @@ reach it through :class:`sim.keeper_port.Job` (generations, roll calls,
 member lists, restarts, relaunches, the end); it reaches the rest of the
 run only through :class:`JobHost`.
 
-Time accounting: every simulated second from 0 to the end belongs to exactly
-one of productive (steps finally committed), lost (steps rolled back or
-abandoned mid-flight), stall (a silent member blocks the exchange until it
-resumes or is evicted), recovery (rounds, restarts, state copy, checkpoint
-load) and checkpoint (writes).
+Where the time went is read from the history the job writes (its commits'
+spans, checkpoint writes, roll calls and faults) by the core's
+:func:`rollcall.core.time_account`, the real target's definition too.
 """
 
 from __future__ import annotations
@@ -49,10 +47,6 @@ from sim.world import CKPT, DONE, IDLE, RUN, SYNC, WAIT
 
 __all__ = ["Job", "JobHost"]
 
-# Where the job's time goes while it is in a state (running steps: see
-# Job._close_segment; WAIT: the last step's vote was refused and a roll
-# call comes, so the wait is lost work).
-_SPENT_ON = {CKPT: "checkpoint", IDLE: "recovery", SYNC: "recovery", WAIT: "lost"}
 
 
 class JobHost(Protocol):
@@ -140,6 +134,7 @@ class Job:
         self._seg_t0 = 0.0
         self._seg_c0 = Cursor()
         self._seg_stop = 0
+        self._checkpoint_t0 = 0.0  # the checkpoint write's start
         self._due: Optional[float] = None
         self._stalled = False
         self._stall_remaining = 0.0
@@ -213,21 +208,12 @@ class Job:
             self._waiting = False
             self._process.interrupt()
 
-    def _acct(self, now: float) -> None:
-        """Attribute [mark, now) to the category of the current job state.
-
-        Running time is attributed by :meth:`_close_segment` (committed steps
-        are productive until a rollback, a step abandoned mid-flight is lost).
-        """
-        self._host.tally.spend(now, "stall" if self._stalled else _SPENT_ON.get(self.state))
-
     def _clock(self, now: float) -> None:
         """Tell the compute clock (``failures.age: computing``) whether the job computes."""
         if self._host.machines.aging is not None:
             self._host.machines.aging.clock(now, self.state in (RUN, CKPT) and not self._stalled)
 
     def _start_segment(self, now: float) -> None:
-        self._acct(now)
         self.state = RUN
         self._seg_t0 = now - self._carry
         head_s = self._carry_head_s
@@ -277,11 +263,8 @@ class Job:
             head_s = run.head_s
         self.cursor = Cursor(c0.step + k, c0.sample + k * self.batch)
         partial = max(0.0, now - (t0 + k * s))
-        if abandon:
-            self._host.tally.lose(partial + head_s)
-        else:
+        if not abandon:
             self._carry, self._carry_head_s = partial, head_s
-        self._host.tally.spend(now, None)
 
     # ------------------------------------------------------------------ commit votes
 
@@ -298,13 +281,9 @@ class Job:
         """The step in flight (or sync / checkpoint write) is given up."""
         if self.state == RUN:
             if self._stalled:
-                self._acct(now)
-                self._host.tally.lose(self._carry + self._carry_head_s)
                 self._carry = self._carry_head_s = 0.0
             else:
                 self._close_segment(now, None, abandon=True)
-        else:
-            self._acct(now)
         self._stalled = False
         self.state = IDLE
         self._set_due(None)
@@ -316,7 +295,6 @@ class Job:
         if self.state == RUN:
             self._close_segment(now, None, abandon=False)
         else:
-            self._acct(now)
             self._stall_remaining = max(0.0, (self._due or now) - now)
         self._stalled = True
         self._set_due(None)
@@ -339,7 +317,6 @@ class Job:
         for its commit's answer."""
         if not self._stalled or self._host.failover.down:
             return
-        self._acct(now)
         self._stalled = False
         if self.state == RUN:
             self._start_segment(now)
@@ -354,13 +331,10 @@ class Job:
             self._abandon(now)  # cannot happen without a roll call; be safe
         self.votes.cast(now, everything=True)  # a new generation: the old one's votes fail
         self.ledger.flush()
-        self._acct(now)
         self.state = IDLE
         self._stalled = False
         self._clock(now)
         self._carry = self._carry_head_s = 0.0
-        if f.cursor < self.committed:
-            self._host.tally.rollback(f.cursor.step)
         self.cursor = self.committed = f.cursor
         self.gen = f.generation
         self.members = IdRuns.of(f.members)
@@ -381,7 +355,6 @@ class Job:
         if gen != self.gen or self.state != IDLE or self._answered > gen:
             return  # superseded, or the members already answered the next roll call
         now = self._host.env.now
-        self._acct(now)
         self.state = SYNC
         silent = self._host.silences.recount()
         self._stall_remaining = cost
@@ -416,8 +389,8 @@ class Job:
         # out of the plan before the next segment is cut
         acting, landing = self._step_faults.computed(step)
         if self._policy.checkpoint_due(step):
-            self._acct(now)
             self.state = CKPT
+            self._checkpoint_t0 = now
             self._set_due(now + self._host.sc.strategy.checkpoint_write_s)
         else:
             self._start_segment(now)
@@ -449,13 +422,12 @@ class Job:
                 assert last.closed and last.voted < last.n, last
                 self._set_due(max(now, last.vote_at(last.n, self._host.lat)))
                 return
-            self._acct(now)  # refused: the state is not the lineage's, a roll call comes
             self.state = WAIT
             self._set_due(None)
             return
-        self._acct(now)
         self._host.tally.counts["checkpoints"] += 1
-        self._host.write(rec(now, "ok", "checkpoint", JOB, gen=self.gen, cursor=self.cursor.to_json()))
+        self._host.write(rec(now, "ok", "checkpoint", JOB, gen=self.gen,
+                             cursor=self.cursor.to_json(), t0=self._checkpoint_t0))
         self.votes.report_checkpoint(now, self.gen, self.cursor)
         self._start_segment(now)
 
@@ -484,7 +456,6 @@ class Job:
         if self.state in (SYNC, RUN, CKPT, WAIT):
             self._abandon(now)
         self.votes.cast(now, everything=True)
-        self._acct(now)
         self._stalled = False
         self._host.machines.tear_down(teardown)
         self.state = IDLE
@@ -498,14 +469,9 @@ class Job:
             self._close_segment(now, None, abandon=True)
         if completed:
             assert not self.votes.runs, "the keeper completed the job with votes outstanding"
-            self._host.tally.spend(now, None)  # the job's time ended with its last step (elapsed_s)
-            self._host.tally.end_s = self._host.tally.end_s or self._host.tally.elapsed_s
         else:
-            self._acct(now)
-            if self.state == RUN:
-                self._host.tally.lose(self._carry + self._carry_head_s)
             self.votes.lose_outstanding()  # votes nobody will answer: the steps are lost
-            self._host.tally.end_s = self._host.tally.end_s or now
+        self._host.tally.end_s = self._host.tally.end_s or now
         self.ledger.flush()
         self.state = DONE
         self._clock(now)

@@ -133,64 +133,20 @@ class Nodes:
 
 @dataclass
 class Tally:
-    """Where the simulated time went (see :mod:`sim.driver`'s accounting)."""
+    """The run's counters, its smallest membership and when it ended (the
+    time metrics are the core's, from the history:
+    :func:`rollcall.core.time_account`)."""
 
     workers: int
-    mark: float = 0.0  # time attributed up to here
-    acc: dict[str, float] = field(default_factory=lambda: dict(
-        lost=0.0, stall=0.0, recovery=0.0, checkpoint=0.0))
-    # committed steps: [first, last, step_s, head_s] (head_s: the first step's
-    # seconds beyond step_s, see sim.steps.StepRun)
-    segments: list[list[float]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: dict(
         crashes=0, kills=0, pauses=0, joins=0, repairs=0, detections=0,
         evictions=0, checkpoints=0, restarts=0, rounds=0, keeper_calls=0, rack_kills=0,
         retired=0, pulled=0, blames=0))
-    elapsed_s: float = 0.0  # the end of the last committed step
     end_s: float = 0.0
     min_members: int = 0
 
     def __post_init__(self) -> None:
         self.min_members = self.min_members or self.workers
-
-    def productive_s(self) -> float:
-        return sum((last - first + 1) * s + head for first, last, s, head in self.segments)
-
-    def spend(self, now: float, category: Optional[str]) -> None:
-        """Attribute ``[mark, now)`` to ``category`` (None: to none, the time
-        of running steps, which :meth:`passed` and :meth:`lose` account)."""
-        dt = now - self.mark
-        if dt > 0 and category is not None:
-            self.acc[category] += dt
-        self.mark = now
-
-    def lose(self, seconds: float) -> None:
-        """Work thrown away: steps abandoned, refused or rolled back."""
-        self.acc["lost"] += seconds
-
-    def passed(self, first: int, last: int, step_s: float, head_s: float, end_s: float) -> None:
-        """Steps ``first..last`` were committed (``head_s``: the first one's
-        seconds beyond ``step_s``), the last ending at ``end_s``: productive,
-        until a rollback."""
-        self.elapsed_s = end_s
-        segs = self.segments  # extend the last segment, or a new one
-        if segs and segs[-1][1] == first - 1 and segs[-1][2] == step_s and not head_s:
-            segs[-1][1] = last
-        else:
-            segs.append([first, last, step_s, head_s])
-
-    def rollback(self, step: int) -> None:
-        """The job goes back to ``step``: the committed steps from it on are lost."""
-        segs = self.segments
-        while segs and segs[-1][1] >= step:
-            first, last, s, head_s = segs[-1]
-            keep_last = step - 1
-            if first <= keep_last:
-                self.lose((last - keep_last) * s)
-                segs[-1][1] = keep_last
-            else:
-                self.lose((last - first + 1) * s + head_s)
-                segs.pop()
 
 
 class Recorder:

@@ -63,11 +63,6 @@ class StepRun:
             k += 1
         return max(0, min(limit, k))
 
-    def unvoted_head_s(self) -> float:
-        """The first step's head_s while its vote is not cast (else 0): what
-        goes with the steps when they are lost unvoted."""
-        return self.head_s if self.voted == 0 and (self.n is None or self.n > 0) else 0.0
-
     def vote_at(self, k: int, latency_s: float) -> float:
         """When the vote of the run's ``k``-th step (1-based) reaches the keeper."""
         assert 1 <= k, k

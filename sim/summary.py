@@ -1,12 +1,13 @@
-"""A sim run's summary (``summary.json``), from its history's report, its
-time accounting and the facts of how it ended."""
+"""A sim run's summary (``summary.json``), from its history (the checker's
+report, and the core's account of where the time went), its counters and
+the facts of how it ended."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, Sequence
 
-from rollcall.core import CheckReport, summarize_report
+from rollcall.core import CheckReport, summarize_report, time_account
 from rollcall.results import check_summary_keys, ettr, goodput
 from rollcall.scenario import Scenario
 
@@ -34,12 +35,13 @@ class RunFacts:
     check_wall_s: float
 
 
-def run_summary(sc: Scenario, report: CheckReport, tally: Tally, facts: RunFacts) -> dict[str, Any]:
+def run_summary(sc: Scenario, records: Sequence[Mapping[str, Any]], report: CheckReport,
+                tally: Tally, facts: RunFacts) -> dict[str, Any]:
     """Every summary key of a sim run (``docs/results.md``), checked against the list."""
-    productive = tally.productive_s()
     # a run that did not complete took until it ended (it gave up or was
     # stopped), not until its last committed step
-    elapsed = tally.elapsed_s if facts.completed else tally.end_s
+    account = time_account(records, report.lineage, facts.completed)
+    elapsed = account.elapsed_s
     ideal = sc.ideal_step_s
     out = {
         "scenario": sc.name,
@@ -53,13 +55,13 @@ def run_summary(sc: Scenario, report: CheckReport, tally: Tally, facts: RunFacts
             "interrupted" if facts.interrupted else "failed"),
         "steps_target": sc.workload.steps,
         "elapsed_s": elapsed,
-        "productive_s": productive,
-        "ettr": ettr(productive, elapsed),
+        "productive_s": account.productive_s,
+        "ettr": ettr(account.productive_s, elapsed),
         "goodput": goodput(report.steps_committed, ideal, elapsed),
-        "lost_work_s": tally.acc["lost"],
-        "stall_s": tally.acc["stall"],
-        "recovery_s": tally.acc["recovery"],
-        "checkpoint_s": tally.acc["checkpoint"],
+        "lost_work_s": account.lost_work_s,
+        "stall_s": account.stall_s,
+        "recovery_s": account.recovery_s,
+        "checkpoint_s": account.checkpoint_s,
         "failures": facts.failures,
         "wall_s": facts.wall_s,
         # extras

@@ -147,15 +147,11 @@ class Votes:
                 assert verdict.first, "the sim votes each step once"
                 run.passed = k
                 run.voter = w if run.voter is None else run.voter
-                head_s = run.head_s if first == run.first else 0.0
-                host.tally.passed(first, last, run.step_s, head_s, run.t0 + k * run.step_s)
                 host.job.passed(t, run.cursor_after(k), verdict.complete)
                 if run.compute is not None:
                     self._report_compute(t, run, first, last)
             else:
                 run.refused = True  # final: the generation is over for commits
-        if run.refused:
-            host.tally.lose((k - run.voted) * run.step_s + run.unvoted_head_s())
         run.voted = k
 
     def _report_compute(self, t: float, run: StepRun, first: int, last: int) -> None:
@@ -185,7 +181,6 @@ class Votes:
         """The run ends: the steps whose votes nobody will answer are lost."""
         host = self._host
         for run in self.runs:
-            host.tally.lose((run.n - run.voted) * run.step_s + run.unvoted_head_s())
             run.voted = run.n
             host.ledger.run_closed(run)
         self.runs.clear()

@@ -956,12 +956,22 @@ def _where_ended(sim: Simulation, problems: list[tuple[str, str]]) -> list[tuple
     return [(f"{signature} ({state})", f"{message}, {detail}") for signature, message in problems]
 
 
+# the parts of elapsed_s (rollcall.core.time_account)
+TIME_PARTS = ("productive_s", "checkpoint_s", "lost_work_s", "recovery_s", "stall_s")
+
+
 def metric_problems(summary: dict) -> list[tuple[str, str]]:
-    """``goodput`` and ``ettr`` in [0, 1]; every count and time finite and >= 0."""
+    """``goodput`` and ``ettr`` in [0, 1]; every count and time finite and >= 0;
+    the time's five parts sum to ``elapsed_s``."""
     out = []
     for key in ("goodput", "ettr"):
         if not 0.0 <= summary[key] <= 1.0:
             out.append((f"metric {key} out of [0, 1]", f"{key} = {summary[key]!r}"))
+    parts = [summary.get(key) for key in TIME_PARTS]
+    if all(isinstance(p, (int, float)) for p in parts) and "elapsed_s" in summary:
+        total, elapsed = sum(parts), summary["elapsed_s"]
+        if not math.isclose(total, elapsed, rel_tol=1e-9, abs_tol=1e-9):
+            out.append(("time parts do not sum to elapsed_s", f"{total!r} != {elapsed!r}"))
     for key, value in summary.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and (
                 not math.isfinite(value) or value < 0):

@@ -14,6 +14,7 @@ finished rows stay and no worker outlives it.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import signal
@@ -29,7 +30,7 @@ import pytest
 from rollcall.app import cli
 from rollcall.app.comparison import STRATEGIES
 from rollcall.config import data_spec
-from rollcall.core import check
+from rollcall.core import check, time_account
 from rollcall.results import read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import load_scenario
 from rollcall.app.stats import kind_of
@@ -39,6 +40,7 @@ from polling import pid_running, wait_for
 ROOT = Path(__file__).resolve().parent.parent
 TINY_REAL = ROOT / "scenarios" / "real-checkpoint-restart.yaml"
 QUICK = ROOT / "scenarios" / "quickstart.yaml"
+TIME_KEYS = ("elapsed_s", "productive_s", "checkpoint_s", "lost_work_s", "recovery_s", "stall_s")
 # failures every 7.5 s against 5 s restarts: busy, yet both strategies finish
 SIM_SETS = ["failures.worker_mtbf_s=60", "cluster.repair_s=10", "strategy.restart_s=5"]
 # compare.csv's metric columns of the sim's own loop, before the one loop for both targets
@@ -77,6 +79,9 @@ def _assert_row_is_its_history(row: dict[str, str]) -> None:
     assert int(row["restarts"]) == report.restarts
     assert int(row["failures"]) == sum(r["f"] == "fault" and r["kind"] != "join" for r in recs)
     assert read_summary(run_dir)["result"] == "completed"
+    account = time_account(recs, report.lineage, end["completed"])
+    for key in TIME_KEYS:  # the core's definition, read from the history
+        assert float(row[key]) == pytest.approx(getattr(account, key), abs=1e-6), key
 
 
 @pytest.mark.slow
@@ -99,11 +104,10 @@ def test_real_compare_rows_come_from_the_real_histories(
         _assert_row_is_its_history(row)
     assert {r["restarts"] for r in rows if r["strategy"] == "elastic"} == {"0"}
     assert {r["restarts"] for r in rows if r["strategy"] == "checkpoint-restart"} == {"1"}
-    # the real summary does not time checkpoints: left out and said so, not filled in
-    assert "checkpoint_s" not in rows[0]
-    assert "left out: checkpoint_s" in captured.err
+    assert "left out" not in captured.err
     table = pd.read_csv(out / "compare-table.csv", header=[0, 1], index_col=0)
-    assert "checkpoint_s" not in table.index and "ettr" in table.index
+    assert "checkpoint_s" in table.index and "ettr" in table.index
+    assert table.loc["checkpoint_s", ("checkpoint-restart", "mean")] > 0
     assert {s for s, _ in table.columns} == set(STRATEGIES)
     assert table.loc["completed", ("elastic", "mean")] == 1.0
     progress = [line for line in captured.err.splitlines() if line.startswith("compare [")]
@@ -170,6 +174,27 @@ def test_sim_compare_is_the_old_loop_and_its_intervals(tmp_path: Path) -> None:
                     " over 3 seeds"
                 assert 0.0 <= float(row["lo"]) <= row["mean"] <= float(row["hi"])
                 assert kind == "count" or float(row["hi"]) <= 1.0
+
+
+def test_a_metric_no_kept_summary_has_is_left_out_and_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "cmp"
+    argv = ["compare", str(QUICK), "--seeds", "2", "--fixed-interval", "--out", str(out)]
+    for item in SIM_SETS:
+        argv += ["--set", item]
+    assert cli.main(argv) == 0
+    for path in out.glob("*/summary.json"):  # as runs written before the key existed
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        del summary["checkpoint_s"]
+        path.write_text(json.dumps(summary), encoding="utf-8")
+    capsys.readouterr()
+    assert cli.main(argv) == 0  # the runs are kept, not redone
+    err = capsys.readouterr().err
+    assert "left out: checkpoint_s" in err and err.count("(done before, kept)") == 4
+    assert "checkpoint_s" not in _rows(out)[0]
+    table = pd.read_csv(out / "compare-table.csv", header=[0, 1], index_col=0)
+    assert "checkpoint_s" not in table.index and "ettr" in table.index
 
 
 @pytest.mark.slow

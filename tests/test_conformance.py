@@ -170,9 +170,10 @@ from typing import Callable
 import pytest
 
 from rollcall.config import data_spec
-from rollcall.core import FailureTally, check
+from rollcall.core import FailureTally, check, time_account
 from rollcall.core.history import members_of
 from rollcall.app.decisions import Decision, decisions, drop, first_difference, kills, mask
+from rollcall.results import read_summary
 from rollcall.scenario import Scenario, load_scenario
 from real_processes import REAL_PROCESSES
 from shipped_runs import Pair, scenario_path
@@ -188,6 +189,7 @@ SHIPPED = sorted(p.stem for p in SCENARIOS.glob("real-*.yaml")) + [
 # a scenario without a schedule, or with random lifetimes, has no scripted
 # decisions to compare (none ships today; the coverage test keeps it so)
 SKIPPED: dict[str, str] = {}
+TIME_KEYS = ("elapsed_s", "productive_s", "checkpoint_s", "lost_work_s", "recovery_s", "stall_s")
 MTBF = ("real-kill-one", "failures.schedule=[]", "failures.worker_mtbf_s=1.0",
         "workload.steps=200")
 FAILED = ("failure", "step-failed")  # the two reports of a member's failure (rule 2)
@@ -326,6 +328,20 @@ def test_failures_mean_the_same_on_both_targets(runs: Callable[..., Pair], name:
     assert FailureTally.of(sim) == FailureTally.of(real), (name, kills(sim), kills(real))
     if name == "real-pause-one":
         assert FailureTally.of(sim) == 1
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("name", [n for n in SHIPPED if n not in SKIPPED])
+def test_time_metrics_mean_the_same_on_both_targets(runs: Callable[..., Pair], name: str) -> None:
+    """Each target's summary times (elapsed, productive, checkpoint, lost,
+    recovery, stall) are the core's account of its own history."""
+    sc, sim, real, out = runs(name)
+    for target, history in (("sim", sim), ("real", real)):
+        summary = read_summary(out / target)
+        account = time_account(history, check(history, data_spec(sc)).lineage,
+                               summary["completed"])
+        for key in TIME_KEYS:
+            assert summary[key] == pytest.approx(getattr(account, key), abs=1e-6), (target, key)
 
 
 @pytest.mark.timeout(150)

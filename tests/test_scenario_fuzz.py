@@ -152,12 +152,16 @@ def test_the_runner_names_a_bad_end(reason: str, accepted: bool) -> None:
 
 
 def test_the_runner_names_metrics_out_of_range() -> None:
-    good = {"goodput": 1.0, "ettr": 0.0, "kills": 0, "elapsed_s": 2.5, "valid": True}
+    parts = {"productive_s": 1.0, "checkpoint_s": 0.5, "lost_work_s": 0.25, "recovery_s": 0.5,
+             "stall_s": 0.25}
+    good = {"goodput": 1.0, "ettr": 0.0, "kills": 0, "elapsed_s": 2.5, "valid": True, **parts}
     assert fuzz.metric_problems(good) == []
     for key, value in (("goodput", 1.01), ("ettr", -0.1), ("kills", -1),
                        ("elapsed_s", float("nan"))):
         problems = fuzz.metric_problems({**good, key: value})
-        assert problems and key in problems[0][0], (key, problems)
+        assert problems and key in problems[-1][0], (key, problems)
+    problems = fuzz.metric_problems({**good, "stall_s": 0.5})
+    assert [p for p, _ in problems] == ["time parts do not sum to elapsed_s"]
 
 
 def test_the_event_bound_stops_a_run_spinning_at_one_instant() -> None:

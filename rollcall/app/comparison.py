@@ -27,8 +27,8 @@ at the scenario's with ``fixed_interval``; :attr:`Comparison.intervals`
 says which and why. ``max_wall_s`` bounds each run's wall time: a run cut
 short ends "wall limit: ..." (not completed), never a hang.
 
-A metric that no run's summary has (``checkpoint_s`` on the real target,
-which does not time checkpoints) is left out of both files and named in one
+A metric that no run's summary has (a key that summaries kept from older
+runs lack) is left out of both files and named in one
 ``log`` line; a value missing from only some runs (or ``None``) is an empty
 cell in ``compare.csv`` and makes that strategy's mean and interval NaN.
 Nothing is filled in.

@@ -30,10 +30,13 @@ only the names below; the submodules' other names are internals.
   when spares are pulled from a cold pool.
 - :mod:`~rollcall.core.history`, :mod:`~rollcall.core.checkers`: the record
   format both targets write and the invariant checkers that read it.
+- :mod:`~rollcall.core.accounting`: where a run's time went (productive,
+  checkpoint, lost, recovery, stall), read from its history.
 """
 
 from __future__ import annotations
 
+from rollcall.core.accounting import TimeAccount, time_account
 from rollcall.core.agent import (
     Abort, Action, Agent, AgentState, Enter, Log, Phase, SendToKeeper, Stop,
 )
@@ -88,7 +91,7 @@ __all__ = [
     "Repair", "RepairPolicy", "RepairShop", "RestartJob", "Retire",
     "RollCall", "ScheduledFault", "Send", "SendToKeeper", "ShardSpec", "SlowdownModel", "StepAnswers", "StepDue", "StepFailed", "StepFaults", "Stop",
     "StragglerPolicy",
-    "TO_KEEPER_TYPES",
+    "TO_KEEPER_TYPES", "TimeAccount",
     "TO_WORKER_TYPES", "Detector", "PhiDetector", "TimeoutDetector", "ToKeeper", "ToWorker",
     "WIRE_MESSAGE_TYPES", "Warm",
     "WorkerId", "check", "check_cursor", "check_flag", "check_id_set", "check_list", "check_nat",
@@ -98,5 +101,5 @@ __all__ = [
     "members_delta", "members_field",
     "message_from_data", "message_to_data", "plan_step", "rank_range", "rec", "record_from_data",
     "record_to_data", "sample_ids",
-    "split_bytes", "step_batch", "stripes", "summarize_report",
+    "split_bytes", "step_batch", "stripes", "summarize_report", "time_account",
 ]
