@@ -370,13 +370,14 @@ class Launcher:
         # the first roll call with room (as on the sim). The others wait idle.
         first = [(w, 0) for w in range(c.workers)] + [
             (w, 0) for w in range(c.workers, self.lives.nodes.shop.initial)]
-        self.lives.start_batch(first)
+        batch = self.lives.start_batch(first)
         # A scripted join is a new worker arriving; its process is started
         # now and kept idle (torch imported) until the join fires, so the
-        # arrival is the schedule's and not the seconds of a cold start.
+        # arrival is the schedule's and not the seconds of a cold start: the
+        # first batch waits for these to be ready too (they do not join).
         joins = sum(f.newcomers for f in self.sc.failures.schedule)
         for _ in range(min(joins, PREWARM_MAX)):
-            self.lives.spawn_new(spare=True)
+            self.lives.spawn_new(spare=True, batch=batch)
 
     def serve(self) -> None:
         """The loop: events, timers and faults until the run has a result or a signal came."""

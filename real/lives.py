@@ -115,11 +115,11 @@ class Lives:
             self.nodes.arrived(host.now(), worker)
         return p
 
-    def spawn_new(self, spare: bool = False) -> Proc:
+    def spawn_new(self, spare: bool = False, batch: Optional[int] = None) -> Proc:
         """Start a worker with the next new id (a prewarmed join, a join)."""
         w = self.next_id
         self.next_id += 1
-        return self.spawn(w, 0, spare=spare)
+        return self.spawn(w, 0, spare=spare, batch=batch)
 
     def new_batch(self, lives: list[tuple[int, int]]) -> int:
         """The processes about to start as ``lives`` are one batch: they
@@ -131,11 +131,13 @@ class Lives:
         self._host.keeper.batch(lives, until)
         return batch
 
-    def start_batch(self, lives: list[tuple[int, int]]) -> None:
-        """Start ``lives`` as one batch that joins together once every one is ready."""
+    def start_batch(self, lives: list[tuple[int, int]]) -> int:
+        """Start ``lives`` as one batch that joins together once every one is
+        ready. Returns the batch's number."""
         batch = self.new_batch(lives)
         for w, life in lives:
             self.spawn(w, life, batch=batch)
+        return batch
 
     def maybe_activate(self) -> None:
         """Let wanted processes join once ready; a batch started together (the

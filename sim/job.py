@@ -140,6 +140,7 @@ class Job:
         self._stall_remaining = 0.0
         self._carry = 0.0
         self._carry_head_s = 0.0  # the carried partial step's head_s (see StepRun)
+        self._carry_since: Optional[float] = None  # when the carried partial step began
         self._stale: IdRuns = EMPTY  # members copying / loading the state
         self._answered = 0  # the latest round the members answered
         self._process: Optional[simpy.Process] = None
@@ -217,7 +218,11 @@ class Job:
         self.state = RUN
         self._seg_t0 = now - self._carry
         head_s = self._carry_head_s
+        started = self._carry_since  # before a stall that held the step up, if one did
+        if started is not None and started >= self._seg_t0 - EPS:
+            started = None  # carried over with no time between: no stall
         self._carry = self._carry_head_s = 0.0
+        self._carry_since = None
         self._seg_c0 = self.cursor
         stop = self._policy.next_boundary(self.cursor.step)
         fault = self._step_faults.next_stop(self.cursor.step)
@@ -231,7 +236,7 @@ class Job:
         self._seg_stop = stop
         c = self.cursor
         run = StepRun(self.gen, c.step, c.sample, self.batch, self._seg_t0, self._step_s,
-                      stop - c.step, self.members, head_s=head_s)
+                      stop - c.step, self.members, head_s=head_s, started=started)
         self.votes.runs.append(run)
         self._set_due(self._seg_t0 + (stop - self._seg_c0.step) * self._step_s)
         if self._watch_compute:  # a slowdown's start or end starts a new segment
@@ -265,6 +270,8 @@ class Job:
         partial = max(0.0, now - (t0 + k * s))
         if not abandon:
             self._carry, self._carry_head_s = partial, head_s
+            first = run.started if k == 0 and run.started is not None else t0 + k * s
+            self._carry_since = first if partial > 0 else None
 
     # ------------------------------------------------------------------ commit votes
 
@@ -282,6 +289,7 @@ class Job:
         if self.state == RUN:
             if self._stalled:
                 self._carry = self._carry_head_s = 0.0
+                self._carry_since = None
             else:
                 self._close_segment(now, None, abandon=True)
         self._stalled = False
@@ -335,6 +343,7 @@ class Job:
         self._stalled = False
         self._clock(now)
         self._carry = self._carry_head_s = 0.0
+        self._carry_since = None
         self.cursor = self.committed = f.cursor
         self.gen = f.generation
         self.members = IdRuns.of(f.members)

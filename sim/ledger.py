@@ -40,7 +40,7 @@ class Ledger:
             stop = run.sample + run.passed * run.batch
             self.write(commit(run.vote_at(run.passed, self.latency_s), run.voter, run.gen,
                               run.first, run.first + run.passed - 1, run.sample, stop, run.batch,
-                              run.t0))
+                              run.t0 if run.started is None else run.started))
         if run.n:
             if self.kind == "compact":
                 self._extend(run)

@@ -48,6 +48,9 @@ class StepRun:
     # flight when the price changed keeps the fraction it had done, which
     # cost seconds at the old price (the accounting charges what it cost)
     head_s: float = 0.0
+    # when the first step began, where a stall held it up (None: at t0, as
+    # far as the history goes: a commit record's t0 is this)
+    started: Optional[float] = None
 
     def arrived(self, t: float, latency_s: float) -> Optional[int]:
         """How many of the run's steps had their vote reach the keeper by

@@ -2,8 +2,8 @@
 
 Hand-written histories check each category's rule (a committed step, a
 checkpoint under a vote in flight, a refused commit, a step abandoned by a
-kill, a cut the job stalls on, a growth roll call, a rollback's cut record,
-a run that gave up); a property test checks the sweep against counting on a
+kill, a cut the job stalls on, a growth roll call, a pause ridden out, a
+rollback's cut record, a run that gave up); a property test checks the sweep against counting on a
 grid of instants, and that the five parts always sum to the elapsed time;
 a sim run's summary is the account of its own history.
 """
@@ -48,8 +48,8 @@ def test_committed_steps_are_productive_and_a_checkpoint_yields_to_a_vote_in_fli
     ckpt = {"f": "checkpoint", "type": "ok", "t0": 2.9, "t": 3.5, "gen": 1}
     a = account(gen(0.0, 1) + [c1, ckpt, c2], [c1, c2])
     assert (a.elapsed_s, a.productive_s, a.checkpoint_s) == pytest.approx((5.0, 3.5, 0.5))
-    assert a.stall_s == pytest.approx(1.0)  # before the first step: no record says why
-    assert a.lost_work_s == a.recovery_s == 0.0
+    assert a.recovery_s == pytest.approx(1.0)  # the start, until the first step
+    assert a.lost_work_s == a.stall_s == 0.0
 
 
 def test_a_refused_commit_is_lost() -> None:
@@ -87,6 +87,18 @@ def test_a_fault_of_an_older_generation_does_not_stall_a_later_one() -> None:
     assert (a.lost_work_s, a.stall_s) == pytest.approx((0.5, 0.5))
 
 
+def test_a_pause_ridden_out_stalls_the_step_it_holds_up_unless_the_member_is_out() -> None:
+    step = commit(0.0, 3.0, 1, 0)  # one step held up by a member paused for 1 s
+    pause = dict(fault(1.0, "pause"), workers=[2])
+    resume = dict(fault(2.0, "resume"), workers=[2])
+    first = gen(0.0, 1)
+    a = account(first + [pause, resume, step], [step])
+    assert (a.productive_s, a.stall_s) == pytest.approx((2.0, 1.0))
+    first[1]["members"] = [[0, 1]]  # worker 2 is a standby: the step was not held up
+    a = account(first + [pause, resume, step], [step])
+    assert (a.productive_s, a.stall_s) == pytest.approx((3.0, 0.0))
+
+
 def test_a_record_cut_by_a_rollback_counts_its_kept_share() -> None:
     c = commit(0.0, 4.0, 1, 0, 3)
     again = commit(6.0, 7.0, 2, 2)
@@ -110,7 +122,7 @@ def test_no_generation_no_time() -> None:
     assert a.elapsed_s == a.stall_s == 0.0
 
 
-spans = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(0, 3)), max_size=12)
+spans = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40), st.integers(0, 4)), max_size=12)
 
 
 @given(spans, st.integers(0, 20), st.integers(0, 40))
@@ -119,7 +131,7 @@ def test_the_sweep_gives_each_instant_to_its_first_category(
     end = start + length
     cut = [(float(min(a, b)), float(max(a, b)), c) for a, b, c in raw]
     parts = _sweep(cut, float(start), float(end))
-    expected = [0.0] * 4
+    expected = [0.0] * 5
     for t in range(start, end):  # each unit interval [t, t+1): spans have integer ends
         covering = [c for a, b, c in cut if a <= t and t + 1 <= b]
         if covering:

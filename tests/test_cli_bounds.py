@@ -173,9 +173,12 @@ def test_max_wall_s_ends_the_sim_with_summary_and_history(tmp_path: Path,
     assert summary["completed"] is False and summary["valid"] is True
     assert summary["end_reason"] == "wall limit: --max-wall-s 0.2 reached"
     assert 0 < summary["steps_committed"] < 1_000_000_000
-    # a run that did not complete took until it was stopped
-    assert summary["elapsed_s"] == summary["end_s"] > 0
+    # a run that did not complete took until it was stopped, from the start of training
     records = list(read_history(out))
+    started = next(r["t"] for r in records if r["f"] == "generation")
+    assert summary["elapsed_s"] == pytest.approx(summary["end_s"] - started)
+    assert summary["elapsed_s"] > 0
+    assert summary["end_s"] == records[-1]["t"]
     assert records[-1]["f"] == "end" and records[-1]["completed"] is False
     times = [r["t"] for r in records if r.get("f") != "contribute"]
     assert times == sorted(times)

@@ -6,7 +6,10 @@ started when the join fires) that becomes ready when it has imported torch;
 a process that is scheduled late must not split the arrival into two roll
 calls. :meth:`real.lives.Lives.join` opens one join batch for the
 newcomers: none activates before every one is ready, and their Joins reach
-the keeper as one arrival. The launcher's collaborators are small fakes
+the keeper as one arrival. The prewarmed processes of scripted joins are
+started with the first batch, which waits for them to be ready too, so a
+join fires on schedule rather than a cold start later. The launcher's
+collaborators are small fakes
 here; :class:`real.processes.Processes` runs in hosts mode, where starting a
 life is an order to a host agent (a recorded call) rather than a process.
 """
@@ -94,3 +97,16 @@ def test_their_joins_reach_the_keeper_as_one_arrival(tmp_path: Path) -> None:
             for i, w in enumerate(joined)]
     assert held == [True, True]
     assert [[j.worker for j in batch] for batch in lives.joins.release(2.0)] == [joined]
+
+
+def test_the_first_batch_waits_for_the_prewarmed_newcomers(tmp_path: Path) -> None:
+    host, lives = lives_of(tmp_path)
+    batch = lives.start_batch([(0, 0), (1, 0)])
+    spare = lives.spawn_new(spare=True, batch=batch)
+    workers = [host.processes.of_life(w, 0) for w in (0, 1)]
+    for p in workers:
+        p.ready = True
+    assert host.processes.ready_to_activate() == []  # the prewarmed one is importing torch
+    spare.ready = True
+    assert host.processes.ready_to_activate() == workers  # it stays idle until its join
+    assert lives.join(1) == [spare.worker] and spare.batch != batch

@@ -6,20 +6,23 @@ the last committed step of a completed run, or to the run's ``end`` record
 otherwise. Every instant of it falls in exactly one category, the first of
 these that covers it:
 
-1. *productive*: computing a step that stayed committed (a lineage commit
+1. *stall*, ridden out: a member paused and resumed within its generation
+   (a ``pause`` fault to its ``resume``): the step in flight waits for it,
+   even when it then commits;
+2. *productive*: computing a step that stayed committed (a lineage commit
    record's ``t0`` to ``t``; a bulk record cut by a rollback counts the
    kept share of its span);
-2. *checkpoint*: writing a checkpoint (a checkpoint record's ``t0`` to ``t``);
-3. *lost*: computing work that did not count: a commit that left the
+3. *checkpoint*: writing a checkpoint (a checkpoint record's ``t0`` to ``t``);
+4. *lost*: computing work that did not count: a commit that left the
    lineage (refused or rolled back; the record's ``t0`` to ``t``), and the
    step a roll call abandoned, from the generation's last commit until the
    job stalled (the generation's latest fault, not healed or resumed since,
    that took a member or the keeper out: :data:`STALLING`) or, when none
-   did, until the roll call
-   (a growth or straggler roll call abandons a running step);
-4. *recovery*: from a roll call (or a restart's) opening to the first step
-   of a generation it formed;
-5. *stall*: the rest: members waiting on a silent or dead member before
+   did, until the roll call (a growth or straggler roll call abandons a
+   running step);
+5. *recovery*: from a roll call (or a restart's, or the first round at
+   the start) opening to the first step of a generation it formed;
+6. *stall*, the rest: members waiting on a silent or dead member before
    anything declared it gone, and any time no record accounts for.
 
 Overlaps resolve by that order, so the five sum to the elapsed time.
@@ -31,19 +34,22 @@ import bisect
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
+from rollcall.core.history import expand_deltas
+from rollcall.core.idset import IdRuns
+
 __all__ = ["STALLING", "TimeAccount", "time_account"]
 
 Span = tuple[float, float, int]  # start, end, category (its index in _ORDER)
 Record = Mapping[str, Any]
 
-_ORDER = ("productive", "checkpoint", "lost", "recovery")
+_ORDER = ("stall", "productive", "checkpoint", "lost", "recovery")
 
 #: Fault kinds that stop the job's exchange until a roll call or a heal: a
 #: member or the keeper is gone or cut off (a slow, delayed or lossy link
 #: slows the job; a join, a repair or a heal takes nobody out).
 STALLING = frozenset({"kill", "crash", "kill_rack", "lose_host", "pause", "partition",
                       "isolate_keeper", "kill_keeper", "partition_keeper"})
-_PRODUCTIVE, _CHECKPOINT, _LOST, _RECOVERY = range(4)
+_STALL, _PRODUCTIVE, _CHECKPOINT, _LOST, _RECOVERY = range(5)
 
 
 @dataclass(frozen=True)
@@ -73,11 +79,11 @@ def time_account(records: Sequence[Record], lineage: Sequence[Record],
     end_s = max(start_s, end_s)
     spans = list(_commit_spans(kinds.commits, lineage))
     spans += ((r["t0"], r["t"], _CHECKPOINT) for r in kinds.checkpoints if "t0" in r)
-    spans += _abandoned_spans(kinds.timeline)
+    spans += _interrupted_spans(kinds.timeline, _members(kinds.generations))
     spans += _recovery_spans(kinds.commits, kinds.opened)
     parts = _sweep(spans, start_s, end_s)
     elapsed = end_s - start_s
-    stall = max(0.0, elapsed - sum(parts))
+    stall = parts[_STALL] + max(0.0, elapsed - sum(parts))
     return TimeAccount(elapsed, parts[_PRODUCTIVE], parts[_CHECKPOINT], parts[_LOST],
                        parts[_RECOVERY], stall)
 
@@ -89,7 +95,7 @@ class _Kinds:
     commits: list[Record]
     checkpoints: list[Record]
     generations: list[Record]
-    opened: list[Record]  # roll calls (and restarts' rounds) after the first
+    opened: list[Record]  # roll calls and restarts' rounds, the first (the start) too
     ends: list[Record]
     timeline: list[Record]  # faults, generations, commits and openings, by time
 
@@ -110,9 +116,10 @@ def _by_kind(records: Sequence[Record]) -> _Kinds:
                 kinds.generations.append(r)
                 kinds.timeline.append(r)
         elif f == "round":
-            if r.get("type") == "invoke" and r.get("reason") != "start":
+            if r.get("type") == "invoke":
                 kinds.opened.append(r)
-                kinds.timeline.append(r)
+                if r.get("reason") != "start":  # the start abandons no step
+                    kinds.timeline.append(r)
         elif f == "fault":
             kinds.timeline.append(r)
         elif f == "end":
@@ -140,14 +147,24 @@ def _commit_spans(commits: list[Record], lineage: Sequence[Record]) -> Iterable[
         yield cut, t, _LOST
 
 
-def _abandoned_spans(timeline: list[Record]) -> Iterable[Span]:
-    """The step each roll call abandoned: from its generation's last commit
-    until the job stalled (the latest fault of the generation, not healed or
-    resumed since, that took a member or the keeper out), or until the roll
-    call."""
+def _members(generations: list[Record]) -> dict[int, Optional[IdRuns]]:
+    """Each generation's members (None where its record names none)."""
+    return {r["gen"]: r.get("members") for r in expand_deltas(generations, lists=False)}
+
+
+def _interrupted_spans(timeline: list[Record],
+                       members: dict[int, Optional[IdRuns]]) -> Iterable[Span]:
+    """What a fault or a roll call cost the job beyond its recovery: a
+    member paused and resumed within its generation stalls the job until
+    it resumes (the step in flight waits for it, even when it commits); a
+    roll call abandons the step in flight, from the generation's last commit
+    until the job stalled (the generation's latest fault, not healed or
+    resumed since, that took a member or the keeper out), or until the
+    roll call."""
     current = 0  # the latest generation formed
     progress: Optional[float] = None  # the current generation's last commit
     stalled: Optional[float] = None  # the latest fault that takes a member or the keeper out
+    paused: dict[int, float] = {}  # members paused, since when
     for r in timeline:
         f = r["f"]
         if f == "commit":
@@ -159,12 +176,21 @@ def _abandoned_spans(timeline: list[Record]) -> Iterable[Span]:
                 stalled = r["t"]
             elif kind in ("resume", "heal"):
                 stalled = None  # the member is back (or it was ridden out)
+            if kind == "pause":
+                ids = members.get(current)
+                paused.update((w, r["t"]) for w in r.get("workers", ()) if ids is None or w in ids)
+            elif kind == "resume":
+                yield from ((paused.pop(w), r["t"], _STALL) for w in r.get("workers", ())
+                            if w in paused)
         elif f == "generation":
             current, progress, stalled = r["gen"], None, None
-        elif progress is not None:  # a roll call opens
-            stop = r["t"] if stalled is None else min(r["t"], max(progress, stalled))
-            yield progress, stop, _LOST
-            progress = None
+            paused.clear()
+        else:  # a roll call opens
+            paused.clear()
+            if progress is not None:
+                stop = r["t"] if stalled is None else min(r["t"], max(progress, stalled))
+                yield progress, stop, _LOST
+                progress = None
 
 
 def _recovery_spans(commits: list[Record], opened: list[Record]) -> Iterable[Span]:
