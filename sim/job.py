@@ -139,7 +139,6 @@ class Job:
         self._stalled = False
         self._stall_remaining = 0.0
         self._carry = 0.0
-        self._carry_head_s = 0.0  # the carried partial step's head_s (see StepRun)
         self._carry_since: Optional[float] = None  # when the carried partial step began
         self._stale: IdRuns = EMPTY  # members copying / loading the state
         self._answered = 0  # the latest round the members answered
@@ -217,11 +216,10 @@ class Job:
     def _start_segment(self, now: float) -> None:
         self.state = RUN
         self._seg_t0 = now - self._carry
-        head_s = self._carry_head_s
         started = self._carry_since  # before a stall that held the step up, if one did
         if started is not None and started >= self._seg_t0 - EPS:
             started = None  # carried over with no time between: no stall
-        self._carry = self._carry_head_s = 0.0
+        self._carry = 0.0
         self._carry_since = None
         self._seg_c0 = self.cursor
         stop = self._policy.next_boundary(self.cursor.step)
@@ -229,14 +227,13 @@ class Job:
         if fault is not None:
             stop = min(stop, fault)
         if self._host.net.touched or self._host.gray.touched:  # a link or member degraded once: reprice
-            t0 = self._seg_t0
             base_s = self._host.gray.step_s(self._plans.step_s(len(self.members)))  # slow members stretch it
-            stop, self._step_s, self._seg_t0 = self._host.net.segment(now, stop, base_s, self._step_s, t0)
-            head_s += self._seg_t0 - t0  # the step in flight is charged what it cost
+            stop, self._step_s, self._seg_t0 = self._host.net.segment(now, stop, base_s, self._step_s,
+                                                                      self._seg_t0)
         self._seg_stop = stop
         c = self.cursor
         run = StepRun(self.gen, c.step, c.sample, self.batch, self._seg_t0, self._step_s,
-                      stop - c.step, self.members, head_s=head_s, started=started)
+                      stop - c.step, self.members, started=started)
         self.votes.runs.append(run)
         self._set_due(self._seg_t0 + (stop - self._seg_c0.step) * self._step_s)
         if self._watch_compute:  # a slowdown's start or end starts a new segment
@@ -262,14 +259,12 @@ class Job:
         run = self.votes.runs[-1]
         assert not run.closed and run.first == c0.step and run.voted <= k, (run, k)
         run.n = k
-        head_s = 0.0  # the partial step's, when it is the run's first
         if k == 0:
             self.votes.runs.pop()
-            head_s = run.head_s
         self.cursor = Cursor(c0.step + k, c0.sample + k * self.batch)
         partial = max(0.0, now - (t0 + k * s))
         if not abandon:
-            self._carry, self._carry_head_s = partial, head_s
+            self._carry = partial
             first = run.started if k == 0 and run.started is not None else t0 + k * s
             self._carry_since = first if partial > 0 else None
 
@@ -288,7 +283,7 @@ class Job:
         """The step in flight (or sync / checkpoint write) is given up."""
         if self.state == RUN:
             if self._stalled:
-                self._carry = self._carry_head_s = 0.0
+                self._carry = 0.0
                 self._carry_since = None
             else:
                 self._close_segment(now, None, abandon=True)
@@ -342,7 +337,7 @@ class Job:
         self.state = IDLE
         self._stalled = False
         self._clock(now)
-        self._carry = self._carry_head_s = 0.0
+        self._carry = 0.0
         self._carry_since = None
         self.cursor = self.committed = f.cursor
         self.gen = f.generation

@@ -44,10 +44,6 @@ class StepRun:
     # stragglers: evict: the members' compute per micro-batch in these steps
     # (typical, the slow ones'), what goes with their votes
     compute: Optional[tuple[float, dict[int, float]]] = None
-    # seconds the first step took beyond step_s (negative: fewer): a step in
-    # flight when the price changed keeps the fraction it had done, which
-    # cost seconds at the old price (the accounting charges what it cost)
-    head_s: float = 0.0
     # when the first step began, where a stall held it up (None: at t0, as
     # far as the history goes: a commit record's t0 is this)
     started: Optional[float] = None

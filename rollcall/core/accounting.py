@@ -100,32 +100,25 @@ class _Kinds:
     timeline: list[Record]  # faults, generations, commits and openings, by time
 
 
+# the records the account reads: kind -> the type it reads of that kind
+_READ = {"commit": "ok", "checkpoint": "ok", "generation": "ok", "round": "invoke",
+         "fault": "info", "end": "info"}
+_TIMELINE = ("commit", "generation", "round", "fault")
+
+
 def _by_kind(records: Sequence[Record]) -> _Kinds:
-    kinds = _Kinds([], [], [], [], [], [])
+    read: dict[str, list[Record]] = {f: [] for f in _READ}
+    timeline = []  # in history order, then by time (a stable sort)
     for r in records:
         f = r.get("f")
-        if f == "commit":
-            if r.get("type") == "ok":
-                kinds.commits.append(r)
-                kinds.timeline.append(r)
-        elif f == "checkpoint":
-            if r.get("type") == "ok":
-                kinds.checkpoints.append(r)
-        elif f == "generation":
-            if r.get("type") == "ok":
-                kinds.generations.append(r)
-                kinds.timeline.append(r)
-        elif f == "round":
-            if r.get("type") == "invoke":
-                kinds.opened.append(r)
-                if r.get("reason") != "start":  # the start abandons no step
-                    kinds.timeline.append(r)
-        elif f == "fault":
-            kinds.timeline.append(r)
-        elif f == "end":
-            kinds.ends.append(r)
-    kinds.timeline.sort(key=lambda x: x["t"])
-    return kinds
+        if f in _READ and r.get("type") == _READ[f]:
+            read[f].append(r)
+            # the start abandons no step: only later rounds are on the timeline
+            if f in _TIMELINE and (f != "round" or r.get("reason") != "start"):
+                timeline.append(r)
+    timeline.sort(key=lambda x: x["t"])
+    return _Kinds(read["commit"], read["checkpoint"], read["generation"], read["round"],
+                  read["end"], timeline)
 
 
 def _commit_spans(commits: list[Record], lineage: Sequence[Record]) -> Iterable[Span]:
