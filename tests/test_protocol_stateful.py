@@ -52,6 +52,7 @@ from rollcall.core.agent import Phase
 from rollcall.core.checkers import check
 from rollcall.core.detector import TimeoutDetector
 from rollcall.core.keeper import Keeper, KeeperConfig, Relaunch
+from rollcall.core.progress import NOT_EXPECTED, RECOVERY_WINDOW
 from rollcall.core.messages import Join, JoinBatch, Leave
 from rollcall.core.sharding import ShardSpec
 from rollcall.core.types import Cursor
@@ -61,6 +62,7 @@ N_IDS = N_MAX + 3  # brand-new workers may join up to this many ids
 HEARTBEAT_S = 0.25
 TIMEOUT_S = 1.0
 HEAL_LIMIT_S = 30.0
+NOT_A_LOSS = {"start", "growth", "restart", "failover"}  # the other rounds' reasons
 # The deep faults (a zombie's late commit request, a survivor of a lost rack
 # holding an abandoned branch) take long rule sequences: search harder than
 # the profile's 100 examples, which costs seconds here.
@@ -471,6 +473,23 @@ class Rendezvous(RuleBasedStateMachine):
         if w.accepted:
             assert w.accepted[-1][2] <= w.keeper.generation
 
+    def _failures_outran_recovery(self) -> bool:
+        """The keeper's rate verdict (:mod:`rollcall.core.progress`), read
+        against the history: it names the window, and the keeper's current
+        term opened at least that many recovery rounds (a loss's round, not
+        the start's, a growth's, a restart's or a takeover's)."""
+        w = self.world
+        if not w.failed.startswith(f"{NOT_EXPECTED}: over the last {RECOVERY_WINDOW} "
+                                   "recoveries"):
+            return False
+        losses = 0
+        for r in w.records:
+            if r["f"] == "takeover":
+                losses = 0  # each term measures the rate anew
+            elif r["f"] == "round" and r["type"] == "invoke":
+                losses += r.get("reason") not in NOT_A_LOSS
+        return losses >= RECOVERY_WINDOW
+
     @invariant()
     def restarts_stay_within_the_budget(self) -> None:
         """``max_restarts``: at most that many restarts, and once the job has
@@ -481,9 +500,10 @@ class Rendezvous(RuleBasedStateMachine):
             # the store holds the budget spent before any teardown is ordered,
             # so no successor orders more, however many keepers die
             assert w.restarts <= w.max_restarts, (w.restarts, w.max_restarts)
-        if w.failed is not None:  # only a spent budget ends the job here
-            assert w.max_restarts is not None and w.failed.startswith(
-                f"max_restarts={w.max_restarts} reached"), w.failed
+        if w.failed is not None:  # a spent budget, or failures faster than recovery
+            spent = w.max_restarts is not None and w.failed.startswith(
+                f"max_restarts={w.max_restarts} reached")
+            assert spent or self._failures_outran_recovery(), w.failed
             if self.failed_gen is None:
                 self.failed_gen = w.keeper.generation
             assert w.keeper.generation == self.failed_gen, (w.keeper.generation, self.failed_gen)
@@ -886,3 +906,27 @@ def test_a_late_first_batch_after_a_takeover_speaks_for_no_newer_life() -> None:
     m.delay(extra=1.0, i=0)
     m.heal()
     assert not m.world.violations, m.world.violations
+
+
+def test_rack_losses_faster_than_recovery_end_the_job_as_not_expected() -> None:
+    """Every rack loss cuts the roll calls of the one before short (its
+    crashes, then the eviction of the process it froze): after the keeper's
+    window of recoveries, none completed, the job gives up as not expected
+    to finish, with no budget set, and decides nothing after."""
+    m = ShardedRendezvous()
+    m.start(n=3, room=2, min_workers=1, batched=False, durable=True, latency=0.01,
+            spec=ShardSpec(n_shards=1, replicas=3, rack_size=None, shard_bytes=100),
+            bulk=False, max_restarts=None, strategy="elastic", stragglers=True, phi=True)
+    w = m.world
+    losses = 0
+    while w.failed is None:
+        m.rack_loss(i=0)
+        losses += 1
+        assert losses <= RECOVERY_WINDOW + 2, "the job outlived the keeper's window"
+        m.restarts_stay_within_the_budget()
+        assert not w.violations, w.violations
+    assert w.failed.startswith(NOT_EXPECTED) and m._failures_outran_recovery(), w.failed
+    generation = w.keeper.generation
+    m.rack_loss(i=0)  # nothing is decided after the verdict
+    m.restarts_stay_within_the_budget()
+    assert w.keeper.generation == generation
