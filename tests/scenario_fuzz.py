@@ -42,6 +42,7 @@ import yaml
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from rollcall.core.accounting import TIME_PARTS
 from rollcall.core.checkers import check
 from rollcall.config import data_spec, horizon_s
 from rollcall.results import read_history
@@ -954,10 +955,6 @@ def _where_ended(sim: Simulation, problems: list[tuple[str, str]]) -> list[tuple
     state = f"{'at least' if enough else 'fewer than'} min_workers machines up"
     detail = f"{up} machines up, min_workers={sim.sc.rendezvous.min_workers}"
     return [(f"{signature} ({state})", f"{message}, {detail}") for signature, message in problems]
-
-
-# the parts of elapsed_s (rollcall.core.time_account)
-TIME_PARTS = ("productive_s", "checkpoint_s", "lost_work_s", "recovery_s", "stall_s")
 
 
 def metric_problems(summary: dict) -> list[tuple[str, str]]:

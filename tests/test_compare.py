@@ -31,6 +31,7 @@ from rollcall.app import cli
 from rollcall.app.comparison import STRATEGIES
 from rollcall.config import data_spec
 from rollcall.core import check, time_account
+from rollcall.core.accounting import TIME_KEYS
 from rollcall.results import read_history, read_jsonl_so_far, read_summary
 from rollcall.scenario import load_scenario
 from rollcall.app.stats import kind_of
@@ -40,7 +41,6 @@ from polling import pid_running, wait_for
 ROOT = Path(__file__).resolve().parent.parent
 TINY_REAL = ROOT / "scenarios" / "real-checkpoint-restart.yaml"
 QUICK = ROOT / "scenarios" / "quickstart.yaml"
-TIME_KEYS = ("elapsed_s", "productive_s", "checkpoint_s", "lost_work_s", "recovery_s", "stall_s")
 # failures every 7.5 s against 5 s restarts: busy, yet both strategies finish
 SIM_SETS = ["failures.worker_mtbf_s=60", "cluster.repair_s=10", "strategy.restart_s=5"]
 # compare.csv's metric columns of the sim's own loop, before the one loop for both targets

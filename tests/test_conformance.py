@@ -171,6 +171,7 @@ import pytest
 
 from rollcall.config import data_spec
 from rollcall.core import FailureTally, check, time_account
+from rollcall.core.accounting import TIME_KEYS
 from rollcall.core.history import members_of
 from rollcall.app.decisions import Decision, decisions, drop, first_difference, kills, mask
 from rollcall.results import read_summary
@@ -189,7 +190,6 @@ SHIPPED = sorted(p.stem for p in SCENARIOS.glob("real-*.yaml")) + [
 # a scenario without a schedule, or with random lifetimes, has no scripted
 # decisions to compare (none ships today; the coverage test keeps it so)
 SKIPPED: dict[str, str] = {}
-TIME_KEYS = ("elapsed_s", "productive_s", "checkpoint_s", "lost_work_s", "recovery_s", "stall_s")
 MTBF = ("real-kill-one", "failures.schedule=[]", "failures.worker_mtbf_s=1.0",
         "workload.steps=200")
 FAILED = ("failure", "step-failed")  # the two reports of a member's failure (rule 2)

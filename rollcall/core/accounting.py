@@ -31,13 +31,13 @@ Overlaps resolve by that order, so the five sum to the elapsed time.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from rollcall.core.history import expand_deltas
 from rollcall.core.idset import IdRuns
 
-__all__ = ["STALLING", "TimeAccount", "time_account"]
+__all__ = ["STALLING", "TIME_KEYS", "TIME_PARTS", "TimeAccount", "time_account"]
 
 Span = tuple[float, float, int]  # start, end, category (its index in _ORDER)
 Record = Mapping[str, Any]
@@ -62,6 +62,11 @@ class TimeAccount:
     lost_work_s: float
     recovery_s: float
     stall_s: float
+
+
+# the summary keys of the account, in its order: elapsed_s, then its parts
+TIME_KEYS: tuple[str, ...] = tuple(f.name for f in fields(TimeAccount))
+TIME_PARTS: tuple[str, ...] = TIME_KEYS[1:]
 
 
 def time_account(records: Sequence[Record], lineage: Sequence[Record],
