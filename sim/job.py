@@ -216,9 +216,7 @@ class Job:
     def _start_segment(self, now: float) -> None:
         self.state = RUN
         self._seg_t0 = now - self._carry
-        started = self._carry_since  # before a stall that held the step up, if one did
-        if started is not None and started >= self._seg_t0 - EPS:
-            started = None  # carried over with no time between: no stall
+        carried_from = self._carry_since  # the true start of a step carried in
         self._carry = 0.0
         self._carry_since = None
         self._seg_c0 = self.cursor
@@ -231,6 +229,10 @@ class Job:
             stop, self._step_s, self._seg_t0 = self._host.net.segment(now, stop, base_s, self._step_s,
                                                                       self._seg_t0)
         self._seg_stop = stop
+        # the first step's record starts when it did: before a stall that held
+        # it up, or before a new price rescaled the part of it done
+        started = carried_from if (carried_from is not None
+                                   and abs(carried_from - self._seg_t0) > EPS) else None
         c = self.cursor
         run = StepRun(self.gen, c.step, c.sample, self.batch, self._seg_t0, self._step_s,
                       stop - c.step, self.members, started=started)

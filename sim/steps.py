@@ -44,8 +44,9 @@ class StepRun:
     # stragglers: evict: the members' compute per micro-batch in these steps
     # (typical, the slow ones'), what goes with their votes
     compute: Optional[tuple[float, dict[int, float]]] = None
-    # when the first step began, where a stall held it up (None: at t0, as
-    # far as the history goes: a commit record's t0 is this)
+    # when the first step began, where that is not t0 (a stall held it up,
+    # or a new price rescaled the part done; None: at t0): its commit
+    # record's t0
     started: Optional[float] = None
 
     def arrived(self, t: float, latency_s: float) -> Optional[int]:
