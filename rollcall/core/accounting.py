@@ -31,6 +31,7 @@ Overlaps resolve by that order, so the five sum to the elapsed time.
 from __future__ import annotations
 
 import bisect
+import heapq
 from dataclasses import dataclass, fields
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -84,7 +85,10 @@ def time_account(records: Sequence[Record], lineage: Sequence[Record],
     end_s = max(start_s, end_s)
     spans = list(_commit_spans(kinds.commits, lineage))
     spans += ((r["t0"], r["t"], _CHECKPOINT) for r in kinds.checkpoints if "t0" in r)
-    spans += _interrupted_spans(kinds.timeline, _members(kinds.generations))
+    paused = any(r["f"] == "fault" and r.get("kind") == "pause" for r in kinds.timeline)
+    # a generation's members matter only to a pause (read only then: 10^4
+    # restarts' member lists cost more than the rest of the account)
+    spans += _interrupted_spans(kinds.timeline, _members(kinds.generations) if paused else {})
     spans += _recovery_spans(kinds.commits, kinds.opened)
     parts = _sweep(spans, start_s, end_s)
     elapsed = end_s - start_s
@@ -206,21 +210,29 @@ def _sweep(spans: list[Span], start_s: float, end_s: float) -> list[float]:
     category (in :data:`_ORDER`) whose spans cover it: the first k
     categories together cover a union, and category k gets what its spans
     add to the union of those before it."""
-    clipped = sorted((max(a, start_s), min(b, end_s), c) for a, b, c in spans)
+    own: list[list[tuple[float, float]]] = [[] for _ in _ORDER]
+    for a, b, category in spans:
+        a, b = max(a, start_s), min(b, end_s)
+        if b > a:
+            own[category].append((a, b))
     parts, below = [], 0.0
-    for category in range(len(_ORDER)):
-        covered = _union_s([(a, b) for a, b, c in clipped if c <= category and b > a])
+    union: list[tuple[float, float]] = []  # of the categories so far: disjoint, sorted
+    for intervals in own:
+        intervals.sort()
+        union = _coalesce(heapq.merge(union, intervals))
+        covered = sum(b - a for a, b in union)
         parts.append(max(0.0, covered - below))
         below = max(below, covered)
     return parts
 
 
-def _union_s(intervals: list[tuple[float, float]]) -> float:
-    """The length of the union of sorted intervals."""
-    total, reach = 0.0, float("-inf")
+def _coalesce(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Sorted intervals as the disjoint, sorted intervals of their union."""
+    out: list[tuple[float, float]] = []
     for a, b in intervals:
-        if b <= reach:
-            continue
-        total += b - max(a, reach)
-        reach = b
-    return total
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
