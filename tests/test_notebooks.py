@@ -63,8 +63,8 @@ def _executed(path: Path) -> object:
     return pytest.param(path, id=path.name)
 
 
-# the longest cell (airesim_reproduction's six 256-day runs) takes about 100 s
-# on a quiet machine and twice that beside a CPU hog: bounds with room for both
+# the longest cell (airesim_reproduction's six 256-day runs, about a minute of
+# CPU each, two at a time) takes about 200 s on two cores: room for a CPU hog
 CELL_TIMEOUT_S = 400
 
 
