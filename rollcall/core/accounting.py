@@ -85,10 +85,7 @@ def time_account(records: Sequence[Record], lineage: Sequence[Record],
     end_s = max(start_s, end_s)
     spans = list(_commit_spans(kinds.commits, lineage))
     spans += ((r["t0"], r["t"], _CHECKPOINT) for r in kinds.checkpoints if "t0" in r)
-    paused = any(r["f"] == "fault" and r.get("kind") == "pause" for r in kinds.timeline)
-    # a generation's members matter only to a pause (read only then: 10^4
-    # restarts' member lists cost more than the rest of the account)
-    spans += _interrupted_spans(kinds.timeline, _members(kinds.generations) if paused else {})
+    spans += _interrupted_spans(kinds.timeline, kinds.generations)
     spans += _recovery_spans(kinds.commits, kinds.opened)
     parts = _sweep(spans, start_s, end_s)
     elapsed = end_s - start_s
@@ -154,8 +151,7 @@ def _members(generations: list[Record]) -> dict[int, Optional[IdRuns]]:
     return {r["gen"]: r.get("members") for r in expand_deltas(generations, lists=False)}
 
 
-def _interrupted_spans(timeline: list[Record],
-                       members: dict[int, Optional[IdRuns]]) -> Iterable[Span]:
+def _interrupted_spans(timeline: list[Record], generations: list[Record]) -> Iterable[Span]:
     """What a fault or a roll call cost the job beyond its recovery: a
     member paused and resumed within its generation stalls the job until
     it resumes (the step in flight waits for it, even when it commits); a
@@ -167,6 +163,9 @@ def _interrupted_spans(timeline: list[Record],
     progress: Optional[float] = None  # the current generation's last commit
     stalled: Optional[float] = None  # the latest fault that takes a member or the keeper out
     paused: dict[int, float] = {}  # members paused, since when
+    # each generation's members, read at the first pause (only a pause needs
+    # them, and 10^4 restarts' lists cost more than the rest of the account)
+    members: Optional[dict[int, Optional[IdRuns]]] = None
     for r in timeline:
         f = r["f"]
         if f == "commit":
@@ -179,6 +178,8 @@ def _interrupted_spans(timeline: list[Record],
             elif kind in ("resume", "heal"):
                 stalled = None  # the member is back (or it was ridden out)
             if kind == "pause":
+                if members is None:
+                    members = _members(generations)
                 ids = members.get(current)
                 paused.update((w, r["t"]) for w in r.get("workers", ()) if ids is None or w in ids)
             elif kind == "resume":
