@@ -38,8 +38,8 @@ What is measured, and onto which key it goes:
   (``restart_s``), and that generation's first step beyond a normal one
   (``checkpoint_read_s``).
 - a fresh process's start-up outside a restart: a ``pull`` or ``repair``
-  record -> the growth round the new process opens (``cluster.launch_s``,
-  less the one-way latency its Join takes; a scripted ``join`` uses a warm
+  record -> the growth round that admits the new process, whatever rounds
+  left it out before (``cluster.launch_s``, less the one-way latency its Join takes; a scripted ``join`` uses a warm
   process on real and measures nothing).
 
 A cost that the run did not exercise is left out, so applying the file keeps
@@ -113,6 +113,14 @@ class _History:
     def size(self, g: int) -> int:
         """Generation ``g``'s member count."""
         return len(from_ranges(self.gens[g]["members"]))
+
+    def first_admitting(self, worker: int, after_s: float) -> int | None:
+        """The first generation whose round opened at or after ``after_s``
+        with ``worker`` among its members."""
+        for g in sorted(g for g, t in self.opened.items() if t >= after_s and g in self.gens):
+            if worker in from_ranges(self.gens[g]["members"]):
+                return g
+        return None
 
     def first_commit(self, g: int) -> float | None:
         cs = self.commits.get(g)
@@ -204,21 +212,21 @@ def _event_costs(h: _History, step: _StepCost) -> dict[str, list[float]]:
 
 def _launch_costs(h: _History) -> list[float]:
     """Samples of a fresh process's start-up outside a restart: a ``pull``,
-    ``warm`` or ``repair`` record -> the growth round the new process opens
-    by asking to join (the first round after it, when that round is a growth
-    that admits the node; a round opened otherwise in between may have
-    taken its join in, and measures nothing)."""
-    rounds = sorted((t, g) for g, t in h.opened.items())
+    ``warm`` or ``repair`` record -> the round that admits the new process,
+    when that round is a growth (the one its join opens). Rounds that leave
+    it out in between are its failure's own roll call and others held while
+    it started: the cluster times a pull from the fault, so the survivors'
+    roll call may open after it. A round of another reason that admits it
+    may have taken its join in while open, and measures nothing."""
     out = []
     for r in h.recs:
         if r.get("f") != "fault" or r.get("kind") not in ("pull", "warm", "repair"):
             continue
         t = float(r["t"])
-        nxt = next(((t0, g) for t0, g in rounds if t0 >= t), None)
-        if nxt is None or h.gens.get(nxt[1], {}).get("reason") != "growth":
-            continue
-        members = set(from_ranges(h.gens[nxt[1]]["members"]))
-        out += [nxt[0] - t for w in r.get("workers") or [] if w in members]
+        for w in r.get("workers") or []:
+            g = h.first_admitting(w, after_s=t)
+            if g is not None and h.gens[g].get("reason") == "growth":
+                out.append(h.opened[g] - t)
     return out
 
 
