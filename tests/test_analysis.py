@@ -267,36 +267,6 @@ def test_calibrate_measures_and_maps(tmp_path: Path) -> None:
     assert sc.workload.global_batch == 32  # untouched keys stay
 
 
-@pytest.mark.parametrize("admitted_by", ["growth", "failure"])
-def test_a_pulled_spare_is_timed_to_the_growth_that_admits_it(
-        tmp_path: Path, admitted_by: str) -> None:
-    """A pull is timed from the fault by the cluster, so the survivors' own
-    roll call may open after it: that round leaves the spare out and is
-    skipped. Only a growth round that admits it measures its start-up; a
-    round of another reason may have taken its join in and measures nothing."""
-    import json
-
-    from rollcall.app import calibrate
-
-    run = _synthetic_real_run(tmp_path / "run")
-    history = run / "history.jsonl"
-    recs = [json.loads(line) for line in history.read_text().splitlines()]
-    pull = {"t": 10.6, "type": "info", "f": "fault", "process": "nemesis", "kind": "pull",
-            "workers": [4]}
-    recs.insert(next(i for i, x in enumerate(recs) if x["t"] > 10.6), pull)
-    recs += [{"t": 14.0, "type": "invoke", "f": "round", "process": "keeper", "gen": 4,
-              "reason": admitted_by},
-             {"t": 14.002, "type": "ok", "f": "generation", "process": "keeper", "gen": 4,
-              "members": [[0, 0], [3, 4]], "cursor": [30, 960], "reason": admitted_by,
-              "source": 0, "stale": 1}]
-    history.write_text("".join(json.dumps(x) + "\n" for x in recs))
-    cal = calibrate.measure(run)
-    if admitted_by == "growth":
-        assert cal["launch_s"] == pytest.approx(14.0 - 10.6)
-    else:
-        assert cal["launch_s"] is None
-
-
 def test_cli_calibrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from rollcall.app.cli import main
 

@@ -148,9 +148,17 @@ def test_a_fresh_process_start_is_measured_from_a_real_history() -> None:
             *gen(3, 4.7, [[0, 2]], "growth"),  # its round opened at 4.5: 2.5 s of start-up
             {"f": "fault", "kind": "pull", "workers": [3], "t": 6.0},
             {"f": "fault", "kind": "kill", "workers": [0], "t": 6.5},
-            *gen(4, 7.0, [[1, 2]], "failure"),  # a round in between: nothing measured
-            *gen(5, 9.0, [[1, 3]], "growth")]
-    assert calibrate._launch_costs(calibrate._History.of(recs)) == [pytest.approx(2.5)]
+            # a round in between that leaves it out: its join came later (one
+            # that comes while a round is open enters that round)
+            *gen(4, 7.0, [[1, 2]], "failure"),
+            *gen(5, 9.0, [[1, 3]], "growth"),  # opened at 8.8: 2.8 s
+            {"f": "fault", "kind": "pull", "workers": [4], "t": 10.0},
+            {"f": "fault", "kind": "kill", "workers": [1], "t": 12.0},
+            # a round of another reason admits it: its join may have come at
+            # any time the round was open, so it measures nothing
+            *gen(6, 13.0, [[2, 4]], "failure")]
+    assert calibrate._launch_costs(calibrate._History.of(recs)) == [pytest.approx(2.5),
+                                                                    pytest.approx(2.8)]
 
 
 def test_a_calibrated_scenario_keeps_what_it_means() -> None:
