@@ -203,7 +203,10 @@ class KeeperPort:
         host.count("keeper_calls")
         t = _perf()
         self.vouch(now)
-        out = keeper.handle_timer(now)
+        # the statement may answer what woke it (a new life's first expiry,
+        # while it beats on time): then the keeper's timer has nothing due
+        due = keeper.get_timer()
+        out = keeper.handle_timer(now) if due is not None and due <= now else []
         self.wall_s += _perf() - t
         self.apply(now, out)
 
