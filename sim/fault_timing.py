@@ -34,8 +34,10 @@ class SimStepFaults:
     def next_stop(self, step: int) -> Optional[int]:
         """Where a segment running from ``step`` must end for a step-scripted
         fault: the step it acts at (one a past step owes: the next)."""
-        steps = [s for s in (self._faults.next_step(), *self._held) if s is not None]
-        return max(min(steps), step + 1) if steps else None
+        ahead = self._faults.next_step()
+        if self._held:
+            ahead = min(self._held) if ahead is None else min(ahead, *self._held)
+        return None if ahead is None else max(ahead, step + 1)
 
     def computed(self, step: int) -> tuple[list[Due], list[Due]]:
         """The members computed ``step`` steps, their vote on its way:
@@ -43,6 +45,8 @@ class SimStepFaults:
         the faults that land when the vote reaches the keeper (in the order
         they go in)."""
         held = self._held
+        if not held and self._faults.next_step() is None:
+            return [], []  # nothing scripted at a step is left (most runs: at once)
         acting = [due for key in sorted(k for k in held if k <= step) for due in held.pop(key)]
         landing = []
         for due in self._faults.held_by_all(step).in_order():

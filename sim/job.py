@@ -400,7 +400,8 @@ class Job:
             self._set_due(now + self._host.sc.strategy.checkpoint_write_s)
         else:
             self._start_segment(now)
-        self._host.nemesis.step_faults(now, acting)
+        if acting:
+            self._host.nemesis.step_faults(now, acting)
         if landing:  # when the step's vote reaches the keeper
             self._host.at(now + self._host.lat, self._host.nemesis.step_faults_now, landing)
 

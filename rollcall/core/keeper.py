@@ -672,16 +672,20 @@ class Keeper:
         """The next instant at which :meth:`handle_timer` has work to do."""
         if self._failed is not None or self._deposed is not None or self._awaiting is not None:
             return None
-        times = [] if self._lease_until is None else [self._lease_until]
-        if self._config.give_up_at_s is not None and not self._completed:
-            times.append(self._config.give_up_at_s)
+        # the earliest of four (a driver asks after every call: no list is built)
+        first = self._lease_until
+        limit = self._config.give_up_at_s
+        if limit is not None and not self._completed and (first is None or limit < first):
+            first = limit
         oldest = self._liveness.earliest()
         if oldest is not None:
-            times.append(self._config.detector.expiry(oldest))
+            expiry = self._config.detector.expiry(oldest)
+            if first is None or expiry < first:
+                first = expiry
         deadline = self.next_round_deadline()
-        if deadline is not None:
-            times.append(deadline)
-        return min(times) if times else None
+        if deadline is not None and (first is None or deadline < first):
+            first = deadline
+        return first
 
     def handle_timer(self, now: float) -> list[Output]:
         if not self._live(now) or self._failed is not None:
