@@ -44,9 +44,9 @@ class SimStepFaults:
         the held slows that act from ``step`` (now, as they begin it), and
         the faults that land when the vote reaches the keeper (in the order
         they go in)."""
-        held = self._held
-        if not held and self._faults.next_step() is None:
+        if self.none_pending():
             return [], []  # nothing scripted at a step is left (most runs: at once)
+        held = self._held
         acting = [due for key in sorted(k for k in held if k <= step) for due in held.pop(key)]
         landing = []
         for due in self._faults.held_by_all(step).in_order():

@@ -39,8 +39,9 @@ What is measured, and onto which key it goes:
   (``checkpoint_read_s``).
 - a fresh process's start-up outside a restart: a ``pull`` or ``repair``
   record -> the growth round that admits the new process, whatever rounds
-  left it out before (``cluster.launch_s``, less the one-way latency its Join takes; a scripted ``join`` uses a warm
-  process on real and measures nothing).
+  left it out before (``cluster.launch_s``, less the one-way latency its
+  Join takes; a scripted ``join`` uses a warm process on real and
+  measures nothing).
 
 A cost that the run did not exercise is left out, so applying the file keeps
 the scenario's own value for it.
