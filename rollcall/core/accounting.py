@@ -31,8 +31,8 @@ Overlaps resolve by that order, so the five sum to the elapsed time.
 from __future__ import annotations
 
 import bisect
-import heapq
 from dataclasses import dataclass, fields
+from operator import itemgetter
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from rollcall.core.history import expand_deltas
@@ -110,6 +110,7 @@ class _Kinds:
 _READ = {"commit": "ok", "checkpoint": "ok", "generation": "ok", "round": "invoke",
          "fault": "info", "end": "info"}
 _TIMELINE = ("commit", "generation", "round", "fault")
+_TIME = itemgetter("t")
 
 
 def _by_kind(records: Sequence[Record]) -> _Kinds:
@@ -122,7 +123,7 @@ def _by_kind(records: Sequence[Record]) -> _Kinds:
             # the start abandons no step: only later rounds are on the timeline
             if f in _TIMELINE and (f != "round" or r.get("reason") != "start"):
                 timeline.append(r)
-    timeline.sort(key=lambda x: x["t"])
+    timeline.sort(key=_TIME)
     return _Kinds(read["commit"], read["checkpoint"], read["generation"], read["round"],
                   read["end"], timeline)
 
@@ -213,27 +214,34 @@ def _sweep(spans: list[Span], start_s: float, end_s: float) -> list[float]:
     add to the union of those before it."""
     own: list[list[tuple[float, float]]] = [[] for _ in _ORDER]
     for a, b, category in spans:
-        a, b = max(a, start_s), min(b, end_s)
+        if a < start_s:
+            a = start_s
+        if b > end_s:
+            b = end_s
         if b > a:
             own[category].append((a, b))
     parts, below = [], 0.0
     union: list[tuple[float, float]] = []  # of the categories so far: disjoint, sorted
     for intervals in own:
         intervals.sort()
-        union = _coalesce(heapq.merge(union, intervals))
-        covered = sum(b - a for a, b in union)
+        union = _coalesce(sorted(union + intervals))  # a merge of two sorted runs
+        covered = sum([b - a for a, b in union])
         parts.append(max(0.0, covered - below))
         below = max(below, covered)
     return parts
 
 
-def _coalesce(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+def _coalesce(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Sorted intervals as the disjoint, sorted intervals of their union."""
     out: list[tuple[float, float]] = []
+    if not intervals:
+        return out
+    start, end = intervals[0]
     for a, b in intervals:
-        if out and a <= out[-1][1]:
-            if b > out[-1][1]:
-                out[-1] = (out[-1][0], b)
-        else:
-            out.append((a, b))
+        if a > end:
+            out.append((start, end))
+            start, end = a, b
+        elif b > end:
+            end = b
+    out.append((start, end))
     return out
