@@ -54,6 +54,22 @@ def test_the_limit_is_failed_attempts_per_completed_recovery() -> None:
         assert verdicts[:-1] == [None] * RECOVERY_WINDOW
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 30).map(lambda n: n == 0),  # mostly cut short: near the limit
+                min_size=RECOVERY_WINDOW, max_size=4 * RECOVERY_WINDOW))
+def test_the_rate_rule_reads_the_latest_window_at_every_recovery(outcomes: list[bool]) -> None:
+    """At each recovery the rule weighs exactly the latest RECOVERY_WINDOW
+    that ended (the one before it ends now, cut short or committed): the
+    window slides over completed and cut-short ones alike."""
+    watch = ProgressWatch(None)
+    for i, verdict in enumerate(_recoveries(watch, outcomes)):
+        window = outcomes[max(0, i - RECOVERY_WINDOW):i]
+        cut_short = window.count(False)
+        expected = (len(window) == RECOVERY_WINDOW
+                    and cut_short >= FAILED_ATTEMPTS_LIMIT * max(1, len(window) - cut_short))
+        assert (verdict is not None) == expected, (i, window)
+
+
 def test_no_progress_over_the_limit_of_recoveries_ends_the_job() -> None:
     """Recoveries that complete but only redo steps already committed once
     (rolled back to a checkpoint each time) make no progress."""

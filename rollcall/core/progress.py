@@ -43,7 +43,8 @@ NOT_EXPECTED = "not expected to finish"
 class ProgressWatch:
     """The recoveries of one keeper and the job's furthest step."""
 
-    __slots__ = ("_limit", "_finished", "_open_since", "_furthest", "_since_progress")
+    __slots__ = ("_limit", "_finished", "_cut_short", "_open_since", "_furthest",
+                 "_since_progress")
 
     def __init__(self, limit: Optional[int], furthest: Optional[int] = None,
                  since_progress: int = 0) -> None:
@@ -57,6 +58,7 @@ class ProgressWatch:
         self._limit = limit
         # the latest recoveries that ended: (start, end, completed)
         self._finished: deque[tuple[float, float, bool]] = deque(maxlen=RECOVERY_WINDOW)
+        self._cut_short = 0  # the recoveries in the window that were cut short
         self._open_since: Optional[float] = None  # the recovery in progress began then
         self._furthest = -1 if furthest is None else furthest  # the furthest step committed
         self._since_progress = since_progress  # recoveries begun since the furthest step moved
@@ -74,7 +76,7 @@ class ProgressWatch:
     def committed(self, now: float, last: int) -> None:
         """Steps up to ``last`` committed at ``now``: a recovery in progress completed."""
         if self._open_since is not None:
-            self._finished.append((self._open_since, now, True))
+            self._end(now, True)
             self._open_since = None
         if last > self._furthest:
             self._furthest = last
@@ -85,7 +87,7 @@ class ProgressWatch:
         None, or why the job is not expected to finish."""
         if self._open_since is not None:
             assert now >= self._open_since, (now, self._open_since)
-            self._finished.append((self._open_since, now, False))
+            self._end(now, False)
         self._open_since = now
         self._since_progress += 1
         limit = self._limit
@@ -96,14 +98,27 @@ class ProgressWatch:
                     f"(strategy.max_recoveries_without_progress)")
         return self._rate_verdict(now)
 
+    def _end(self, now: float, completed: bool) -> None:
+        """The recovery in progress ended at ``now``; the window keeps the
+        latest (its count of those cut short follows, so the rule is read
+        without a pass over the window at every recovery)."""
+        finished = self._finished
+        assert self._open_since is not None
+        if len(finished) == finished.maxlen and not finished[0][2]:
+            self._cut_short -= 1
+        finished.append((self._open_since, now, completed))
+        if not completed:
+            self._cut_short += 1
+        assert 0 <= self._cut_short <= len(finished), (self._cut_short, len(finished))
+
     def _rate_verdict(self, now: float) -> Optional[str]:
         finished = self._finished
         if len(finished) < RECOVERY_WINDOW:
             return None
-        completed = [end - start for start, end, done in finished if done]
-        cut_short = len(finished) - len(completed)
-        if cut_short < FAILED_ATTEMPTS_LIMIT * max(1, len(completed)):
+        cut_short = self._cut_short
+        if cut_short < FAILED_ATTEMPTS_LIMIT * max(1, len(finished) - cut_short):
             return None
+        completed = [end - start for start, end, done in finished if done]
         every_s = (now - finished[0][0]) / len(finished)
         head = (f"{NOT_EXPECTED}: over the last {len(finished)} recoveries failures "
                 f"interrupted the job every {every_s:.4g} s on average, and ")
