@@ -13,10 +13,17 @@ measured in the same process just before (the ceiling: a bare timeout loop).
     .venv/bin/python benchmarks/sim_scale.py --profile llama3-54d elastic   # cProfile top 25
     .venv/bin/python benchmarks/sim_scale.py --against 2e38b0a --replicates 3 --only llama3-54d
 
-``--against REV`` runs the same children from a ``git archive`` of REV too,
-alternating the two trees replicate by replicate (so load hits both alike),
-and prints each row's cpu ratio (this tree / REV) and the median per
-scenario and strategy: the side-by-side no-regression check.
+``--against REV`` runs the same children on a ``git archive`` of REV too
+(through this script, so a case it names runs on an older tree that did
+not), alternating the two trees replicate by replicate (so load hits both
+alike), and prints each row's cpu ratio (this tree / REV) and the median
+per scenario and strategy: the side-by-side no-regression check. With
+``--together`` each replicate runs the two trees' children at the same
+time, one per core, the first launched alternating: a machine whose speed
+drifts between children (a shared virtual machine's does, by up to 2x)
+then slows both alike.
+
+    .venv/bin/python benchmarks/sim_scale.py --against 6dbbc3b --together --replicates 10 --only gpu1m-30d --strategy elastic
 
 Goals: Llama-3 < 1 s per replicate per strategy (aim 0.4 s); 100k GPUs
 < 5 s and < 1 GiB resident; at 10^6 GPUs (``gpu1m-30d``: the 100k scenario
@@ -44,7 +51,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = {"llama3-54d": ROOT / "scenarios" / "llama3-54d.yaml",
              "gpu100k-30d": ROOT / "scenarios" / "gpu100k-30d.yaml",
-             "gpu1m-30d": ROOT / "scenarios" / "gpu100k-30d.yaml"}
+             "gpu1m-30d": ROOT / "scenarios" / "gpu100k-30d.yaml"}  # paths in this tree
 # 10^6 GPUs: the 100k scenario at 125,000 nodes. Its job MTBF (176 s) is far
 # below its restart (600 s): checkpoint-restart is not expected to finish,
 # and the keeper's rule (rollcall.core.progress) must say so early (goal:
@@ -71,13 +78,15 @@ def simpy_raw_rate(n: int = 200_000) -> float:
     return n / (time.perf_counter() - t)
 
 
-def child(name: str, strategy: str, seed: int, history: bool) -> dict:
-    sys.path.insert(0, str(ROOT))
+def child(name: str, strategy: str, seed: int, history: bool, root: Path = ROOT) -> dict:
+    """One run of case ``name`` on the tree at ``root`` (its scenario file and code)."""
+    sys.path.insert(0, str(root))
     from rollcall.scenario import load_scenario
     from sim.driver import Simulation
 
     raw = simpy_raw_rate()
-    sc = load_scenario(SCENARIOS[name], OVERRIDES.get(name, ()), seed=seed, strategy=strategy)
+    path = root / SCENARIOS[name].relative_to(ROOT)
+    sc = load_scenario(path, OVERRIDES.get(name, ()), seed=seed, strategy=strategy)
     out = None
     if history:
         out = Path(tempfile.mkdtemp(prefix=f"simscale-{name}-"))
@@ -108,10 +117,15 @@ def main() -> int:
     ap.add_argument("--child", nargs=3, metavar=("SCENARIO", "STRATEGY", "SEED"), help=argparse.SUPPRESS)
     ap.add_argument("--profile", nargs=2, metavar=("SCENARIO", "STRATEGY"))
     ap.add_argument("--against", metavar="REV", help="also run git revision REV, side by side")
+    ap.add_argument("--together", action="store_true",
+                    help="with --against: run the two trees' children at the same time")
+    ap.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)  # a child's tree
     args = ap.parse_args()
+    if args.together and not args.against:
+        ap.error("--together compares two trees: give --against REV")
     if args.child:
         name, strategy, seed = args.child
-        print(json.dumps(child(name, strategy, int(seed), not args.no_history)))
+        print(json.dumps(child(name, strategy, int(seed), not args.no_history, args.root)))
         return 0
     if args.profile:
         import cProfile
@@ -122,12 +136,12 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="simscale-") as tmp:
         args.tmp = tmp  # the children's TMPDIR too: what a tree's child leaves goes with it
-        trees = [("this", Path(__file__).resolve())]
+        trees = [("this", ROOT)]
         if args.against:
             base = archive(args.against, Path(tmp) / "base")
             if base is None:
                 return 2
-            trees.append((args.against, base / "benchmarks" / "sim_scale.py"))
+            trees.append((args.against, base))
         _compare(args, trees)
     return 0
 
@@ -143,14 +157,42 @@ def _compare(args: argparse.Namespace, trees: list[tuple[str, Path]]) -> None:
         for strategy in strategies:
             ratios = []
             for seed in range(args.replicates):
-                cpu = {tag: _row(tag, script, name, strategy, seed, args) for tag, script in trees}
+                # the first launched alternates: neither tree always starts on a fresh machine
+                order = trees if seed % 2 == 0 else trees[::-1]
+                cpu = _replicate(order, name, strategy, seed, args)
                 if args.against and None not in cpu.values():
                     ratios.append(cpu["this"] / cpu[args.against])
                     print(f"{'':<8} {'':<12} {'':<19} {seed:>4} cpu ratio this/{args.against}: "
                           f"{ratios[-1]:.2f}")
             if ratios:
+                how = "run together" if args.together else "alternating"
                 print(f"== {name} {strategy}: median cpu ratio this/{args.against} "
-                      f"{statistics.median(ratios):.2f} over {len(ratios)} replicate(s)")
+                      f"{statistics.median(ratios):.2f} over {len(ratios)} replicate(s) "
+                      f"({how}; min {min(ratios):.2f}, max {max(ratios):.2f})")
+
+
+def _replicate(trees: list[tuple[str, Path]], name: str, strategy: str, seed: int,
+               args: argparse.Namespace) -> dict[str, Optional[float]]:
+    """One replicate on each tree (one after the other, or with ``--together``
+    at the same time), printed as rows: each tree's cpu seconds."""
+    cpu: dict[str, Optional[float]] = {}
+    launched: list[subprocess.Popen] = []
+    try:
+        pending = []
+        for tag, root in trees:
+            launched.append(_launch(root, name, strategy, seed, args))
+            pending.append((tag, launched[-1]))
+            if not args.together:  # this one ends before the next starts
+                cpu[tag] = _finish(tag, launched[-1], name, strategy, seed, args)
+                pending.clear()
+        for tag, child_process in pending:
+            cpu[tag] = _finish(tag, child_process, name, strategy, seed, args)
+    finally:  # interrupted: no child outlives this script
+        for child_process in launched:
+            if child_process.poll() is None:
+                child_process.kill()
+                child_process.wait()
+    return cpu
 
 
 def archive(rev: str, dest: Path) -> Optional[Path]:
@@ -164,23 +206,32 @@ def archive(rev: str, dest: Path) -> Optional[Path]:
     return dest
 
 
-def _row(tag: str, script: Path, name: str, strategy: str, seed: int,
-         args: argparse.Namespace) -> Optional[float]:
-    """One child run of ``script``'s tree, printed as a row; its cpu seconds."""
-    cmd = [sys.executable, str(script), "--child", name, strategy, str(seed)]
+def _launch(root: Path, name: str, strategy: str, seed: int,
+            args: argparse.Namespace) -> subprocess.Popen:
+    """A child of this script running case ``name`` on the tree at ``root``."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, strategy, str(seed),
+           "--root", str(root)]
     if args.no_history:
         cmd.append("--no-history")
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": args.tmp})
+
+
+def _finish(tag: str, child_process: subprocess.Popen, name: str, strategy: str, seed: int,
+            args: argparse.Namespace) -> Optional[float]:
+    """Wait for a child (``--timeout`` seconds at most), print its row: its cpu seconds."""
     lead = f"{tag:<8} {name:<12} {strategy:<19} {seed:>4}"
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
-                           env={**os.environ, "TMPDIR": args.tmp})
+        out, err = child_process.communicate(timeout=args.timeout)
     except subprocess.TimeoutExpired:
+        child_process.kill()
+        child_process.communicate()
         print(f"{lead} {'> ' + str(int(args.timeout)):>8}  (timed out)")
         return None
-    if p.returncode != 0:
-        print(f"{lead} failed: {p.stderr.strip().splitlines()[-1:]}")
+    if child_process.returncode != 0:
+        print(f"{lead} failed: {err.strip().splitlines()[-1:]}")
         return None
-    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r = json.loads(out.strip().splitlines()[-1])
     keeper = 100 * r.get("keeper_wall_s", 0.0) / r["wall_s"]
     print(f"{lead} {r['wall_s']:>8.3f} "
           f"{r.get('cpu_s', float('nan')):>7.3f} {keeper:>6.0f}% "
