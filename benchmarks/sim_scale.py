@@ -142,7 +142,11 @@ def main() -> int:
             if base is None:
                 return 2
             trees.append((args.against, base))
-        _compare(args, trees)
+        try:
+            _compare(args, trees)
+        except KeyboardInterrupt:  # the rows printed so far stand; no child is left
+            print("sim_scale: interrupted", file=sys.stderr)
+            return 2
     return 0
 
 
@@ -178,15 +182,13 @@ def _replicate(trees: list[tuple[str, Path]], name: str, strategy: str, seed: in
     cpu: dict[str, Optional[float]] = {}
     launched: list[subprocess.Popen] = []
     try:
-        pending = []
         for tag, root in trees:
             launched.append(_launch(root, name, strategy, seed, args))
-            pending.append((tag, launched[-1]))
             if not args.together:  # this one ends before the next starts
                 cpu[tag] = _finish(tag, launched[-1], name, strategy, seed, args)
-                pending.clear()
-        for tag, child_process in pending:
-            cpu[tag] = _finish(tag, child_process, name, strategy, seed, args)
+        if args.together:
+            for (tag, _), child_process in zip(trees, launched):
+                cpu[tag] = _finish(tag, child_process, name, strategy, seed, args)
     finally:  # interrupted: no child outlives this script
         for child_process in launched:
             if child_process.poll() is None:
